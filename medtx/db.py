@@ -1,0 +1,134 @@
+"""Opening the DuckDB warehouse, applying migrations, and transactional writes.
+
+Every write path goes through `transaction()` so a failure leaves the warehouse exactly as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from warehouse import migrations_dir
+
+log = logging.getLogger("medtx.db")
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+class WarehouseVersionError(RuntimeError):
+    """The warehouse was written by a newer medtx than this one."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(folder: Path | None = None) -> list[Migration]:
+    """All `NNNN_name.sql` files of the migrations folder, in version order."""
+    folder = folder or migrations_dir()
+    found = []
+    for path in sorted(folder.glob("*.sql")):
+        match = _MIGRATION_NAME.match(path.name)
+        if not match:
+            raise ValueError(f"{path}: migration files must be named NNNN_name.sql")
+        found.append(Migration(int(match[1]), match[2], path.read_text()))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"{folder}: duplicate migration versions {versions}")
+    return found
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The highest applied migration version (0 for an empty database)."""
+    exists = con.sql(
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_name = 'schema_migrations'"
+    ).fetchall()[0][0]
+    if not exists:
+        return 0
+    return con.sql("SELECT coalesce(max(version), 0) FROM main.schema_migrations").fetchall()[0][0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration] | None = None) -> int:
+    """Bring the warehouse to the newest schema; refuse a warehouse newer than this code."""
+    migrations = migrations if migrations is not None else load_migrations()
+    latest = max((m.version for m in migrations), default=0)
+    current = schema_version(con)
+    if current > latest:
+        raise WarehouseVersionError(
+            f"warehouse schema version {current} is newer than this medtx supports ({latest}); "
+            "upgrade medtx or point --db at another warehouse"
+        )
+    pending = [m for m in migrations if m.version > current]
+    if not pending:
+        return current
+    with transaction(con):
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS main.schema_migrations ("
+            " version INTEGER PRIMARY KEY, name VARCHAR NOT NULL,"
+            " applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)"
+        )
+        for m in pending:
+            log.info("applying warehouse migration %04d_%s", m.version, m.name)
+            con.execute(m.sql)
+            con.execute("INSERT INTO main.schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
+    return latest
+
+
+def connect(db: Path | str, *, read_only: bool = False, migrate_schema: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse. Read-write connections create the file and apply pending migrations;
+    read-only ones refuse a missing file and a schema newer than this code."""
+    db = Path(db)
+    if read_only:
+        if not db.exists():
+            raise FileNotFoundError(f"warehouse {db} does not exist yet: run `medtx pipeline` first")
+        con = duckdb.connect(str(db), read_only=True)
+        latest = max((m.version for m in load_migrations()), default=0)
+        if schema_version(con) > latest:
+            con.close()
+            raise WarehouseVersionError(
+                f"warehouse {db} has schema version newer than this medtx supports ({latest})"
+            )
+    else:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        con = duckdb.connect(str(db))
+        if migrate_schema:
+            try:
+                migrate(con)
+            except Exception:
+                con.close()
+                raise
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+@contextmanager
+def open_warehouse(db: Path | str, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Short-lived connection: open, yield, always close."""
+    con = connect(db, read_only=read_only)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN ... COMMIT, or ROLLBACK on any exception (DuckDB DDL is transactional too)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    else:
+        con.execute("COMMIT")
