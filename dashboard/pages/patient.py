@@ -1,0 +1,329 @@
+"""Patient explorer: a patient's visits, truth vs recommendation, DDI pairs, and attention over codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dash_bootstrap_components as dbc
+import plotly.graph_objects as go
+import polars as pl
+from dash import Dash, Input, Output, State, dcc, html
+from plotly.subplots import make_subplots
+
+from dashboard import components as ui
+from dashboard import queries, validate
+
+PATH = "/patient"
+NAME = "Patient explorer"
+MEAN_HEAD = -1  # head selector value for "mean over heads"
+MAX_MODEL_VIEW = 48  # layer x head panels drawn in the model view before it gets unreadable
+SHOWN_PREDICTIONS = 25
+
+
+def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
+    initial, problems = {}, []
+    for key, check in (
+        ("run_id", validate.run_id),
+        ("subject_id", lambda v: validate.integer_id("subject_id", v)),
+        ("hadm_id", lambda v: validate.integer_id("hadm_id", v)),
+    ):
+        if key in params:
+            try:
+                initial[key] = check(params[key])
+            except validate.InvalidParameter as exc:
+                problems.append(ui.invalid(str(exc)))
+    return html.Div(
+        [
+            html.H3("Patient explorer"),
+            *problems,
+            dbc.Row(
+                [
+                    dbc.Col([dbc.Label("Run"), dcc.Dropdown(id="pt-run", clearable=False,
+                                                            value=initial.get("run_id"))], md=5),
+                    dbc.Col([dbc.Label("Patient"), dcc.Dropdown(id="pt-patient", clearable=False,
+                                                                value=initial.get("subject_id"))], md=3),
+                    dbc.Col([dbc.Label("Visit"), dcc.Dropdown(id="pt-visit", clearable=False,
+                                                              value=initial.get("hadm_id"))], md=4),
+                ],
+                className="mb-3 g-2",
+            ),
+            ui.loading(None, id="pt-body"),
+            ui.card(
+                "Attention over codes",
+                [
+                    dbc.Row(
+                        [
+                            dbc.Col([dbc.Label("Module"), dcc.Dropdown(id="pt-module", clearable=False)], md=3),
+                            dbc.Col([dbc.Label("Layer"), dcc.Dropdown(id="pt-layer", clearable=False)], md=2),
+                            dbc.Col([dbc.Label("Head"), dcc.Dropdown(id="pt-head", clearable=False)], md=2),
+                            dbc.Col(
+                                [dbc.Label("View"), dbc.RadioItems(
+                                    id="pt-view", inline=True, value="single",
+                                    options=[{"label": "selected head", "value": "single"},
+                                             {"label": "head view (all heads)", "value": "heads"},
+                                             {"label": "model view (layers × heads)", "value": "model"}])],
+                                md=5,
+                            ),
+                        ],
+                        className="mb-2 g-2",
+                    ),
+                    ui.loading(None, id="pt-attention"),
+                ],
+            ),
+        ]
+    )
+
+
+def register(app: Dash, snapshot: Path) -> None:
+    @app.callback(
+        Output("pt-run", "options"), Output("pt-run", "value"),
+        Input("snapshot-version", "data"), State("pt-run", "value"),
+    )
+    def run_options(_version: str | None, current: str | None):
+        runs = queries.explorer_runs(snapshot, queries.EHR_TASKS)
+        if not runs.height:
+            return [], None
+        ids = runs["run_id"].to_list()
+        labels = [f"{r['task']} · {r['model']} · {r['dataset']} · seed {r['seed']}"
+                  + (" · attention" if r["has_attention"] else "") for r in runs.iter_rows(named=True)]
+        return ui.options(ids, labels), current if current in ids else ids[0]
+
+    @app.callback(
+        Output("pt-patient", "options"), Output("pt-patient", "value"),
+        Input("pt-run", "value"), State("pt-patient", "value"),
+    )
+    def patient_options(run_id: str | None, current: int | None):
+        if not run_id:
+            return [], None
+        patients = queries.run_patients(snapshot, validate.run_id(run_id))
+        if not patients.height:
+            return [], None
+        ids = patients["subject_id"].to_list()
+        labels = [f"{r['subject_id']} · {r['visits']} visit(s)" + (" · attention" if r["has_attention"] else "")
+                  for r in patients.iter_rows(named=True)]
+        return ui.options(ids, labels), current if current in ids else ids[0]
+
+    @app.callback(
+        Output("pt-visit", "options"), Output("pt-visit", "value"),
+        Input("pt-run", "value"), Input("pt-patient", "value"), State("pt-visit", "value"),
+    )
+    def visit_options(run_id: str | None, subject_id: int | None, current: int | None):
+        if not run_id or subject_id is None:
+            return [], None
+        visits = queries.patient_visits(snapshot, validate.run_id(run_id), validate.integer_id("subject_id", subject_id))
+        if not visits.height:
+            return [], None
+        ids = visits["hadm_id"].to_list()
+        labels = [f"{r['hadm_id']} · {r['admittime']:%Y-%m-%d}" if r["admittime"] else str(r["hadm_id"])
+                  for r in visits.iter_rows(named=True)]
+        return ui.options(ids, labels), current if current in ids else ids[-1]
+
+    @app.callback(
+        Output("pt-body", "children"),
+        Output("pt-module", "options"), Output("pt-module", "value"),
+        Input("pt-run", "value"), Input("pt-patient", "value"), Input("pt-visit", "value"),
+        State("pt-module", "value"),
+    )
+    def body(run_id: str | None, subject_id: int | None, hadm_id: int | None, module: str | None):
+        if not run_id:
+            return ui.empty("No EHR run with stored predictions yet: run `medtx train` or `medtx pipeline`."), [], None
+        if subject_id is None or hadm_id is None:
+            return ui.empty("This run stored no per-visit test predictions."), [], None
+        try:
+            run_id = validate.run_id(run_id)
+            subject_id = validate.integer_id("subject_id", subject_id)
+            hadm_id = validate.integer_id("hadm_id", hadm_id)
+        except validate.InvalidParameter as exc:
+            return ui.invalid(str(exc)), [], None
+        run = queries.run(snapshot, run_id) or {}
+        modules = queries.attention_modules(snapshot, run_id, str(hadm_id))
+        names = modules["module"].to_list() if modules.height else []
+        content = visit_body(snapshot, run, subject_id, hadm_id)
+        return content, ui.options(names), module if module in names else (names[0] if names else None)
+
+    @app.callback(
+        Output("pt-layer", "options"), Output("pt-layer", "value"),
+        Output("pt-head", "options"), Output("pt-head", "value"),
+        Input("pt-module", "value"), Input("pt-run", "value"), Input("pt-visit", "value"),
+        State("pt-layer", "value"), State("pt-head", "value"),
+    )
+    def layer_head_options(module: str | None, run_id: str | None, hadm_id: int | None, layer, head):
+        if not module or not run_id or hadm_id is None:
+            return [], None, [], None
+        df = queries.attention(snapshot, validate.run_id(run_id), str(validate.integer_id("hadm_id", hadm_id)), module)
+        layers = sorted(df["layer"].unique().to_list()) if df.height else []
+        heads = sorted(df["head"].unique().to_list()) if df.height else []
+        head_opts = [{"label": "mean of heads", "value": MEAN_HEAD}] + ui.options(heads, [f"head {h}" for h in heads])
+        return (
+            ui.options(layers, [f"layer {x}" for x in layers]), layer if layer in layers else (layers[-1] if layers else None),
+            head_opts, head if head in [*heads, MEAN_HEAD] else MEAN_HEAD,
+        )
+
+    @app.callback(
+        Output("pt-attention", "children"),
+        Input("pt-module", "value"), Input("pt-layer", "value"), Input("pt-head", "value"), Input("pt-view", "value"),
+        Input("pt-run", "value"), Input("pt-visit", "value"),
+    )
+    def attention(module, layer, head, view, run_id, hadm_id):
+        if not module or layer is None or not run_id or hadm_id is None:
+            return ui.empty("No attention stored for this visit (only neural models store it, for a few test visits).")
+        df = queries.attention(snapshot, validate.run_id(run_id), str(validate.integer_id("hadm_id", hadm_id)), module)
+        names = queries.label_descriptions(snapshot, _tokens(df))
+        if view == "model":
+            return ui.graph(model_view(df, names), id="attention-model-view", height=_model_view_height(df))
+        if view == "heads":
+            return ui.graph(head_view(df, int(layer), names), id="attention-head-view", height=380)
+        return ui.graph(single_heatmap(df, int(layer), int(head), names), id="attention-heatmap", height=460)
+
+
+def visit_body(snapshot: Path, run: dict, subject_id: int, hadm_id: int) -> html.Div:
+    dataset = run.get("dataset") or ""
+    preds = queries.visit_predictions(snapshot, run["run_id"], str(hadm_id))
+    names = queries.label_descriptions(snapshot, preds["label"].to_list() if preds.height else [])
+    recommended = preds.filter(pl.col("predicted"))["label"].to_list() if preds.height else []
+    return html.Div(
+        [
+            dbc.Row(
+                [
+                    dbc.Col(ui.card("True drug / label set vs the model's recommendation",
+                                    _truth_vs_prediction(preds, names)), lg=7),
+                    dbc.Col(ui.card("Drug–drug interactions among the recommendation",
+                                    _ddi(snapshot, recommended, names)), lg=5),
+                ]
+            ),
+            ui.card(f"Visit history of patient {subject_id}", _history(snapshot, dataset, subject_id, hadm_id)),
+        ]
+    )
+
+
+def _truth_vs_prediction(preds: pl.DataFrame, names: dict[str, str]) -> object:
+    if not preds.height:
+        return ui.empty("No predictions stored for this visit.")
+    true_set = sorted(preds.filter(pl.col("y_true"))["label"].to_list())
+    shown = preds.filter(pl.col("y_true") | pl.col("predicted")).head(SHOWN_PREDICTIONS)
+    if not shown.height:
+        shown = preds.head(10)
+    bars = go.Figure(
+        go.Bar(
+            x=shown["prob"].to_list(), y=shown["label"].to_list(), orientation="h",
+            marker_color=["#198754" if t and p else "#0d6efd" if p else "#adb5bd" for t, p in
+                          zip(shown["y_true"].to_list(), shown["predicted"].to_list(), strict=True)],
+            hovertext=[names.get(x, "") for x in shown["label"].to_list()],
+        )
+    )
+    bars.update_yaxes(autorange="reversed", type="category")
+    bars.update_xaxes(range=[0, 1], title="probability")
+    legend = html.Div("green = recommended and true · blue = recommended only · grey = true but missed",
+                      className="small text-muted")
+    badges = [dbc.Badge(f"{c} {names.get(c, '')}".strip(), color="success" if c in
+                        preds.filter(pl.col("predicted"))["label"].to_list() else "secondary", className="me-1 mb-1")
+              for c in true_set]
+    return html.Div([html.Div([html.Strong("True set: "), *badges], id="true-set"),
+                     ui.graph(bars, id="prediction-graph", height=max(260, 22 * shown.height + 80)), legend])
+
+
+def _ddi(snapshot: Path, recommended: list[str], names: dict[str, str]) -> object:
+    pairs = queries.ddi_pairs(snapshot, recommended)
+    if not pairs.height:
+        return ui.empty(f"No known interacting pair among the {len(recommended)} recommended drugs.")
+    rows = [html.Tr([html.Td(f"{a} {names.get(a, '')}"), html.Td(f"{b} {names.get(b, '')}")])
+            for a, b in pairs.iter_rows()]
+    return dbc.Table([html.Thead(html.Tr([html.Th("drug"), html.Th("interacts with")])), html.Tbody(rows)],
+                     size="sm", striped=True, id="ddi-table")
+
+
+def _history(snapshot: Path, dataset: str, subject_id: int, hadm_id: int) -> object:
+    history = queries.visit_history(snapshot, dataset, subject_id)
+    if not history.height:
+        return ui.empty("No admissions of this patient in the snapshot.")
+    drugs = queries.visit_drugs(snapshot, dataset, subject_id)
+    rows = []
+    for (visit, admittime, admission_type), group in history.group_by(
+        ["hadm_id", "admittime", "admission_type"], maintain_order=True
+    ):
+        diagnoses = [f"{c} {d or ''}".strip() for c, d in group.select("icd9_code", "description").iter_rows() if c]
+        atc = drugs.filter(pl.col("hadm_id") == visit) if drugs.height else pl.DataFrame()
+        drug_list = [f"{c} {d or ''}".strip() for c, d in atc.select("atc3", "description").iter_rows()] if atc.height else []
+        rows.append(html.Tr(
+            [html.Td(f"{admittime:%Y-%m-%d}" if admittime else "—"), html.Td(str(visit)), html.Td(admission_type or ""),
+             html.Td("; ".join(diagnoses), className="small"), html.Td("; ".join(drug_list), className="small")],
+            className="table-primary" if visit == hadm_id else None,
+        ))
+    header = html.Thead(html.Tr([html.Th(h) for h in ("admitted", "hadm_id", "type", "ICD-9 diagnoses", "ATC-3 drugs")]))
+    return dbc.Table([header, html.Tbody(rows)], size="sm", bordered=True, responsive=True, id="history-table")
+
+
+def _tokens(df: pl.DataFrame) -> list[str]:
+    if not df.height:
+        return []
+    return pl.concat([df["query_token"], df["key_token"]]).drop_nulls().unique().to_list()
+
+
+def _matrix(df: pl.DataFrame, layer: int, head: int) -> tuple[list[list[float]], list[str], list[str]]:
+    """Q x K weights of one head (or the mean of heads) in one layer, with token labels by position."""
+    part = df.filter(pl.col("layer") == layer)
+    if head != MEAN_HEAD:
+        part = part.filter(pl.col("head") == head)
+    cells = part.group_by("query_pos", "key_pos").agg(pl.col("weight").mean())
+    queries_ = part.group_by("query_pos").agg(pl.col("query_token").first()).sort("query_pos")
+    keys = part.group_by("key_pos").agg(pl.col("key_token").first()).sort("key_pos")
+    q_index = {p: i for i, p in enumerate(queries_["query_pos"].to_list())}
+    k_index = {p: i for i, p in enumerate(keys["key_pos"].to_list())}
+    matrix = [[0.0] * len(k_index) for _ in q_index]
+    for q, k, w in cells.iter_rows():
+        matrix[q_index[q]][k_index[k]] = w
+    return matrix, [t or "?" for t in queries_["query_token"].to_list()], [t or "?" for t in keys["key_token"].to_list()]
+
+
+def _heatmap_trace(matrix, q_tokens, k_tokens, names, *, showscale: bool) -> go.Heatmap:
+    # Positions on the axes (not token text): the same code can appear twice and must stay two cells.
+    hover = [[f"{q_tokens[i]} {names.get(q_tokens[i], '')} → {k_tokens[j]} {names.get(k_tokens[j], '')}"
+              for j in range(len(k_tokens))] for i in range(len(q_tokens))]
+    return go.Heatmap(z=matrix, x=list(range(len(k_tokens))), y=list(range(len(q_tokens))), text=hover,
+                      hovertemplate="%{text}<br>weight %{z:.3f}<extra></extra>", colorscale="Blues",
+                      zmin=0, showscale=showscale)
+
+
+def single_heatmap(df: pl.DataFrame, layer: int, head: int, names: dict[str, str]) -> go.Figure:
+    matrix, q_tokens, k_tokens = _matrix(df, layer, head)
+    fig = go.Figure(_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=True))
+    which = "mean of heads" if head == MEAN_HEAD else f"head {head}"
+    fig.update_layout(title=f"layer {layer}, {which}")
+    fig.update_xaxes(tickvals=list(range(len(k_tokens))), ticktext=k_tokens, tickangle=-60, title="attended code (key)")
+    fig.update_yaxes(tickvals=list(range(len(q_tokens))), ticktext=q_tokens, autorange="reversed", title="query")
+    return fig
+
+
+def head_view(df: pl.DataFrame, layer: int, names: dict[str, str]) -> go.Figure:
+    """BertViz head view: every head of one layer side by side."""
+    heads = sorted(df.filter(pl.col("layer") == layer)["head"].unique().to_list())
+    fig = make_subplots(rows=1, cols=max(1, len(heads)), subplot_titles=[f"head {h}" for h in heads],
+                        horizontal_spacing=0.02)
+    for col, head in enumerate(heads, start=1):
+        matrix, q_tokens, k_tokens = _matrix(df, layer, head)
+        fig.add_trace(_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=False), row=1, col=col)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(title=f"layer {layer}: all heads")
+    return fig
+
+
+def model_view(df: pl.DataFrame, names: dict[str, str]) -> go.Figure:
+    """BertViz model view: a thumbnail per (layer, head)."""
+    layers = sorted(df["layer"].unique().to_list())
+    heads = sorted(df["head"].unique().to_list())
+    if len(layers) * len(heads) > MAX_MODEL_VIEW:
+        layers = layers[-max(1, MAX_MODEL_VIEW // max(1, len(heads))):]
+    fig = make_subplots(rows=len(layers), cols=len(heads), horizontal_spacing=0.01, vertical_spacing=0.02,
+                        row_titles=[f"L{x}" for x in layers], column_titles=[f"H{h}" for h in heads])
+    for r, layer in enumerate(layers, start=1):
+        for c, head in enumerate(heads, start=1):
+            matrix, q_tokens, k_tokens = _matrix(df, layer, head)
+            fig.add_trace(_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=False), row=r, col=c)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    return fig
+
+
+def _model_view_height(df: pl.DataFrame) -> int:
+    return 40 + 130 * min(len(df["layer"].unique()), MAX_MODEL_VIEW)

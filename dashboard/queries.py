@@ -1,0 +1,520 @@
+"""Every SQL statement the dashboard runs, in one place.
+
+Rules this module keeps so the dashboard stays up and safe while flows write:
+- Only the published snapshot is read, each query through its own short-lived read-only connection
+  (`medtx.db.connect(read_only=True)`), so the writer never waits on us and a newly published snapshot is
+  picked up by the next query.
+- User input only ever travels as bound parameters (`?`); SQL text is constant. The few identifiers that
+  vary (sample tables per task) come from the fixed `_SAMPLE_TABLES` mapping, never from a request.
+- Results are cached per snapshot *version* (inode, mtime, size): repeated callbacks are fast, and a publish
+  (an `os.replace` of the file) changes the key, so nobody sees stale data after it.
+- A table that does not exist yet (a stage that has not run) reads as an empty frame: the pages then show
+  an empty state instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from medtx.db import connect
+
+log = logging.getLogger("medtx.dashboard")
+
+EHR_TASKS = ("drug_rec", "next_visit", "readmission")
+NOTE_TASKS = ("specialty", "readmission_notes")
+TASKS = (*EHR_TASKS, *NOTE_TASKS, "faq")
+
+# task -> sample table (constant identifiers; never built from user input).
+_SAMPLE_TABLES = {
+    "drug_rec": "samples.drug_rec",
+    "next_visit": "samples.next_visit",
+    "readmission": "samples.readmission",
+}
+
+Signature = tuple[int, int, int]
+
+
+def snapshot_signature(snapshot: Path) -> Signature | None:
+    """Identity of the snapshot's current version, or None when nothing has been published yet."""
+    try:
+        st = os.stat(snapshot)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def query(snapshot: Path, sql: str, params: Sequence[object] = ()) -> pl.DataFrame:
+    """Run one parameterised SELECT against the snapshot; empty frame if it or a table is missing."""
+    signature = snapshot_signature(snapshot)
+    if signature is None:
+        return pl.DataFrame()
+    return _cached_query(str(snapshot), signature, sql, _freeze(params))
+
+
+def _freeze(params: Sequence[object]) -> tuple[object, ...]:
+    """Hashable form of the parameters (lists become tuples) for the cache key."""
+    return tuple(tuple(p) if isinstance(p, list) else p for p in params)
+
+
+@lru_cache(maxsize=1024)
+def _cached_query(path: str, signature: Signature, sql: str, params: tuple[object, ...]) -> pl.DataFrame:
+    # `signature` is unused in the body: it is part of the cache key so a new publish misses the cache.
+    bound = [list(p) if isinstance(p, tuple) else p for p in params]
+    try:
+        con = connect(path, read_only=True)
+    except FileNotFoundError:
+        return pl.DataFrame()
+    try:
+        return con.sql(sql, params=bound or None).pl()
+    except duckdb.CatalogException as exc:
+        # A schema or table that a not-yet-run stage creates: an empty state, not an error.
+        log.debug("snapshot %s lacks a table for this query: %s", path, exc)
+        return pl.DataFrame()
+    finally:
+        con.close()
+
+
+def clear_cache() -> None:
+    """Forget cached results (benchmarks measure cold latency with it)."""
+    _cached_query.cache_clear()
+
+
+def has_snapshot(snapshot: Path) -> bool:
+    return snapshot_signature(snapshot) is not None
+
+
+def _scalar(df: pl.DataFrame, default: object = None) -> object:
+    return df.item(0, 0) if df.height and df.width else default
+
+
+# --- datasets and overview --------------------------------------------------------------------------
+
+
+def datasets(snapshot: Path) -> list[str]:
+    """Every dataset with raw data or runs, sorted."""
+    found: set[str] = set()
+    for sql in (
+        "SELECT DISTINCT dataset FROM raw.patients",
+        "SELECT DISTINCT dataset FROM ml.runs WHERE dataset IS NOT NULL",
+    ):
+        df = query(snapshot, sql)
+        if df.height:
+            found.update(v for v in df.to_series() if v)
+    return sorted(found)
+
+
+def cohort_counts(snapshot: Path) -> pl.DataFrame:
+    """Patients, admissions, diagnoses and prescriptions per dataset."""
+    frames = []
+    for name, table in (
+        ("patients", "raw.patients"),
+        ("admissions", "raw.admissions"),
+        ("diagnoses", "raw.diagnoses_icd"),
+        ("prescriptions", "raw.prescriptions"),
+    ):
+        # `table` comes from the constant tuple above.
+        df = query(snapshot, f"SELECT dataset, count(*) AS n FROM {table} GROUP BY dataset")
+        if df.height:
+            frames.append(df.with_columns(pl.lit(name).alias("table")))
+    if not frames:
+        return pl.DataFrame()
+    return pl.concat(frames).pivot(on="table", index="dataset", values="n").sort("dataset")
+
+
+def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """Samples per task and split for one EHR dataset, plus the MTSamples specialty task."""
+    frames = []
+    for task, table in _SAMPLE_TABLES.items():
+        df = query(
+            snapshot,
+            f"SELECT ? AS task, coalesce(s.split, 'unassigned') AS split, count(*) AS n "
+            f"FROM {table} x LEFT JOIN samples.splits s "
+            "ON s.dataset = x.dataset AND s.subject_id = x.subject_id AND s.task = ? "
+            "WHERE x.dataset = ? GROUP BY ALL",
+            [task, task, dataset],
+        )
+        if df.height:
+            frames.append(df)
+    specialty = query(
+        snapshot,
+        "SELECT 'specialty' AS task, coalesce(split, 'unassigned') AS split, count(*) AS n "
+        "FROM samples.specialty GROUP BY ALL",
+    )
+    if specialty.height:
+        frames.append(specialty)
+    if not frames:
+        return pl.DataFrame()
+    return pl.concat(frames).with_columns(pl.col("n").cast(pl.Int64)).sort("task", "split")
+
+
+def ingest_rejects(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """Rejected source rows (DuckDB CSV rejects) per table, error type and column."""
+    return query(
+        snapshot,
+        "SELECT table_name, error_type AS reason, column_name, count(*) AS n, min(line) AS first_line "
+        "FROM raw.ingest_rejects WHERE dataset = ? GROUP BY ALL ORDER BY n DESC, table_name, reason",
+        [dataset],
+    )
+
+
+def ingest_log(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """The latest ingest of each table of a dataset: rows loaded and rejected."""
+    return query(
+        snapshot,
+        "SELECT table_name, status, rows_loaded, rows_rejected, finished_at FROM raw.ingest_log "
+        "WHERE dataset = ? QUALIFY row_number() OVER (PARTITION BY table_name ORDER BY finished_at DESC) = 1 "
+        "ORDER BY table_name",
+        [dataset],
+    )
+
+
+def mapping_coverage(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """NDC -> ATC-3 coverage by route (rxcui, ndc, name, unmapped, mapped, no_ndc)."""
+    return query(
+        snapshot,
+        "SELECT route, n_ndc, n_rows, pct_rows FROM core.mapping_coverage "
+        "WHERE dataset = ? AND kind = 'route' ORDER BY n_rows DESC",
+        [dataset],
+    )
+
+
+def top_unmapped_drugs(snapshot: Path, dataset: str, limit: int = 15) -> pl.DataFrame:
+    """The NDCs no route mapped, by prescription rows, with their drug names."""
+    return query(
+        snapshot,
+        "SELECT ndc, drug, n_rows AS prescriptions, rank FROM core.mapping_coverage "
+        "WHERE dataset = ? AND kind = 'unmapped_ndc' ORDER BY rank, n_rows DESC LIMIT ?",
+        [dataset, limit],
+    )
+
+
+def last_pipeline_run(snapshot: Path) -> dict | None:
+    df = query(
+        snapshot,
+        "SELECT pipeline_run_id, status, started_at, finished_at, error FROM ml.pipeline_runs "
+        "ORDER BY started_at DESC LIMIT 1",
+    )
+    return df.row(0, named=True) if df.height else None
+
+
+def pipeline_steps(snapshot: Path, pipeline_run_id: str) -> pl.DataFrame:
+    """The steps of one pipeline run with their state (completed, cached, failed, skipped)."""
+    return query(
+        snapshot,
+        "SELECT step, kind, dataset, task, model, state, round(seconds, 1) AS seconds, error "
+        "FROM ml.pipeline_steps WHERE pipeline_run_id = ? ORDER BY finished_at, step",
+        [pipeline_run_id],
+    )
+
+
+def run_status_counts(snapshot: Path) -> pl.DataFrame:
+    return query(snapshot, "SELECT status, count(*) AS n FROM ml.runs GROUP BY status ORDER BY status")
+
+
+# --- leaderboard ------------------------------------------------------------------------------------
+
+
+def task_datasets(snapshot: Path) -> pl.DataFrame:
+    """(task, dataset, runs) with at least one run, for the selectors."""
+    return query(
+        snapshot,
+        "SELECT task, coalesce(dataset, '') AS dataset, count(*) AS runs FROM ml.runs GROUP BY ALL ORDER BY task, dataset",
+    )
+
+
+def averaging_options(snapshot: Path, task: str, dataset: str) -> list[str]:
+    """Metric conventions present for a task ('visit', 'patient'), besides 'none'."""
+    df = query(
+        snapshot,
+        "SELECT DISTINCT m.averaging FROM ml.metrics m JOIN ml.runs r USING (run_id) "
+        "WHERE r.task = ? AND coalesce(r.dataset, '') = ? AND m.split = 'test' AND m.averaging <> 'none' "
+        "ORDER BY 1 DESC",
+        [task, dataset],
+    )
+    return df.to_series().to_list() if df.height else []
+
+
+def leaderboard_runs(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
+    """Every run of a task on a dataset, newest first."""
+    return query(
+        snapshot,
+        "SELECT run_id, model, seed, status, is_synthetic, collapsed, collapse_reason, threshold, "
+        "threshold_source, n_params, best_epoch, train_seconds, started_at, error "
+        "FROM ml.runs WHERE task = ? AND coalesce(dataset, '') = ? ORDER BY started_at DESC",
+        [task, dataset],
+    )
+
+
+def leaderboard_metrics(snapshot: Path, task: str, dataset: str, averaging: str | None) -> pl.DataFrame:
+    """Test metrics (mean, sd) of those runs in one averaging convention (plus convention-free ones)."""
+    return query(
+        snapshot,
+        "SELECT m.run_id, m.metric, m.value, m.sd FROM ml.metrics m JOIN ml.runs r USING (run_id) "
+        "WHERE r.task = ? AND coalesce(r.dataset, '') = ? AND m.split = 'test' "
+        "AND (m.averaging = 'none' OR m.averaging = ?)",
+        [task, dataset, averaging or "none"],
+    )
+
+
+# --- run detail -------------------------------------------------------------------------------------
+
+
+def runs_index(snapshot: Path) -> pl.DataFrame:
+    """All runs for the run selector."""
+    return query(
+        snapshot,
+        "SELECT run_id, task, model, coalesce(dataset, '') AS dataset, seed, status, started_at "
+        "FROM ml.runs ORDER BY started_at DESC",
+    )
+
+
+def run(snapshot: Path, run_id: str) -> dict | None:
+    df = query(snapshot, "SELECT * FROM ml.runs WHERE run_id = ?", [run_id])
+    return df.row(0, named=True) if df.height else None
+
+
+def run_epochs(snapshot: Path, run_id: str) -> pl.DataFrame:
+    return query(
+        snapshot,
+        "SELECT epoch, split, metric, value FROM ml.epochs WHERE run_id = ? ORDER BY metric, split, epoch",
+        [run_id],
+    )
+
+
+def run_metrics(snapshot: Path, run_id: str) -> pl.DataFrame:
+    return query(
+        snapshot,
+        "SELECT split, metric, averaging, value, sd, n_boot FROM ml.metrics WHERE run_id = ? "
+        "ORDER BY split, metric, averaging",
+        [run_id],
+    )
+
+
+def run_label_metrics(snapshot: Path, run_id: str, split: str = "test") -> pl.DataFrame:
+    return query(
+        snapshot,
+        "SELECT label, metric, value, support FROM ml.label_metrics WHERE run_id = ? AND split = ? "
+        "ORDER BY support DESC NULLS LAST, label",
+        [run_id, split],
+    )
+
+
+def run_confusion(snapshot: Path, run_id: str, split: str = "test") -> pl.DataFrame:
+    return query(
+        snapshot,
+        "SELECT true_label, pred_label, n FROM ml.confusion WHERE run_id = ? AND split = ?",
+        [run_id, split],
+    )
+
+
+def run_calibration(snapshot: Path, run_id: str, bins: int = 10) -> pl.DataFrame:
+    """Reliability diagram: predicted probability vs observed frequency, pooled over labels."""
+    return query(
+        snapshot,
+        "SELECT least(floor(prob * ?), ? - 1)::INTEGER AS bin, avg(prob) AS mean_prob, "
+        "avg(y_true::INTEGER) AS observed, count(*) AS n FROM ml.predictions "
+        "WHERE run_id = ? AND prob IS NOT NULL AND y_true IS NOT NULL GROUP BY bin ORDER BY bin",
+        [bins, bins, run_id],
+    )
+
+
+# --- patient explorer -------------------------------------------------------------------------------
+
+
+def explorer_runs(snapshot: Path, tasks: Sequence[str]) -> pl.DataFrame:
+    """Completed runs of the given tasks that stored predictions; runs with attention first."""
+    return query(
+        snapshot,
+        "SELECT r.run_id, r.task, r.model, coalesce(r.dataset, '') AS dataset, r.seed, "
+        "EXISTS (SELECT 1 FROM ml.attention a WHERE a.run_id = r.run_id) AS has_attention "
+        "FROM ml.runs r WHERE list_contains(?, r.task) AND r.status = 'completed' "
+        "AND EXISTS (SELECT 1 FROM ml.predictions p WHERE p.run_id = r.run_id) "
+        "ORDER BY has_attention DESC, r.started_at DESC",
+        [list(tasks)],
+    )
+
+
+def run_patients(snapshot: Path, run_id: str) -> pl.DataFrame:
+    """Patients with test predictions in a run; those with stored attention first."""
+    return query(
+        snapshot,
+        "SELECT p.subject_id, count(DISTINCT p.hadm_id) AS visits, "
+        "bool_or(p.sample_id IN (SELECT DISTINCT sample_id FROM ml.attention WHERE run_id = ?)) AS has_attention "
+        "FROM ml.predictions p WHERE p.run_id = ? AND p.subject_id IS NOT NULL "
+        "GROUP BY p.subject_id ORDER BY has_attention DESC, p.subject_id",
+        [run_id, run_id],
+    )
+
+
+def patient_visits(snapshot: Path, run_id: str, subject_id: int) -> pl.DataFrame:
+    """The patient's visits that have predictions in the run, in time order."""
+    return query(
+        snapshot,
+        "SELECT DISTINCT p.hadm_id, p.sample_id, a.admittime FROM ml.predictions p "
+        "LEFT JOIN raw.admissions a ON a.hadm_id = p.hadm_id "
+        "AND a.dataset = (SELECT dataset FROM ml.runs WHERE run_id = ?) "
+        "WHERE p.run_id = ? AND p.subject_id = ? ORDER BY a.admittime NULLS LAST, p.hadm_id",
+        [run_id, run_id, subject_id],
+    )
+
+
+def visit_history(snapshot: Path, dataset: str, subject_id: int) -> pl.DataFrame:
+    """Every admission of a patient with diagnosis codes and descriptions, in time order."""
+    return query(
+        snapshot,
+        "SELECT a.hadm_id, a.admittime, a.dischtime, a.admission_type, d.seq_num, d.icd9_code, "
+        "dd.short_title AS description FROM raw.admissions a "
+        "LEFT JOIN raw.diagnoses_icd d ON d.dataset = a.dataset AND d.hadm_id = a.hadm_id "
+        "LEFT JOIN ref.icd9_diagnoses dd ON dd.icd9_code = d.icd9_code "
+        "WHERE a.dataset = ? AND a.subject_id = ? ORDER BY a.admittime, a.hadm_id, d.seq_num",
+        [dataset, subject_id],
+    )
+
+
+def visit_drugs(snapshot: Path, dataset: str, subject_id: int) -> pl.DataFrame:
+    """ATC-3 drugs per admission of a patient with their names."""
+    return query(
+        snapshot,
+        "SELECT DISTINCT p.hadm_id, p.atc3, n.atc_name AS description FROM core.prescriptions_atc3 p "
+        "LEFT JOIN ref.atc n ON n.atc_code = p.atc3 "
+        "WHERE p.dataset = ? AND p.subject_id = ? AND p.atc3 IS NOT NULL ORDER BY p.hadm_id, p.atc3",
+        [dataset, subject_id],
+    )
+
+
+def visit_predictions(snapshot: Path, run_id: str, sample_id: str) -> pl.DataFrame:
+    """The model's probability for every label of one sample, with truth and decision."""
+    return query(
+        snapshot,
+        "SELECT label, prob, y_true, predicted FROM ml.predictions WHERE run_id = ? AND sample_id = ? "
+        "ORDER BY prob DESC NULLS LAST, label",
+        [run_id, sample_id],
+    )
+
+
+def label_descriptions(snapshot: Path, codes: Sequence[str]) -> dict[str, str]:
+    """Readable names for ATC-3 or ICD-9 codes (whichever dictionary knows them)."""
+    if not codes:
+        return {}
+    names: dict[str, str] = {}
+    for sql in (
+        "SELECT atc_code AS code, atc_name AS name FROM ref.atc WHERE list_contains(?, atc_code)",
+        "SELECT icd9_code AS code, short_title AS name FROM ref.icd9_diagnoses WHERE list_contains(?, icd9_code)",
+    ):
+        df = query(snapshot, sql, [list(codes)])
+        if df.height:
+            names.update({c: n for c, n in df.iter_rows() if n and c not in names})
+    return names
+
+
+def ddi_pairs(snapshot: Path, atc3_codes: Sequence[str]) -> pl.DataFrame:
+    """Known interacting ATC-3 pairs among the given drugs."""
+    if len(atc3_codes) < 2:
+        return pl.DataFrame()
+    return query(
+        snapshot,
+        "SELECT DISTINCT atc3_a, atc3_b FROM ref.ddi_atc3 "
+        "WHERE list_contains(?, atc3_a) AND list_contains(?, atc3_b) AND atc3_a < atc3_b ORDER BY 1, 2",
+        [list(atc3_codes), list(atc3_codes)],
+    )
+
+
+def attention_modules(snapshot: Path, run_id: str, sample_id: str) -> pl.DataFrame:
+    """Attention stacks stored for a sample, with their layer and head counts."""
+    return query(
+        snapshot,
+        "SELECT module, count(DISTINCT layer) AS layers, count(DISTINCT head) AS heads FROM ml.attention "
+        "WHERE run_id = ? AND sample_id = ? GROUP BY module ORDER BY module",
+        [run_id, sample_id],
+    )
+
+
+def attention(snapshot: Path, run_id: str, sample_id: str, module: str) -> pl.DataFrame:
+    """All layers and heads of one attention stack for one sample (long form)."""
+    return query(
+        snapshot,
+        "SELECT layer, head, query_pos, key_pos, weight, query_token, key_token FROM ml.attention "
+        "WHERE run_id = ? AND sample_id = ? AND module = ? ORDER BY layer, head, query_pos, key_pos",
+        [run_id, sample_id, module],
+    )
+
+
+# --- note explorer ----------------------------------------------------------------------------------
+
+
+def run_notes(snapshot: Path, run_id: str) -> pl.DataFrame:
+    """Notes with predictions in a text run, those with attention first, then by id."""
+    return query(
+        snapshot,
+        "SELECT p.sample_id, max(CASE WHEN p.y_true THEN p.label END) AS true_label, "
+        "max(CASE WHEN p.predicted THEN p.label END) AS pred_label, "
+        "bool_or(p.sample_id IN (SELECT DISTINCT sample_id FROM ml.attention WHERE run_id = ?)) AS has_attention "
+        "FROM ml.predictions p WHERE p.run_id = ? GROUP BY p.sample_id "
+        "ORDER BY has_attention DESC, TRY_CAST(p.sample_id AS BIGINT) NULLS LAST, p.sample_id",
+        [run_id, run_id],
+    )
+
+
+def note_text(snapshot: Path, note_id: str) -> dict | None:
+    """An MTSamples note: text, specialty label, description."""
+    df = query(
+        snapshot,
+        "SELECT CAST(note_id AS VARCHAR) AS note_id, medical_specialty, description, sample_name, transcription "
+        "FROM raw.mtsamples WHERE CAST(note_id AS VARCHAR) = ?",
+        [note_id],
+    )
+    return df.row(0, named=True) if df.height else None
+
+
+def note_token_attention(snapshot: Path, run_id: str, sample_id: str, layer: int | None) -> pl.DataFrame:
+    """Attention from the first token ([CLS]) to every token, averaged over heads (last layer by default)."""
+    return query(
+        snapshot,
+        "WITH chosen AS (SELECT coalesce(?, max(layer)) AS layer FROM ml.attention "
+        "WHERE run_id = ? AND sample_id = ?) "
+        "SELECT key_pos, any_value(key_token) AS token, avg(weight) AS weight FROM ml.attention "
+        "WHERE run_id = ? AND sample_id = ? AND query_pos = 0 AND layer = (SELECT layer FROM chosen) "
+        "GROUP BY key_pos ORDER BY key_pos",
+        [layer, run_id, sample_id, run_id, sample_id],
+    )
+
+
+def note_layers(snapshot: Path, run_id: str) -> list[int]:
+    df = query(snapshot, "SELECT DISTINCT layer FROM ml.attention WHERE run_id = ? ORDER BY layer", [run_id])
+    return df.to_series().to_list() if df.height else []
+
+
+def top_tokens_per_class(snapshot: Path, run_id: str, per_class: int = 8) -> pl.DataFrame:
+    """Tokens that [CLS] attends to most (last layer, mean over heads and notes), per predicted class."""
+    return query(
+        snapshot,
+        "WITH last AS (SELECT max(layer) AS layer FROM ml.attention WHERE run_id = ?), "
+        "cls AS (SELECT sample_id, key_token AS token, avg(weight) AS weight FROM ml.attention "
+        "  WHERE run_id = ? AND query_pos = 0 AND layer = (SELECT layer FROM last) "
+        "  AND key_token NOT IN ('[CLS]', '[SEP]', '[PAD]', '<pad>', '<cls>', '<sep>') "
+        "  AND regexp_matches(key_token, '[A-Za-z]{3,}') GROUP BY sample_id, key_pos, key_token), "
+        "pred AS (SELECT sample_id, label FROM ml.predictions WHERE run_id = ? AND predicted), "
+        "ranked AS (SELECT pred.label AS class, cls.token, avg(cls.weight) AS weight, count(*) AS n, "
+        "  row_number() OVER (PARTITION BY pred.label ORDER BY avg(cls.weight) DESC, cls.token) AS rank "
+        "  FROM cls JOIN pred USING (sample_id) GROUP BY pred.label, cls.token) "
+        "SELECT class, token, weight, n, rank FROM ranked WHERE rank <= ? ORDER BY class, rank",
+        [run_id, run_id, run_id, per_class],
+    )
+
+
+def discharge_note_text(snapshot: Path, dataset: str, hadm_id: int) -> dict | None:
+    """The discharge summary behind a readmission_notes sample."""
+    df = query(
+        snapshot,
+        "SELECT CAST(hadm_id AS VARCHAR) AS note_id, text AS transcription, label "
+        "FROM samples.readmission WHERE dataset = ? AND hadm_id = ?",
+        [dataset, hadm_id],
+    )
+    return df.row(0, named=True) if df.height else None

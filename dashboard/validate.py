@@ -1,0 +1,59 @@
+"""Validation of everything that arrives from the URL or a selector before it reaches a query.
+
+Queries are parameterised anyway; validating first means a bad link shows a clear message instead of an
+empty page, and nothing unexpected (huge strings, odd characters) travels further than this module.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs
+
+from dashboard.queries import TASKS
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_DATASET = re.compile(r"^[a-z0-9_:]{0,64}$")  # '' = runs without a dataset
+_SAMPLE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+_MAX_ID = 2**62
+
+
+class InvalidParameter(ValueError):
+    """A URL or selector value that fails validation; the message names the parameter."""
+
+
+def run_id(value: object) -> str:
+    if not isinstance(value, str) or not _RUN_ID.match(value):
+        raise InvalidParameter(f"run_id {str(value)[:40]!r} is not a valid run id")
+    return value
+
+
+def dataset(value: object) -> str:
+    if not isinstance(value, str) or not _DATASET.match(value):
+        raise InvalidParameter(f"dataset {str(value)[:40]!r} is not a valid dataset name")
+    return value
+
+
+def task(value: object) -> str:
+    if value not in TASKS:
+        raise InvalidParameter(f"task {str(value)[:40]!r} is not one of {', '.join(TASKS)}")
+    return str(value)
+
+
+def integer_id(name: str, value: object) -> int:
+    """subject_id / hadm_id: positive integers only (strings of digits from the URL are accepted)."""
+    text = str(value)
+    if isinstance(value, bool) or not text.isdigit() or len(text) > 18 or not 0 < int(text) < _MAX_ID:
+        raise InvalidParameter(f"{name} {text[:40]!r} is not a positive integer id")
+    return int(text)
+
+
+def sample_id(value: object) -> str:
+    if not isinstance(value, str) or not _SAMPLE_ID.match(value):
+        raise InvalidParameter(f"sample id {str(value)[:40]!r} is not valid")
+    return value
+
+
+def query_params(search: str | None) -> dict[str, str]:
+    """`?a=1&b=2` -> {'a': '1', 'b': '2'} (first value of each; unknown keys are ignored by pages)."""
+    parsed = parse_qs((search or "").lstrip("?"), max_num_fields=20)
+    return {key: values[0] for key, values in parsed.items() if values}

@@ -1,0 +1,135 @@
+"""`medtx ingest mimic3|mtsamples`: load sources into the warehouse's raw tables.
+
+By default the commands call medtx.ingest directly with a rich progress display (fast, no server);
+`--prefect` runs the same work as the Prefect flow `ingest` (one task per table, retries, run logs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flows.cli import app
+from medtx.ingest import (
+    CORE_MIMIC3_TABLES,
+    MIMIC3_TABLES,
+    OPTIONAL_MIMIC3_TABLES,
+    IngestError,
+    IngestResult,
+    check_dataset,
+    dataset_name,
+    ingest_mimic3_table,
+    ingest_mtsamples,
+)
+from medtx.ingest.sources import ChecksumError, DownloadError, SourceNotFound
+from medtx.settings import get_settings
+
+ingest_app = typer.Typer(help="Load MIMIC-III-format tables or MTSamples into raw.* tables.", no_args_is_help=True)
+app.add_typer(ingest_app, name="ingest")
+
+_console = Console(stderr=True)
+_DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
+_PREFECT = typer.Option(False, "--prefect", help="Run as the Prefect flow `ingest` (one task per table).")
+# Errors a user can act on: shown as one line, exit code 1, no traceback.
+_USER_ERRORS = (IngestError, SourceNotFound, DownloadError, ChecksumError, ValueError)
+
+
+@ingest_app.command("mimic3")
+def mimic3(
+    source: str = typer.Option(None, "--source", help="Folder or http(s) URL prefix with <TABLE>.csv[.gz] files "
+                               "(default: the bundled MIMIC-III demo)."),
+    dataset: str = typer.Option(None, "--dataset", help="Dataset name: lower-case letters, digits, _ (default: from the source name)."),
+    tables: list[str] = typer.Option(None, "--table", help="Only these tables (repeatable)."),
+    db: Path = _DB,
+    prefect: bool = _PREFECT,
+) -> None:
+    """Ingest PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS when present)."""
+    settings = get_settings(db=db)
+    source = source or str(settings.data_dir / "mimic3_demo")
+    names = [t.lower() for t in tables] if tables else [*CORE_MIMIC3_TABLES, *OPTIONAL_MIMIC3_TABLES]
+    try:
+        unknown = [t for t in names if t not in MIMIC3_TABLES]
+        if unknown:
+            raise ValueError(f"unknown table(s) {', '.join(unknown)}; expected {', '.join(MIMIC3_TABLES)}")
+        dataset = check_dataset(dataset or dataset_name(source))
+        if prefect:
+            from flows.ingest import ingest
+
+            results = ingest(mimic3_source=source, dataset=dataset, tables=names, db=settings.db)
+        else:
+            results = _with_progress(
+                names,
+                lambda table, progress: ingest_mimic3_table(
+                    settings.db, table, source, dataset, settings.cache_dir, progress=progress
+                ),
+            )
+    except _USER_ERRORS as exc:
+        _fail(exc)
+    _summary(results, settings.db)
+
+
+@ingest_app.command("mtsamples")
+def mtsamples(
+    source: str = typer.Option(None, "--source", help="MTSamples CSV/CSV.gz file or URL (default: bundled)."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Keep only the first N notes."),
+    db: Path = _DB,
+    prefect: bool = _PREFECT,
+) -> None:
+    """Ingest MTSamples transcriptions into raw.mtsamples (replacing it)."""
+    settings = get_settings(db=db)
+    source = source or str(settings.data_dir / "mtsamples" / "mtsamples.csv.gz")
+    try:
+        if prefect:
+            from flows.ingest import ingest
+
+            results = ingest(mtsamples_source=source, mtsamples_limit=limit, db=settings.db)
+        else:
+            results = _with_progress(
+                ["mtsamples"],
+                lambda _table, progress: ingest_mtsamples(
+                    settings.db, source, settings.cache_dir, limit=limit, progress=progress
+                ),
+            )
+    except _USER_ERRORS as exc:
+        _fail(exc)
+    _summary(results, settings.db)
+
+
+def _with_progress(tables: list[str], run) -> list[IngestResult]:
+    """Run `run(table, progress_callback)` per table under one rich progress display (downloads show bytes)."""
+    results = []
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_console, transient=True, disable=not _console.is_terminal) as bar:
+        overall = bar.add_task("tables", total=len(tables))
+        for table in tables:
+            bar.update(overall, description=f"ingest {table}")
+            download = bar.add_task(f"  {table}", total=None, visible=False)
+
+            def on_bytes(done: int, total: int | None, task_id=download) -> None:
+                bar.update(task_id, completed=done, total=total, visible=True)
+
+            results.append(run(table, on_bytes))
+            bar.remove_task(download)
+            bar.advance(overall)
+    return results
+
+
+def _summary(results: list[IngestResult], db: Path) -> None:
+    table = Table(title=f"ingested into {db}")
+    for col in ("dataset", "table", "status", "rows loaded", "rows rejected", "seconds"):
+        table.add_column(col, justify="right" if col.startswith(("rows", "sec")) else "left")
+    for r in results:
+        table.add_row(r.dataset, r.table, r.status, f"{r.rows_loaded:,}", f"{r.rows_rejected:,}", f"{r.seconds:.2f}")
+    Console().print(table)
+    if any(r.rows_rejected for r in results):
+        _console.print("[yellow]rejected rows are kept in raw.ingest_rejects (file, line, column, error, raw line)")
+
+
+def _fail(exc: Exception) -> None:
+    _console.print(f"[red]ingest failed:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)

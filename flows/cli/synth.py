@@ -1,0 +1,49 @@
+"""`medtx synth mimic3`: write a synthetic MIMIC-III-format cohort that `medtx ingest mimic3` reads.
+
+Runs medtx.synth directly by default (no server); `--prefect` runs the same work as the Prefect flow `synth`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.cli import app
+from medtx.settings import get_settings
+from medtx.synth import dataset_name, generate_mimic3
+
+synth_app = typer.Typer(help="Generate synthetic cohorts (always labelled synthetic).", no_args_is_help=True)
+app.add_typer(synth_app, name="synth")
+
+_console = Console(stderr=True)
+
+
+@synth_app.command("mimic3")
+def mimic3(
+    patients: int = typer.Option(..., "--patients", min=1, help="Number of patients (full MIMIC-III: 46520)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Random seed: the same seed writes byte-identical files."),
+    out: Path = typer.Option(None, "--out", help="Output folder (default: <cache_dir>/synth/synth_<N>, "
+                             "whose name is the dataset name `medtx ingest` derives)."),
+    notes: bool = typer.Option(False, "--notes", help="Also write NOTEEVENTS with templated discharge summaries."),
+    prefect: bool = typer.Option(False, "--prefect", help="Run as the Prefect flow `synth`."),
+) -> None:
+    """Write PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS) as .csv.gz,
+    with ORACLE_*.csv.gz ground truth and a README saying the data are synthetic."""
+    out = out or get_settings().cache_dir / "synth" / dataset_name(patients)
+    if prefect:
+        from flows.synth import synth
+
+        summary = synth(out, patients, seed, notes)
+    else:
+        with _console.status(f"generating {patients:,} synthetic patients..."):
+            summary = generate_mimic3(out, patients, seed=seed, notes=notes)
+    table = Table(title=f"synthetic cohort ({summary.seconds:.1f} s, seed {seed})")
+    table.add_column("file")
+    table.add_column("rows", justify="right")
+    for name, rows in summary.rows.items():
+        table.add_row(f"{name}.csv.gz", f"{rows:,}")
+    _console.print(table)
+    _console.print(f"written to {summary.out_dir}; load with: medtx ingest mimic3 --source {summary.out_dir}")

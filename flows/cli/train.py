@@ -1,0 +1,92 @@
+"""`medtx train --task drug_rec --model transformer`: train/evaluate one model on one task and seed.
+
+EHR tasks (drug_rec, next_visit, readmission) go to `medtx.training.experiment.run_ehr_experiment`, text
+tasks (specialty, readmission_notes, faq) to `medtx.text.experiment.run_text_experiment`. Everything lands in
+the warehouse's ml.* tables; the command prints the run id and its test metrics (mean ± sd).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from flows.cli import app
+from medtx.db import open_warehouse
+from medtx.settings import get_settings
+
+_console = Console(stderr=True)
+EHR_TASKS = ("drug_rec", "next_visit", "readmission")
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """`key=value` strings -> dict; values parsed as JSON when they are (numbers, true/false, lists)."""
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--set expects key=value, got {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _metrics_table(db: Path, run_id: str) -> Table:
+    with open_warehouse(db, read_only=True) as con:
+        rows = con.execute(
+            "SELECT metric, averaging, value, sd FROM ml.metrics WHERE run_id = ? AND split = 'test' "
+            "ORDER BY metric, averaging", [run_id]).fetchall()
+        threshold, source, collapsed = con.execute(
+            "SELECT threshold, threshold_source, collapsed FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
+    table = Table(title=f"{run_id} — test (mean ± sd over patient bootstrap); threshold {threshold} ({source})"
+                        + ("  [red]COLLAPSED[/red]" if collapsed else ""))
+    for column in ("metric", "averaging", "value"):
+        table.add_column(column)
+    for metric, averaging, value, sd in rows:
+        shown = "—" if value is None else f"{value:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+        table.add_row(metric, averaging, shown)
+    return table
+
+
+@app.command("train")
+def train(
+    task: str = typer.Option(..., "--task", help="drug_rec, next_visit, readmission (EHR) or specialty, "
+                             "readmission_notes, faq (text)."),
+    model: str = typer.Option(..., "--model", help="transformer, transformer_rope, behrt, rnn, gru, lstm, seq2seq, "
+                              "most_frequent, copy_last, logreg, oracle (EHR); text models for text tasks."),
+    dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default mimic3_demo)."),
+    epochs: int = typer.Option(None, "--epochs", help="Maximum epochs (early stopping may end sooner)."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N."),
+    seed: int = typer.Option(0, "--seed", help="Training seed (the split seed is fixed by the samples)."),
+    overrides: list[str] = typer.Option(None, "--set", help="Model/trainer field override key=value (repeatable), "
+                                        "e.g. --set d_model=32 --set lr=0.0005."),
+    db: Path = typer.Option(None, "--db", help="Warehouse file (default: settings `db`)."),
+) -> None:
+    """Train and evaluate one model; results go to ml.runs / ml.epochs / ml.metrics / ml.predictions / ml.attention."""
+    settings = get_settings(db=db)
+    values = parse_overrides(overrides or [])
+    try:
+        if task in EHR_TASKS:
+            from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+
+            run_id = run_ehr_experiment(settings.db, dataset or "mimic3_demo", task, model, seed, values,
+                                        epochs=epochs, device=device,
+                                        options=ExperimentOptions(models_dir=settings.models_dir))
+        else:
+            from medtx.text.experiment import run_text_experiment
+
+            if epochs is not None:
+                values["epochs"] = epochs
+            values.setdefault("device", device)
+            run_id = run_text_experiment(settings.db, task, model, seed, values, dataset=dataset)
+    except (ValueError, LookupError, FileNotFoundError) as exc:
+        _console.print(f"[red]train failed:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+    _console.print(_metrics_table(settings.db, run_id))
+    typer.echo(run_id)

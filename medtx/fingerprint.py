@@ -1,0 +1,129 @@
+"""Fingerprints for cache keys: source files, warehouse table contents, and the code that ran.
+
+A pipeline step is redone only when one of its fingerprints changes, so each one must change exactly when
+its subject does: file bytes (sha256), table rows (an order-independent hash of the rows' values), and the
+source of the medtx packages the step calls (so editing the sample builder redoes samples, not ingest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import duckdb
+
+import medtx
+
+log = logging.getLogger("medtx.pipeline")
+
+# Columns that record *when* or *which run* wrote a row, not what it holds: two loads of the same file
+# must fingerprint the same, or every re-ingest would invalidate everything downstream.
+VOLATILE_COLUMNS = frozenset(
+    {"ingested_at", "loaded_at", "created_at", "updated_at", "applied_at", "ingest_id", "load_id"}
+)
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path | str) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks (full MIMIC-III files are GBs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def source_fingerprint(source: Path | str, prefix: str = "") -> str:
+    """Fingerprint of a file, or of the files in a folder whose lower-case name starts with `prefix`
+    (names + bytes): `prefix="patients."` covers PATIENTS.csv.gz, `""` the whole folder."""
+    source = Path(source)
+    if not source.exists():
+        raise FileNotFoundError(f"source {source} does not exist")
+    if source.is_file():
+        return file_sha256(source)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.iterdir() if p.is_file() and p.name.lower().startswith(prefix)):
+        digest.update(f"{path.name}:{file_sha256(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def _columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+    rows = con.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+        [schema, table],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def table_fingerprint(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    where: str = "",
+    params: Sequence[object] = (),
+    exclude: Iterable[str] = VOLATILE_COLUMNS,
+) -> str:
+    """Order-independent fingerprint of a table's rows (optionally filtered), ignoring volatile columns.
+
+    Row count + XOR + sum of per-row hashes: XOR alone would cancel duplicate rows, the sum catches them.
+    A missing table fingerprints as "absent" so a step whose output does not exist yet is never "unchanged".
+    """
+    schema, _, name = table.rpartition(".")
+    columns = [c for c in _columns(con, schema or "main", name) if c not in set(exclude)]
+    if not columns:
+        return "absent"
+    cols = ", ".join(f'"{c}"' for c in columns)
+    sql = f"SELECT count(*), bit_xor(hash({cols})), sum(hash({cols})::HUGEINT) FROM {table}"
+    if where:
+        sql += f" WHERE {where}"
+    count, xor, total = con.execute(sql, list(params)).fetchall()[0]
+    return f"{count}:{xor or 0:x}:{total or 0:x}"
+
+
+def tables_fingerprint(
+    con: duckdb.DuckDBPyConnection, tables: Sequence[str], scope: Mapping[str, object] | None = None
+) -> str:
+    """One short hash over several tables' fingerprints, each restricted to `scope` (column -> value).
+
+    A scope column is applied only to tables that have it (`task` filters samples.splits but not
+    samples.drug_rec); a list value means `IN (...)` (e.g. the run ids a train step wrote).
+    """
+    digest = hashlib.sha256()
+    for table in tables:
+        schema, _, name = table.rpartition(".")
+        present = set(_columns(con, schema or "main", name))
+        clauses, params = [], []
+        for column, value in (scope or {}).items():
+            if column not in present:
+                continue
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            clauses.append(f'"{column}" IN ({", ".join("?" * len(values))})' if values else "false")
+            params += values
+        part = table_fingerprint(con, table, " AND ".join(clauses), params) if present else "absent"
+        digest.update(f"{table}={part}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def code_version(*packages: str) -> str:
+    """medtx version + a hash of the source files of the given subpackages (e.g. "ingest", "samples").
+
+    Hashing source, not a git sha, means uncommitted edits count and unrelated commits do not.
+    With no packages, the whole `medtx` package is hashed.
+    """
+    root = Path(medtx.__file__).parent
+    targets = [root / p for p in packages] if packages else [root]
+    digest = hashlib.sha256()
+    for target in targets:
+        files = [target.with_suffix(".py")] if not target.exists() else sorted(target.rglob("*.py"))
+        for path in files:
+            if path.exists():
+                digest.update(f"{path.relative_to(root.parent)}:{file_sha256(path)}\n".encode())
+    return f"{medtx.__version__}+{digest.hexdigest()[:12]}"
+
+
+def text_hash(*parts: object) -> str:
+    """Short stable hash of a few values (config fragments, keys)."""
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]

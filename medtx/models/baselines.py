@@ -1,0 +1,210 @@
+"""The honest controls every EHR transformer result sits beside, fitted on the same split.
+
+- `most_frequent`: every visit gets the training label frequencies as scores; its set is the top-k labels,
+  k = the training mean set size (rounded), i.e. a fixed threshold at the k-th highest frequency.
+  For readmission it is the training positive rate (a constant score: AUROC 0.5 by construction).
+- `copy_last`: the previous visit's drugs (drug_rec) / the current visit's diagnoses as the next visit's
+  (next_visit). Scores are 0.5 + 0.5*freq for copied labels and 0.49*freq for the rest, so the set at the
+  fixed 0.5 threshold is exactly the copy while ranking metrics break its ties by training frequency
+  (the stronger, fairer variant). A first visit has nothing to copy: its set is empty. Not defined for
+  readmission.
+- `logreg`: one-vs-rest logistic regression (scikit-learn, liblinear) on a binary bag of codes: every
+  code of the history per feature, plus the current visit's codes as separate features.
+- `oracle` (synthetic cohorts only): the generator's own label probabilities (raw.synth_oracle_<task>),
+  the ceiling a model could reach on that data.
+
+Each baseline has `fit(train_frame) -> self`, `predict_proba(frame) -> [N, n_labels]`, `fixed_threshold`
+(None = tune on validation like the neural models) and `config` (stored as ml.runs.config).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import numpy as np
+import polars as pl
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.feature_extraction.text import CountVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.multiclass import OneVsRestClassifier
+
+from medtx.models.ehr_data import LabelSpace, task_spec
+
+log = logging.getLogger("medtx.models")
+
+BASELINE_MODELS = ("most_frequent", "copy_last", "logreg", "oracle")
+
+
+def label_matrix(frame: pl.DataFrame, task: str, labels: LabelSpace) -> np.ndarray:
+    """The frame's label column as a [N, n_labels] 0/1 matrix in label-space order ([N, 1] when binary)."""
+    column = task_spec(task).label_column
+    if column not in frame.columns:
+        raise ValueError(f"samples.{task_spec(task).table} frame lacks the label column {column!r}")
+    y = np.zeros((frame.height, len(labels)), dtype=np.float32)
+    for row, value in enumerate(frame[column].to_list()):
+        if labels.binary:
+            y[row, 0] = float(bool(value))
+        else:
+            y[row, [labels.index[x] for x in (value or []) if x in labels.index]] = 1.0
+    return y
+
+
+def label_frequencies(y: np.ndarray) -> np.ndarray:
+    """Share of training samples carrying each label."""
+    if y.shape[0] == 0:
+        raise ValueError("baselines: the training split is empty")
+    return y.mean(axis=0)
+
+
+class MostFrequent:
+    """Training label frequencies for every sample; set = top-k, k = training mean set size."""
+
+    def __init__(self, task: str, labels: LabelSpace) -> None:
+        self.task, self.labels = task, labels
+        self.fixed_threshold: float | None = None
+        self.config: dict[str, Any] = {"rule": "top_k_train_mean"}
+
+    def fit(self, train: pl.DataFrame) -> MostFrequent:
+        y = label_matrix(train, self.task, self.labels)
+        self.freq = label_frequencies(y)
+        if self.labels.binary:
+            self.fixed_threshold = 0.5
+        else:
+            k = max(1, int(round(y.sum(axis=1).mean())))
+            self.fixed_threshold = float(np.sort(self.freq)[::-1][min(k, len(self.freq)) - 1])
+            self.config["k"] = k
+        return self
+
+    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
+        return np.tile(self.freq, (frame.height, 1)).astype(np.float64)
+
+
+class CopyLast:
+    """The previous visit's drugs (drug_rec) or the current visit's diagnoses (next_visit)."""
+
+    SOURCE = {"drug_rec": "drugs_hist", "next_visit": "visits"}
+
+    def __init__(self, task: str, labels: LabelSpace) -> None:
+        if task not in self.SOURCE:
+            raise ValueError(f"copy_last is defined for {sorted(self.SOURCE)}, not {task!r}")
+        self.task, self.labels = task, labels
+        self.fixed_threshold: float | None = 0.5
+        self.config: dict[str, Any] = {"source": self.SOURCE[task], "tie_break": "train_frequency"}
+
+    def fit(self, train: pl.DataFrame) -> CopyLast:
+        self.freq = label_frequencies(label_matrix(train, self.task, self.labels))
+        return self
+
+    def _copied(self, history: list[list[str]] | None) -> list[str]:
+        visits = history or []
+        if self.task == "drug_rec":  # drugs_hist[-1] is the blanked current visit
+            return list(visits[-2] or []) if len(visits) >= 2 else []
+        return list(visits[-1] or []) if visits else []
+
+    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
+        column = self.SOURCE[self.task]
+        copied = np.zeros((frame.height, len(self.labels)), dtype=bool)
+        for row, history in enumerate(frame[column].to_list()):
+            copied[row, [self.labels.index[c] for c in self._copied(history) if c in self.labels.index]] = True
+        return np.where(copied, 0.5 + 0.5 * self.freq, 0.49 * self.freq)
+
+
+def bag_of_codes(frame: pl.DataFrame, task: str) -> list[list[str]]:
+    """Per sample: `feature:code` for every code in the history and `now:feature:code` for the current visit."""
+    docs = [[] for _ in range(frame.height)]
+    for feature in task_spec(task).features:
+        for row, history in enumerate(frame[feature].to_list()):
+            visits = history or []
+            docs[row].extend(f"{feature}:{c}" for v in visits for c in (v or []))
+            if visits:
+                docs[row].extend(f"now:{feature}:{c}" for c in (visits[-1] or []))
+    return docs
+
+
+class LogReg:
+    """One-vs-rest logistic regression on a binary bag of codes."""
+
+    def __init__(self, task: str, labels: LabelSpace, C: float = 1.0, max_iter: int = 200) -> None:
+        self.task, self.labels = task, labels
+        self.fixed_threshold: float | None = None
+        self.config: dict[str, Any] = {"C": C, "max_iter": max_iter, "solver": "liblinear",
+                                       "features": "binary bag of history codes + current-visit codes"}
+
+    def fit(self, train: pl.DataFrame) -> LogReg:
+        y = label_matrix(train, self.task, self.labels)
+        self.vectorizer = CountVectorizer(analyzer=lambda doc: doc, binary=True, min_df=1)
+        x = self.vectorizer.fit_transform(bag_of_codes(train, self.task))
+        base = LogisticRegression(C=self.config["C"], max_iter=self.config["max_iter"], solver="liblinear")
+        with warnings.catch_warnings():
+            # Labels present in every training sample become constant predictors: expected, not news.
+            warnings.filterwarnings("ignore", message="Label .* is present in all training examples")
+            warnings.filterwarnings("ignore", category=ConvergenceWarning)
+            if self.labels.binary:
+                if len(np.unique(y[:, 0])) < 2:
+                    raise ValueError("logreg: the training split has only one readmission class")
+                self.model = base.fit(x, y[:, 0])
+            else:
+                self.model = OneVsRestClassifier(base).fit(x, y)
+        self.config["n_features"] = int(x.shape[1])
+        return self
+
+    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
+        x = self.vectorizer.transform(bag_of_codes(frame, self.task))
+        if self.labels.binary:
+            return self.model.predict_proba(x)[:, 1:2].astype(np.float64)
+        return np.asarray(self.model.predict_proba(x), dtype=np.float64)
+
+
+ORACLE_CODE_COLUMN = {"drug_rec": "atc3", "next_visit": "icd9_code", "readmission": None}
+
+
+class Oracle:
+    """The synthetic generator's true label probabilities per visit (raw.synth_oracle_<task> rows)."""
+
+    def __init__(self, task: str, labels: LabelSpace, oracle_rows: pl.DataFrame) -> None:
+        if oracle_rows.height == 0:
+            raise ValueError(f"oracle: no raw.synth_oracle_{task} rows for this dataset; the oracle exists "
+                             "only for synthetic cohorts loaded with their ORACLE_*.csv.gz files")
+        self.task, self.labels, self.rows = task, labels, oracle_rows
+        self.fixed_threshold: float | None = None
+        self.config: dict[str, Any] = {"source": f"raw.synth_oracle_{task}"}
+
+    def fit(self, train: pl.DataFrame) -> Oracle:
+        return self  # nothing to learn: the generator's probabilities are the model
+
+    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
+        row_of = {h: i for i, h in enumerate(frame["hadm_id"].to_list())}
+        probs = np.zeros((frame.height, len(self.labels)), dtype=np.float64)
+        code_col = ORACLE_CODE_COLUMN[self.task]
+        rows = self.rows.filter(pl.col("hadm_id").is_in(list(row_of)))
+        covered = set()
+        for rec in rows.iter_rows(named=True):
+            r = row_of[rec["hadm_id"]]
+            covered.add(r)
+            if code_col is None:
+                probs[r, 0] = rec["prob"]
+            elif rec[code_col] in self.labels.index:
+                probs[r, self.labels.index[rec[code_col]]] = rec["prob"]
+        if len(covered) < frame.height:
+            log.warning("oracle: %d of %d samples have no oracle probabilities (scored 0)",
+                        frame.height - len(covered), frame.height)
+        return probs
+
+
+def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: pl.DataFrame | None = None,
+                   overrides: dict | None = None) -> MostFrequent | CopyLast | LogReg | Oracle:
+    """A baseline by its `--model` name."""
+    overrides = overrides or {}
+    if name == "most_frequent":
+        return MostFrequent(task, labels)
+    if name == "copy_last":
+        return CopyLast(task, labels)
+    if name == "logreg":
+        return LogReg(task, labels, **overrides)
+    if name == "oracle":
+        if oracle_rows is None:
+            raise ValueError("oracle: pass the raw.synth_oracle rows of the dataset")
+        return Oracle(task, labels, oracle_rows)
+    raise ValueError(f"unknown baseline {name!r}; expected one of {BASELINE_MODELS}")

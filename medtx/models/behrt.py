@@ -1,0 +1,195 @@
+"""BEHRT (Li et al. 2020): a BERT encoder over a patient's diagnosis history with age, segment and visit
+position embeddings, pre-trained with masked language modelling, then fine-tuned per task.
+
+Input: `[CLS] v1 [SEP] v2 [SEP] ...` (codes of each visit, see ehr_data.BehrtCodec) where every token
+embedding is the sum of
+    code embedding + age-at-visit embedding + segment (A/B alternating per visit) + visit position (sinusoidal)
+followed by LayerNorm and the encoder blocks of medtx.models.transformer (pre-LN; BEHRT used post-LN BERT
+blocks — pre-LN is stabler at our small sizes). Ages are unknown (id 0) for drug_rec/readmission rows, whose
+sample tables carry no age; next_visit rows carry them.
+
+- `BehrtForMaskedLM`: MLM head; `pretrain_mlm` masks 15% of code tokens (80% -> [MASK], 10% -> a random
+  code, 10% unchanged; [CLS]/[SEP]/padding never), dynamically per epoch, on TRAIN items only (validation
+  items, masked once with a fixed seed, drive early stopping), through the shared trainer
+  `medtx.training.trainer.fit`.
+- `BehrtForMultiLabel`: the [CLS] state -> tanh pooler -> linear head; next_visit and drug_rec (multi-label),
+  readmission (one logit). It shares the `BehrtModel` instance the MLM pre-training updated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from medtx.models.base import ModelOutput
+from medtx.models.ehr_data import BehrtCodec
+from medtx.models.transformer import Encoder, SinusoidalPositions, multilabel_loss
+
+IGNORE = -100  # cross-entropy ignore index for unmasked positions
+
+
+@dataclass
+class BehrtConfig:
+    vocab_size: int  # codes + <pad>, <unk>, [CLS], [SEP], [MASK]
+    n_labels: int
+    n_codes: int = 0  # ids [2, n_codes) are real codes: MLM's random replacements come from there
+    mask_id: int = 0  # id of [MASK] (set from the codec's index)
+    d_model: int = 64  # BEHRT used 288; 64 keeps CPU training to minutes
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128
+    dropout: float = 0.1
+    n_ages: int = 128  # age ids: 0 = unknown/pad, age + 1 (samples cap ages at 90)
+    n_positions: int = 64  # visit positions (sinusoidal table size; larger numbers are clamped)
+    max_len: int = 128  # tokens per patient sequence (oldest visits dropped first)
+    mlm_prob: float = 0.15  # share of code tokens selected for MLM (BERT/BEHRT)
+
+
+class BehrtEmbeddings(nn.Module):
+    def __init__(self, config: BehrtConfig) -> None:
+        super().__init__()
+        self.code = nn.Embedding(config.vocab_size, config.d_model, padding_idx=0)
+        self.age = nn.Embedding(config.n_ages, config.d_model, padding_idx=0)
+        self.segment = nn.Embedding(2, config.d_model)
+        self.position = SinusoidalPositions(config.d_model, config.n_positions)  # BEHRT: fixed, not trained
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: Tensor, age_ids: Tensor, segment_ids: Tensor, position_ids: Tensor) -> Tensor:
+        x = (self.code(input_ids) + self.age(age_ids.clamp(0, self.age.num_embeddings - 1))
+             + self.segment(segment_ids) + self.position(position_ids))
+        return self.dropout(self.norm(x))
+
+
+class BehrtModel(nn.Module):
+    """Embeddings + encoder: token states [B, L, D] and one attention tensor per layer."""
+
+    def __init__(self, config: BehrtConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = BehrtEmbeddings(config)
+        self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
+
+    def forward(self, batch: dict, input_ids: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+        ids = batch["input_ids"] if input_ids is None else input_ids
+        x = self.embeddings(ids, batch["age_ids"], batch["segment_ids"], batch["position_ids"])
+        return self.encoder(x, batch["attention_mask"])
+
+
+class BehrtForMaskedLM(nn.Module):
+    """MLM head over a (shared) BehrtModel; reads `mlm_input_ids` / `mlm_labels` from the batch."""
+
+    def __init__(self, behrt: BehrtModel) -> None:
+        super().__init__()
+        self.config = behrt.config
+        self.behrt = behrt
+        d = self.config.d_model
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.decoder = nn.Linear(d, self.config.vocab_size)
+
+    def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
+        states, weights = self.behrt(batch, input_ids=batch.get("mlm_input_ids"))
+        logits = self.decoder(self.transform(states))  # [B, L, vocab]
+        loss = None
+        if "mlm_labels" in batch:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=IGNORE)
+        return ModelOutput(logits=logits, loss=loss, attentions={"behrt": weights} if output_attentions else None)
+
+
+class BehrtForMultiLabel(nn.Module):
+    """[CLS] state -> tanh pooler (as BERT) -> dropout -> one logit per label."""
+
+    def __init__(self, config: BehrtConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.behrt = BehrtModel(config)
+        self.pooler = nn.Sequential(nn.Linear(config.d_model, config.d_model), nn.Tanh())
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.d_model, config.n_labels)
+
+    def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
+        states, weights = self.behrt(batch)
+        logits = self.head(self.dropout(self.pooler(states[:, 0])))
+        loss = multilabel_loss(logits, batch["labels"]) if "labels" in batch else None
+        if not output_attentions:
+            return ModelOutput(logits=logits, loss=loss)
+        tokens = batch["tokens"]
+        return ModelOutput(logits=logits, loss=loss, attentions={"behrt": weights},
+                           attention_tokens={"behrt": (tokens, tokens)})
+
+
+# ----------------------------------------------------------------------------------------------- MLM
+
+
+def mask_tokens(input_ids: Tensor, config: BehrtConfig, generator: torch.Generator | None = None
+                ) -> tuple[Tensor, Tensor]:
+    """BERT masking of code tokens -> (masked input ids, labels with IGNORE where nothing is predicted).
+
+    Selects each code token with probability `mlm_prob`; of those 80% become [MASK], 10% a random code,
+    10% stay. A sequence with codes but no selected token gets one (random) selected, so every sequence
+    contributes to the loss — this nudges the rate above 15% only for very short sequences.
+    """
+    maskable = (input_ids >= 2) & (input_ids < config.n_codes)
+    noise = torch.rand(input_ids.shape, generator=generator)
+    selected = (noise < config.mlm_prob) & maskable
+    empty = maskable.any(1) & ~selected.any(1)
+    if empty.any():  # pick the maskable position with the smallest noise among rows that got none
+        fallback = noise.masked_fill(~maskable, 2.0).argmin(1)
+        selected[empty.nonzero().squeeze(1), fallback[empty]] = True
+    labels = input_ids.masked_fill(~selected, IGNORE)
+    action = torch.rand(input_ids.shape, generator=generator)
+    masked = input_ids.masked_fill(selected & (action < 0.8), config.mask_id)
+    randomise = selected & (action >= 0.8) & (action < 0.9)
+    random_codes = torch.randint(2, max(config.n_codes, 3), input_ids.shape, generator=generator)
+    return torch.where(randomise, random_codes, masked), labels
+
+
+class MLMCollator:
+    """BEHRT collate + fresh masks per call (the trainer re-seeds torch per epoch, so runs repeat).
+
+    Items that already carry `mlm_input_ids` (the fixed validation masks) keep them. The multi-hot
+    `labels` are dropped: pre-training sees no task labels.
+    """
+
+    def __init__(self, codec: BehrtCodec, config: BehrtConfig) -> None:
+        self.codec, self.config = codec, config
+
+    def __call__(self, items: Sequence[dict]) -> dict[str, Any]:
+        batch = self.codec.collate(items)
+        batch.pop("labels")
+        if "mlm_input_ids" not in batch:
+            batch["mlm_input_ids"], batch["mlm_labels"] = mask_tokens(batch["input_ids"], self.config)
+        return batch
+
+
+def fixed_masks(items: Sequence[dict], config: BehrtConfig, seed: int) -> list[dict]:
+    """Copies of `items` masked once with `seed` (stable validation loss across epochs)."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for item in items:
+        ids = torch.tensor([item["input_ids"]])
+        masked, labels = mask_tokens(ids, config, generator)
+        out.append({**item, "mlm_input_ids": masked[0].tolist(), "mlm_labels": labels[0].tolist()})
+    return out
+
+
+def pretrain_mlm(model: BehrtForMultiLabel, codec: BehrtCodec, train_items: Sequence[dict],
+                 val_items: Sequence[dict], cfg: Any, out_dir: Path) -> Any:
+    """MLM pre-training of `model.behrt` on TRAIN items (val items for early stopping) via the shared trainer.
+
+    `cfg` is a `medtx.training.trainer.TrainConfig` (monitor must be "loss"). On return `model.behrt` holds
+    the best pre-trained weights (the MLM model shares it); returns the trainer's `FitResult`.
+    """
+    from medtx.training.trainer import fit  # imported here: medtx.training imports the models, not vice versa
+
+    if cfg.monitor != "loss":
+        raise ValueError(f"MLM pre-training selects on validation MLM loss; got monitor={cfg.monitor!r}")
+    mlm = BehrtForMaskedLM(model.behrt)
+    return fit(mlm, train_items, fixed_masks(val_items, model.config, cfg.seed), MLMCollator(codec, model.config),
+               cfg, Path(out_dir))

@@ -1,0 +1,86 @@
+"""Bidirectional LSTM note classifier (book ch. 10) with additive attention pooling.
+
+Token embeddings -> BiLSTM -> attention over time steps (one weight per token, so the dashboard can show
+which words the model read) -> dropout -> linear. Multi-class (softmax CE) or binary (one logit, BCE).
+
+Batch keys: `input_ids` [B, T] (0 = padding), `lengths` [B], optional `labels` ([B] class ids or [B] 0/1),
+optional `tokens` (list of token strings per sample, for attention labels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from medtx.models.base import ModelOutput
+from medtx.models.bert_text import classification_loss
+
+
+@dataclass
+class BiLSTMConfig:
+    vocab_size: int
+    n_outputs: int  # classes (multi-class) or 1 (binary)
+    embed_dim: int = 128  # small: MTSamples has ~1.6k training notes
+    hidden_dim: int = 128  # per direction
+    num_layers: int = 1
+    dropout: float = 0.3
+    pad_id: int = 0
+    binary: bool = False  # one sigmoid logit instead of softmax over classes
+
+
+class AttentionPool(nn.Module):
+    """Additive (Bahdanau) attention over time: one softmax weight per non-padding step."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.score = nn.Linear(dim, 1, bias=False)
+
+    def forward(self, states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        scores = self.score(torch.tanh(self.proj(states))).squeeze(-1)
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return torch.einsum("bt,btd->bd", weights, states), weights
+
+
+class BiLSTMClassifier(nn.Module):
+    def __init__(self, config: BiLSTMConfig, class_weights: Tensor | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
+        self.lstm = nn.LSTM(
+            config.embed_dim,
+            config.hidden_dim,
+            num_layers=config.num_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=config.dropout if config.num_layers > 1 else 0.0,
+        )
+        self.pool = AttentionPool(2 * config.hidden_dim)
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(2 * config.hidden_dim, config.n_outputs)
+        self.register_buffer("class_weights", class_weights, persistent=False)
+
+    def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
+        ids, lengths = batch["input_ids"], batch["lengths"]
+        embedded = self.dropout(self.embed(ids))
+        packed = pack_padded_sequence(embedded, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=ids.shape[1])
+        mask = ids != self.config.pad_id
+        mask[:, 0] = True  # an empty note still attends somewhere instead of producing NaN
+        pooled, weights = self.pool(states, mask)
+        logits = self.head(self.dropout(pooled))
+        loss = None
+        if "labels" in batch:
+            loss = classification_loss(logits, batch["labels"], binary=self.config.binary, weights=self.class_weights)
+        if not output_attentions:
+            return ModelOutput(logits=logits, loss=loss)
+        tokens = batch.get("tokens") or [[str(i) for i in row.tolist()] for row in ids]
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            attentions={"bilstm": (weights[:, None, None, :],)},  # [B, 1 head, 1 query, T keys]
+            attention_tokens={"bilstm": ([["[NOTE]"] for _ in tokens], [list(t) for t in tokens])},
+        )

@@ -1,0 +1,393 @@
+"""Turning `samples.*` rows into model items and padded batches for the neural EHR models.
+
+Three codecs, each with `encode(frame) -> list[dict]` (one item per sample row) and
+`collate(items) -> dict` (tensors + non-tensor keys the trainer leaves alone):
+
+- `HistoryCodec` (transformer, transformer_rope, rnn/gru/lstm): each feature's visit history flattened
+  into one code sequence, with each code's visit index, the visit count and a padding mask.
+- `BehrtCodec` (behrt): one `[CLS] v1 [SEP] v2 [SEP] ...` sequence of all features' codes with age,
+  segment and visit-position ids (read directly from `samples.next_visit` for that task).
+- `Seq2SeqCodec` (seq2seq, drug_rec): the current visit's ICD codes as source, its ATC-3 set as a target
+  sequence `<bos> a b c <eos>` in label-vocabulary order.
+
+Every batch carries `labels` [B, n_labels] (multi-hot; [B, 1] for readmission), `sample_id` (hadm_id as
+text), `subject_id`, and `tokens` (readable code labels per sample, for storing attention weights).
+Codes absent from the training vocabulary map to `<unk>`; labels absent from the label vocabulary cannot be
+predicted and are dropped from the multi-hot target (counted in `LabelSpace.dropped`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import torch
+from torch import Tensor
+
+log = logging.getLogger("medtx.models")
+
+PAD, UNK = "<pad>", "<unk>"  # samples.vocab idx 0 and 1
+CLS, SEP, MASK, BOS, EOS = "[CLS]", "[SEP]", "[MASK]", "<bos>", "<eos>"
+SPECIALS = (PAD, UNK, CLS, SEP, MASK, BOS, EOS)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which sample table columns a task's models read."""
+
+    table: str  # samples.<table>
+    features: tuple[str, ...]  # nested-list columns [visit][code], oldest visit first, current visit last
+    label_column: str
+    binary: bool  # one sigmoid output (readmission) instead of one per label
+
+
+TASKS: dict[str, TaskSpec] = {
+    "drug_rec": TaskSpec("drug_rec", ("conditions", "procedures", "drugs_hist"), "drugs", binary=False),
+    "next_visit": TaskSpec("next_visit", ("visits",), "label", binary=False),
+    "readmission": TaskSpec("readmission", ("conditions", "procedures", "drugs"), "label", binary=True),
+}
+BINARY_LABEL = "readmission_30d"  # the single label name of binary tasks
+
+
+def task_spec(task: str) -> TaskSpec:
+    if task not in TASKS:
+        raise ValueError(f"unknown EHR task {task!r}; expected one of {sorted(TASKS)}")
+    return TASKS[task]
+
+
+# ----------------------------------------------------------------------------------------------- vocabularies
+
+
+def vocab_tokens(vocab: Any) -> list[str]:
+    """The tokens of a vocabulary in index order (idx 0 = <pad>, 1 = <unk>).
+
+    Accepts `medtx.samples.vocab.Vocab`, or a plain token list (tests, ad-hoc use).
+    """
+    if isinstance(vocab, (list, tuple)):
+        return list(vocab)
+    for attr in ("tokens", "itos", "idx_to_token"):
+        tokens = getattr(vocab, attr, None)
+        if tokens is not None:
+            return list(tokens)
+    raise TypeError(f"cannot read the tokens of vocabulary {type(vocab).__name__}")
+
+
+class CodeIndex:
+    """Token -> id for one or several features' vocabularies, plus the special tokens a model needs.
+
+    Ids 0 and 1 are <pad> and <unk> as in samples.vocab. With one feature the vocabulary's own indices are
+    kept; with several, each feature's codes get their own ids (an ICD-9 diagnosis "3893" and a procedure
+    "3893" are different tokens). `extra` specials ([CLS], [SEP], [MASK], ...) are appended after the codes.
+    """
+
+    def __init__(self, vocabs: dict[str, Any], features: Sequence[str], extra: Sequence[str] = ()) -> None:
+        self.features = tuple(features)
+        self.labels: list[str] = [PAD, UNK]  # display label per id
+        self._ids: dict[tuple[str, str], int] = {}
+        self._special: dict[str, int] = {PAD: 0, UNK: 1}
+        for feature in self.features:
+            if feature not in vocabs:
+                raise ValueError(f"no vocabulary for feature {feature!r} (have {sorted(vocabs)})")
+            for token in vocab_tokens(vocabs[feature]):
+                if token in SPECIALS:  # [CLS]/[SEP] may be in the `codes` vocabulary of next_visit
+                    continue
+                self._ids[(feature, token)] = len(self.labels)
+                self.labels.append(token if len(self.features) == 1 or feature in ("conditions", "visits")
+                                   else f"{feature}:{token}")
+        self.n_codes = len(self.labels)  # ids [2, n_codes) are real codes (for MLM random replacement)
+        for token in extra:
+            self._special[token] = len(self.labels)
+            self.labels.append(token)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def code(self, feature: str, token: str) -> int:
+        return self._ids.get((feature, token), 1)
+
+    def special(self, token: str) -> int:
+        return self._special[token]
+
+
+@dataclass
+class LabelSpace:
+    """The model's output labels: the label vocabulary without <pad>/<unk> (or one label when binary)."""
+
+    names: list[str]
+    binary: bool = False
+    dropped: int = field(default=0, compare=False)  # label occurrences outside the vocabulary (not predictable)
+
+    @classmethod
+    def from_vocab(cls, label_vocab: Any, binary: bool) -> LabelSpace:
+        if binary:
+            return cls([BINARY_LABEL], binary=True)
+        names = [t for t in vocab_tokens(label_vocab) if t not in SPECIALS]
+        if not names:
+            raise ValueError("the label vocabulary is empty: no labels in the training split?")
+        return cls(names)
+
+    def __post_init__(self) -> None:
+        self.index = {name: i for i, name in enumerate(self.names)}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def ids(self, labels: Iterable[str]) -> list[int]:
+        """Known label ids, deduplicated, in label-vocabulary order."""
+        known = {self.index[x] for x in labels if x in self.index}
+        self.dropped += len(set(labels)) - len(known)
+        return sorted(known)
+
+    def target(self, value: Any) -> list[int] | float:
+        """A row's label column -> label ids (multi-label) or 0/1 (binary)."""
+        return float(bool(value)) if self.binary else self.ids(value or [])
+
+    def multi_hot(self, targets: Sequence[list[int] | float]) -> Tensor:
+        if self.binary:
+            return torch.tensor(targets, dtype=torch.float32).unsqueeze(1)
+        out = torch.zeros(len(targets), len(self.names))
+        for row, ids in enumerate(targets):
+            out[row, ids] = 1.0
+        return out
+
+
+def _rows(frame: pl.DataFrame, spec: TaskSpec, extra: Sequence[str] = ()) -> Iterable[dict]:
+    """Row dicts with the columns a codec needs; a missing column is a clear error naming it."""
+    needed = ["subject_id", "hadm_id", *spec.features, spec.label_column, *extra]
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ValueError(f"samples.{spec.table} frame lacks column(s) {missing} (has {frame.columns})")
+    return frame.select(needed).iter_rows(named=True)
+
+
+def _base_item(row: dict, labels: LabelSpace, spec: TaskSpec) -> dict:
+    return {"sample_id": str(row["hadm_id"]), "subject_id": int(row["subject_id"]),
+            "hadm_id": int(row["hadm_id"]), "target": labels.target(row[spec.label_column])}
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int = 0) -> Tensor:
+    """Right-pad integer lists to one [B, max_len] long tensor (max_len >= 1)."""
+    width = max(1, max((len(r) for r in rows), default=0))
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def _base_batch(items: Sequence[dict], labels: LabelSpace) -> dict[str, Any]:
+    return {"labels": labels.multi_hot([it["target"] for it in items]),
+            "sample_id": [it["sample_id"] for it in items],
+            "subject_id": [it["subject_id"] for it in items]}
+
+
+# ----------------------------------------------------------------------------------------------- history codec
+
+
+def flatten_history(visits: Sequence[Sequence[str] | None], max_visits: int, max_codes: int
+                    ) -> tuple[list[str], list[int], int]:
+    """Visit lists -> (codes, chronological visit index per code, number of visits kept).
+
+    Keeps the last `max_visits` visits, then the last `max_codes` codes (the current visit matters most).
+    An empty visit still counts as a visit (the blanked current drug history is 'a visit with no drugs').
+    """
+    kept = [list(v or []) for v in visits][-max_visits:] or [[]]
+    codes = [c for v in kept for c in v]
+    visit = [i for i, v in enumerate(kept) for _ in v]
+    return codes[-max_codes:], visit[-max_codes:], len(kept)
+
+
+@dataclass
+class HistoryCodec:
+    """Per-feature flattened code histories for the Transformer, Transformer+RoPE and RNN models."""
+
+    task: str
+    index: dict[str, CodeIndex]  # feature -> its own code ids (one embedding table per feature)
+    labels: LabelSpace
+    max_visits: int = 20
+    max_codes: int = 128
+
+    @property
+    def spec(self) -> TaskSpec:
+        return task_spec(self.task)
+
+    def encode(self, frame: pl.DataFrame) -> list[dict]:
+        items = []
+        for row in _rows(frame, self.spec):
+            item = _base_item(row, self.labels, self.spec)
+            for f in self.spec.features:
+                codes, visit, n = flatten_history(row[f] or [], self.max_visits, self.max_codes)
+                item[f] = {"ids": [self.index[f].code(f, c) for c in codes], "visit": visit, "nvisits": n,
+                           "tokens": [f"v{v + 1}:{c}" for v, c in zip(visit, codes, strict=True)]}
+            items.append(item)
+        return items
+
+    def collate(self, items: Sequence[dict]) -> dict[str, Any]:
+        batch = _base_batch(items, self.labels)
+        batch["tokens"] = {}
+        for f in self.spec.features:
+            ids = _pad([it[f]["ids"] for it in items])
+            batch[f"{f}_ids"] = ids
+            batch[f"{f}_mask"] = _pad([[1] * len(it[f]["ids"]) for it in items]).bool()
+            batch[f"{f}_visit"] = _pad([it[f]["visit"] for it in items])
+            batch[f"{f}_nvisits"] = torch.tensor([it[f]["nvisits"] for it in items], dtype=torch.long)
+            batch["tokens"][f] = [it[f]["tokens"] for it in items]
+        return batch
+
+
+def history_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int
+                  ) -> HistoryCodec:
+    spec = task_spec(task)
+    index = {f: CodeIndex(vocabs, [f]) for f in spec.features}
+    return HistoryCodec(task, index, labels, max_visits, max_codes)
+
+
+# ----------------------------------------------------------------------------------------------- BEHRT codec
+
+AGE_UNKNOWN = 0  # age id 0 = padding / not recorded (drug_rec and readmission rows carry no age)
+
+
+def behrt_sequence(visits: Sequence[Sequence[tuple[str, str]]], ages: Sequence[int] | None, max_len: int
+                   ) -> tuple[list[tuple[str, str] | str], list[int], list[int], list[int]]:
+    """[CLS] v1 [SEP] v2 [SEP] ... with age (+1; 0 = unknown), segment (0/1 alternating) and visit position.
+
+    `visits` holds (feature, code) pairs per visit. When the sequence is longer than `max_len`, the oldest
+    whole visits are dropped first (then the current visit's codes are cut) so [CLS] stays first.
+    """
+    blocks = []
+    for v, codes in enumerate(visits):
+        age = (ages[v] + 1) if ages is not None and v < len(ages) and ages[v] is not None else AGE_UNKNOWN
+        block = [*codes, SEP]
+        blocks.append((block, [age] * len(block), [v % 2] * len(block), [v] * len(block)))
+    while len(blocks) > 1 and 1 + sum(len(b[0]) for b in blocks) > max_len:
+        blocks.pop(0)
+    tokens: list = [CLS]
+    first_age = blocks[0][1][0] if blocks else AGE_UNKNOWN
+    age_ids, segments, positions = [first_age], [0], [blocks[0][3][0] if blocks else 0]
+    for block, a, s, p in blocks:
+        tokens += block
+        age_ids += a
+        segments += s
+        positions += p
+    return tokens[:max_len], age_ids[:max_len], segments[:max_len], positions[:max_len]
+
+
+def split_flat_codes(codes: Sequence[str]) -> list[list[str]]:
+    """samples.next_visit.codes `[CLS] a b [SEP] c [SEP]` -> [[a, b], [c]]."""
+    visits, current = [], []
+    for c in codes:
+        if c == CLS:
+            continue
+        if c == SEP:
+            visits.append(current)
+            current = []
+        else:
+            current.append(c)
+    if current:
+        visits.append(current)
+    return visits
+
+
+@dataclass
+class BehrtCodec:
+    """One BEHRT sequence per sample: input/age/segment/position ids, token labels, multi-hot target."""
+
+    task: str
+    index: CodeIndex  # all features' codes + [CLS], [SEP], [MASK]
+    labels: LabelSpace
+    max_len: int = 128
+
+    @property
+    def spec(self) -> TaskSpec:
+        return task_spec(self.task)
+
+    def _visits(self, row: dict) -> tuple[list[list[tuple[str, str]]], list[int] | None]:
+        if self.task == "next_visit":
+            return [[("visits", c) for c in v] for v in (row["visits"] or [])], row.get("ages")
+        n = max(len(row[f] or []) for f in self.spec.features)
+        visits = [[(f, c) for f in self.spec.features
+                   for c in ((row[f] or [])[v] if v < len(row[f] or []) else []) or []] for v in range(n)]
+        return visits, None
+
+    def encode(self, frame: pl.DataFrame) -> list[dict]:
+        extra = ("ages",) if self.task == "next_visit" else ()
+        items = []
+        for row in _rows(frame, self.spec, extra):
+            item = _base_item(row, self.labels, self.spec)
+            visits, ages = self._visits(row)
+            tokens, age_ids, segments, positions = behrt_sequence(visits, ages, self.max_len)
+            ids = [self.index.special(t) if isinstance(t, str) else self.index.code(*t) for t in tokens]
+            item["input_ids"] = ids
+            item["age_ids"], item["segment_ids"], item["position_ids"] = age_ids, segments, positions
+            # readable labels: the vocabulary's label, or the raw code when it is unknown (<unk>)
+            item["tokens"] = [t[1] if i == 1 else self.index.labels[i] for t, i in zip(tokens, ids, strict=True)]
+            items.append(item)
+        return items
+
+    def collate(self, items: Sequence[dict]) -> dict[str, Any]:
+        batch = _base_batch(items, self.labels)
+        for key in ("input_ids", "age_ids", "segment_ids", "position_ids"):
+            batch[key] = _pad([it[key] for it in items])
+        batch["attention_mask"] = _pad([[1] * len(it["input_ids"]) for it in items]).bool()
+        batch["tokens"] = [it["tokens"] for it in items]
+        if "mlm_input_ids" in items[0]:  # fixed validation masks for MLM pre-training (behrt.pretrain_mlm)
+            batch["mlm_input_ids"] = _pad([it["mlm_input_ids"] for it in items])
+            batch["mlm_labels"] = _pad([it["mlm_labels"] for it in items], value=-100)
+        return batch
+
+
+def behrt_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_len: int) -> BehrtCodec:
+    return BehrtCodec(task, CodeIndex(vocabs, task_spec(task).features, extra=(CLS, SEP, MASK)), labels, max_len)
+
+
+# ----------------------------------------------------------------------------------------------- seq2seq codec
+
+SEQ2SEQ_SOURCE = ("conditions", "procedures")  # the visit's ICD-9 diagnoses then ICD-9 procedures
+N_TARGET_SPECIALS = 3  # target ids: 0 <pad>, 1 <bos>, 2 <eos>, then label i -> 3 + i
+
+
+@dataclass
+class Seq2SeqCodec:
+    """drug_rec as translation: current visit's ICD codes -> `<bos>` + its ATC-3 codes + `<eos>`."""
+
+    index: CodeIndex  # source ids: conditions + procedures codes + [SEP]
+    labels: LabelSpace
+    max_src: int = 96
+    max_tgt: int = 48
+
+    def encode(self, frame: pl.DataFrame) -> list[dict]:
+        spec = task_spec("drug_rec")
+        items = []
+        for row in _rows(frame, spec):
+            item = _base_item(row, self.labels, spec)
+            src: list = []
+            for f in SEQ2SEQ_SOURCE:
+                current = (row[f] or [[]])[-1] or []
+                src += [(f, c) for c in current] + [SEP]
+            src = src[: self.max_src]
+            item["src_ids"] = [self.index.special(t) if isinstance(t, str) else self.index.code(*t) for t in src]
+            item["src_tokens"] = [t if isinstance(t, str) else t[1] for t in src]
+            body = [N_TARGET_SPECIALS + i for i in item["target"]][: self.max_tgt - 2]
+            item["tgt_ids"] = [1, *body, 2]
+            items.append(item)
+        return items
+
+    def collate(self, items: Sequence[dict]) -> dict[str, Any]:
+        batch = _base_batch(items, self.labels)
+        batch["src_ids"] = _pad([it["src_ids"] for it in items])
+        batch["src_mask"] = _pad([[1] * len(it["src_ids"]) for it in items]).bool()
+        batch["tgt_ids"] = _pad([it["tgt_ids"] for it in items])
+        batch["src_tokens"] = [it["src_tokens"] for it in items]
+        batch["tgt_tokens"] = [[target_token(t, self.labels.names) for t in it["tgt_ids"]] for it in items]
+        return batch
+
+
+def target_token(tgt_id: int, label_names: Sequence[str]) -> str:
+    """A seq2seq target id -> its label (or <pad>/<bos>/<eos>)."""
+    return (PAD, BOS, EOS)[tgt_id] if tgt_id < N_TARGET_SPECIALS else label_names[tgt_id - N_TARGET_SPECIALS]
+
+
+def seq2seq_codec(vocabs: dict[str, Any], labels: LabelSpace, max_src: int, max_tgt: int) -> Seq2SeqCodec:
+    return Seq2SeqCodec(CodeIndex(vocabs, SEQ2SEQ_SOURCE, extra=(SEP,)), labels, max_src, max_tgt)

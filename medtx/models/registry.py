@@ -1,0 +1,183 @@
+"""One entry point for every neural EHR model: `build_ehr_model(name, task, vocabs, label_vocab)`.
+
+It returns an `EHRModelBundle`: the model, its config dataclass, and the functions the trainer needs
+(encode sample rows, collate a batch, turn a batch into probabilities, and BEHRT's MLM pre-training).
+Loop over `EHR_NEURAL_MODELS` (and `MODEL_TASKS`) for benchmarks and results tables.
+
+    vocabs = {f: load_vocab(con, dataset, task, f) for f in required_features(name, task)}
+    bundle = build_ehr_model(name, task, vocabs, load_vocab(con, dataset, task, label_feature(task)))
+    items = bundle.encode(train_frame)   # rows of samples.<task> for the training patients
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+from torch import Tensor, nn
+
+from medtx.models.behrt import BehrtConfig, BehrtForMultiLabel, pretrain_mlm
+from medtx.models.ehr_data import (
+    MASK,
+    N_TARGET_SPECIALS,
+    SEQ2SEQ_SOURCE,
+    LabelSpace,
+    behrt_codec,
+    history_codec,
+    seq2seq_codec,
+    task_spec,
+)
+from medtx.models.rnn import RNNConfig, RNNModel
+from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqForDrugRec
+from medtx.models.transformer import TransformerConfig, TransformerModel
+from medtx.models.transformer_rope import TransformerRoPEConfig, TransformerRoPEModel
+
+EHR_NEURAL_MODELS = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
+_ALL_TASKS = ("drug_rec", "next_visit", "readmission")
+MODEL_TASKS: dict[str, tuple[str, ...]] = {name: _ALL_TASKS for name in EHR_NEURAL_MODELS}
+MODEL_TASKS["seq2seq"] = ("drug_rec",)  # ICD -> ATC-3 generation is defined for drug recommendation only
+LABEL_FEATURE = {"drug_rec": "drugs", "next_visit": "label", "readmission": None}  # samples.vocab feature
+
+
+@dataclass
+class EHRModelBundle:
+    model: nn.Module  # forward(batch, output_attentions=False) -> medtx.models.base.ModelOutput
+    config: Any  # the model's config dataclass (dataclasses.asdict -> ml.runs.config JSON)
+    encode: Callable[[pl.DataFrame], list[dict]]  # sample-table rows -> items for collate
+    collate: Callable[[list[dict]], dict]  # items -> batch dict (tensors + sample_id, subject_id, tokens)
+    predict_proba: Callable[[nn.Module, dict], Tensor]  # batch -> [B, n_labels] probabilities
+    pretrain: Callable[..., Any] | None = None  # BEHRT: pretrain(train_items, val_items, cfg, out_dir) -> FitResult
+    label_names: list[str] = field(default_factory=list)  # column j of labels/probabilities
+    generate: Callable[[nn.Module, dict], list[list[str]]] | None = None  # seq2seq: decoded label sequences
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def required_features(name: str, task: str) -> tuple[str, ...]:
+    """The samples.vocab features (= sample columns) the model needs a vocabulary for (labels excluded)."""
+    _check(name, task)
+    return SEQ2SEQ_SOURCE if name == "seq2seq" else task_spec(task).features
+
+
+def label_feature(task: str) -> str | None:
+    """The samples.vocab feature holding the task's label vocabulary (None: binary task)."""
+    task_spec(task)
+    return LABEL_FEATURE[task]
+
+
+def _check(name: str, task: str) -> None:
+    if name not in EHR_NEURAL_MODELS:
+        raise ValueError(f"unknown neural EHR model {name!r}; expected one of {list(EHR_NEURAL_MODELS)}")
+    task_spec(task)
+    if task not in MODEL_TASKS[name]:
+        raise ValueError(f"model {name!r} does not support task {task!r} (supports {list(MODEL_TASKS[name])})")
+
+
+def _config(cls: type, fixed: dict[str, Any], overrides: dict | None) -> Any:
+    """`cls(**fixed, **overrides)`, refusing unknown fields and overrides of data-derived fields."""
+    overrides = dict(overrides or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}; fields: {sorted(names - set(fixed))}")
+    derived = sorted(set(overrides) & set(fixed))
+    if derived:
+        raise ValueError(f"{cls.__name__} field(s) {derived} come from the vocabularies and cannot be overridden")
+    return cls(**fixed, **overrides)
+
+
+def sigmoid_proba(model: nn.Module, batch: dict) -> Tensor:
+    """Default probabilities: sigmoid of the model's logits."""
+    return torch.sigmoid(model(batch).logits.float())
+
+
+def _seq2seq_proba(model: nn.Module, batch: dict) -> Tensor:
+    return model.label_probs(batch)
+
+
+def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any,
+                    overrides: dict | None = None) -> EHRModelBundle:
+    """Model + codec for (model name, task) on these training vocabularies; `overrides` set config fields.
+
+    `vocabs` maps each of `required_features(name, task)` to its `medtx.samples.vocab.Vocab`;
+    `label_vocab` is the task's label vocabulary (ignored for the binary readmission task).
+    """
+    _check(name, task)
+    spec = task_spec(task)
+    labels = LabelSpace.from_vocab(label_vocab, spec.binary)
+    n_labels = len(labels)
+
+    if name in ("transformer", "transformer_rope", "rnn", "gru", "lstm"):
+        sizes = {f: len(vocab_index) for f, vocab_index in history_codec(task, vocabs, labels, 1, 1).index.items()}
+        fixed: dict[str, Any] = {"n_labels": n_labels, "vocab_sizes": sizes, "features": spec.features}
+        if name in ("rnn", "gru", "lstm"):
+            config = _config(RNNConfig, {**fixed, "cell": name}, overrides)
+            model: nn.Module = RNNModel(config)
+        elif name == "transformer":
+            config = _config(TransformerConfig, fixed, overrides)
+            model = TransformerModel(config)
+        else:
+            config = _config(TransformerRoPEConfig, fixed, overrides)
+            model = TransformerRoPEModel(config)
+        codec = history_codec(task, vocabs, labels, config.max_visits, config.max_codes)
+        return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names)
+
+    if name == "behrt":
+        index = behrt_codec(task, vocabs, labels, 1).index
+        fixed = {"vocab_size": len(index), "n_labels": n_labels, "n_codes": index.n_codes,
+                 "mask_id": index.special(MASK)}
+        config = _config(BehrtConfig, fixed, overrides)
+        model = BehrtForMultiLabel(config)
+        codec = behrt_codec(task, vocabs, labels, config.max_len)
+
+        def pretrain(train_items: list[dict], val_items: list[dict], cfg: Any, out_dir: Path) -> Any:
+            return pretrain_mlm(model, codec, train_items, val_items, cfg, out_dir)
+
+        return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, pretrain=pretrain,
+                              label_names=labels.names)
+
+    # seq2seq (drug_rec)
+    index = seq2seq_codec(vocabs, labels, 1, 1).index
+    fixed = {"src_vocab_size": len(index), "tgt_vocab_size": N_TARGET_SPECIALS + n_labels}
+    config = _config(Seq2SeqConfig, fixed, overrides)
+    model = Seq2SeqForDrugRec(config)
+    codec = seq2seq_codec(vocabs, labels, config.max_src, config.max_tgt)
+
+    def generate(m: nn.Module, batch: dict) -> list[list[str]]:
+        return m.generate(batch, labels.names)
+
+    return EHRModelBundle(model, config, codec.encode, codec.collate, _seq2seq_proba, label_names=labels.names,
+                          generate=generate)
+
+
+def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any, folder: Path,
+                   device: str = "cpu") -> EHRModelBundle:
+    """Rebuild a bundle from a checkpoint folder (config.json + model.safetensors) written by the trainer.
+
+    The vocabularies must be the ones the model was trained on: a size mismatch is a clear error naming
+    the field, instead of a shape error deep inside safetensors.
+    """
+    from medtx.training.trainer import load_weights
+
+    folder = Path(folder)
+    saved = json.loads((folder / "config.json").read_text()).get("model") or {}
+    bundle = build_ehr_model(name, task, vocabs, label_vocab)
+    current = dataclasses.asdict(bundle.config)
+    derived = ("n_labels", "vocab_sizes", "vocab_size", "src_vocab_size", "tgt_vocab_size", "n_codes")
+    mismatch = {k: (saved[k], current[k]) for k in derived if k in saved and saved[k] != current[k]}
+    if mismatch:
+        raise ValueError(f"vocab/label mismatch between checkpoint {folder} and the current vocabularies "
+                         f"(saved, current): {mismatch}")
+    overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items()
+                 if k in current and k not in derived and k not in ("features", "mask_id", "cell")}
+    bundle = build_ehr_model(name, task, vocabs, label_vocab, overrides)
+    load_weights(bundle.model, folder, device)
+    return bundle

@@ -1,0 +1,242 @@
+"""Transformer encoder for EHR visit histories (PyHealth `Transformer` semantics, book ch. 8).
+
+One embedding table and one self-attention encoder per feature (conditions, procedures, drug history):
+
+    codes of visit 1 | codes of visit 2 | ... | codes of the current visit      (flattened history)
+      -> [CLS] + code embeddings + sinusoidal position of each code's *visit*
+      -> N pre-LayerNorm encoder layers with padding masks
+      -> masked mean over the sequence ([CLS] included, so an empty history still pools to something)
+    concat over features -> dropout -> linear -> one logit per label (BCE).
+
+Positions: all codes of a visit share one position, counted back from the current visit (0 = current
+visit, 1 = the one before, ...). Codes inside a visit are a set, so they get no order among themselves, and
+the current visit sits at the same position whatever the history length. Pooling: PyHealth 1.x takes the
+first position's output (its first visit, not a learned [CLS]); medtx takes the masked mean, which trains
+more reliably on small data.
+
+The building blocks here (`MultiHeadAttention`, `FeedForward`, `EncoderLayer`, `Encoder`,
+`SinusoidalPositions`) are reused by transformer_rope.py, behrt.py and seq2seq.py. Attention is computed
+explicitly so that every layer's weights [B, heads, queries, keys] can be returned.
+
+Batch keys (from `medtx.models.ehr_data.collate_ehr`): per feature f: `f_ids` [B, L] code ids (0 = pad),
+`f_visit` [B, L] chronological visit index of each code, `f_nvisits` [B], `f_mask` [B, L] (True = real code);
+`labels` [B, n_labels]; `tokens` {f: list of code labels per sample}.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from medtx.models.base import ModelOutput
+
+
+@dataclass
+class TransformerConfig:
+    n_labels: int  # output logits: label vocabulary size (1 for binary readmission)
+    vocab_sizes: dict[str, int] = field(default_factory=dict)  # feature -> embedding rows (pad + unk + codes)
+    features: tuple[str, ...] = ("conditions", "procedures", "drugs_hist")
+    d_model: int = 64  # small on purpose: trains on 2 CPU cores in minutes at 10k patients
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128  # feed-forward width (2 x d_model)
+    dropout: float = 0.2  # EHR label sets are small and noisy; regularise
+    max_visits: int = 20  # keep the most recent visits of a long history
+    max_codes: int = 128  # per feature, most recent codes kept after flattening (attention is O(L^2))
+
+
+# ----------------------------------------------------------------------------------------------- blocks
+
+
+def sinusoidal_table(n_positions: int, dim: int) -> Tensor:
+    """The fixed [n_positions, dim] sin/cos table of 'Attention is all you need' (sin on even dims)."""
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: dim // 2])
+    return table
+
+
+class SinusoidalPositions(nn.Module):
+    """Looks positions up in the fixed sinusoidal table (not trained, not saved)."""
+
+    def __init__(self, dim: int, n_positions: int = 512) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(n_positions, dim), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        return self.table[positions.clamp(0, self.table.shape[0] - 1)]
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over `heads`, written out so the weights can be returned.
+
+    Self-attention when `memory` is None, cross-attention (queries from x, keys/values from memory)
+    otherwise. `key_mask` [B, K] is True for real keys; `causal` hides future keys (decoder). An optional
+    `rotary` module (transformer_rope.RotaryEmbedding) rotates q and k by their positions instead of adding
+    positions to the input (RoFormer).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def _split(self, x: Tensor) -> Tensor:  # [B, T, D] -> [B, H, T, Dh]
+        return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        x: Tensor,
+        key_mask: Tensor,
+        memory: Tensor | None = None,
+        causal: bool = False,
+        rotary: nn.Module | None = None,
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        source = x if memory is None else memory
+        q, k, v = self._split(self.q(x)), self._split(self.k(source)), self._split(self.v(source))
+        if rotary is not None:
+            q, k = rotary(q, q_pos), rotary(k, k_pos)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Q, K]
+        hidden = ~key_mask[:, None, None, :]
+        if causal:
+            n_q, n_k = scores.shape[-2:]
+            hidden = hidden | torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1)
+        # finfo.min instead of -inf: a fully hidden row (a padding query) gives uniform weights, not NaN.
+        scores = scores.float().masked_fill(hidden, torch.finfo(torch.float32).min)
+        weights = scores.softmax(dim=-1)  # softmax in fp32 even under bf16 autocast
+        context = self.dropout(weights).to(v.dtype) @ v
+        context = context.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        return self.out(context), weights
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LayerNorm block (stabler than post-LN for small, briefly trained models): x + attn, x + ffn."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.norm_ff = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor, rotary: nn.Module | None = None,
+                positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        attended, weights = self.attn(self.norm_attn(x), mask, rotary=rotary, q_pos=positions, k_pos=positions)
+        x = x + self.dropout(attended)
+        x = x + self.dropout(self.ff(self.norm_ff(x)))
+        return x, weights
+
+
+class Encoder(nn.Module):
+    """A stack of encoder layers with a final LayerNorm; returns states and one weight tensor per layer."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int, dropout: float) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, mask: Tensor, rotary: nn.Module | None = None,
+                positions: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, rotary=rotary, positions=positions)
+            weights.append(w)
+        return self.norm(x), tuple(weights)
+
+
+def masked_mean(states: Tensor, mask: Tensor) -> Tensor:
+    """Mean of `states` [B, L, D] over positions where `mask` [B, L] is True."""
+    weights = mask.to(states.dtype).unsqueeze(-1)
+    return (states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def multilabel_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """BCE-with-logits over every label (multi-label) or the single readmission logit (binary)."""
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+# ----------------------------------------------------------------------------------------------- model
+
+
+class FeatureEncoder(nn.Module):
+    """One feature's history: [CLS] + code embeddings (+ visit positions) -> encoder -> pooled vector."""
+
+    def __init__(self, vocab_size: int, config: TransformerConfig, rotary: nn.Module | None = None) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, config.d_model, padding_idx=0)
+        self.cls = nn.Parameter(torch.randn(1, 1, config.d_model) * 0.02)
+        # With rotary embeddings positions enter through q/k only (RoFormer); otherwise they are added.
+        self.positions = SinusoidalPositions(config.d_model, config.max_visits + 1) if rotary is None else None
+        self.rotary = rotary
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
+
+    def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        recency = (nvisits.unsqueeze(1) - 1 - visit).clamp(min=0)  # 0 = current visit
+        x = self.embed(ids)
+        if self.positions is not None:
+            x = x + self.positions(recency)
+        x = torch.cat([self.cls.expand(ids.shape[0], -1, -1).to(x.dtype), x], dim=1)
+        # [CLS] is always a real key (so no query attends to nothing) and sits at the current visit.
+        mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
+        recency = torch.cat([torch.zeros_like(recency[:, :1]), recency], dim=1)
+        states, weights = self.encoder(self.dropout(x), mask, rotary=self.rotary, positions=recency)
+        return masked_mean(states, mask), weights
+
+
+class TransformerModel(nn.Module):
+    """Per-feature encoders, pooled and concatenated, then a multi-label (or binary) linear head."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        missing = [f for f in config.features if f not in config.vocab_sizes]
+        if missing:
+            raise ValueError(f"TransformerConfig.vocab_sizes has no size for feature(s) {missing}")
+        self.config = config
+        self.encoders = nn.ModuleDict(
+            {f: FeatureEncoder(config.vocab_sizes[f], config, self._rotary()) for f in config.features}
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(len(config.features) * config.d_model, config.n_labels)
+
+    def _rotary(self) -> nn.Module | None:
+        """Absolute sinusoidal positions here; transformer_rope.TransformerRoPEModel returns a rotary module."""
+        return None
+
+    def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
+        pooled, attentions = [], {}
+        for f, encoder in self.encoders.items():
+            vec, weights = encoder(batch[f"{f}_ids"], batch[f"{f}_visit"], batch[f"{f}_nvisits"], batch[f"{f}_mask"])
+            pooled.append(vec)
+            attentions[f] = weights
+        logits = self.head(self.dropout(torch.cat(pooled, dim=-1)))
+        loss = multilabel_loss(logits, batch["labels"]) if "labels" in batch else None
+        if not output_attentions:
+            return ModelOutput(logits=logits, loss=loss)
+        tokens = {f: [["[CLS]", *row] for row in batch["tokens"][f]] for f in self.encoders}
+        return ModelOutput(logits=logits, loss=loss, attentions=attentions,
+                           attention_tokens={f: (tokens[f], tokens[f]) for f in tokens})

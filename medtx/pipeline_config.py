@@ -1,0 +1,208 @@
+"""The pipeline's YAML config: which sources to ingest, which (task, model) pairs to train, how to run.
+
+One file drives a whole `medtx pipeline` run (`config/default.yaml` for the bundled data on 2 CPU cores,
+`config/full.yaml` for full MIMIC-III on a GPU machine). Relative source paths resolve against the folder
+of the config file, so a config can travel with its data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+EHR_TASKS = ("drug_rec", "next_visit", "readmission", "readmission_notes")
+TEXT_TASKS = ("specialty", "faq")
+ALL_TASKS = EHR_TASKS + TEXT_TASKS
+
+_NAME = re.compile(r"^[a-z0-9_]+$")
+_SYNTH = re.compile(r"^synth:(\d+)$")
+
+
+class _Strict(BaseModel):
+    # A typo in a config key must fail loudly rather than silently fall back to a default.
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetConfig(_Strict):
+    """One MIMIC-III-format EHR cohort: a local folder, a base URL, or `synth:N` generated patients."""
+
+    source: str
+    name: str | None = None  # dataset key in the warehouse; derived from the source when omitted
+    tables: list[str] | None = None  # ingest only these MIMIC tables (default: all the ingest stage knows)
+    notes: bool = True  # synth only: also generate discharge notes (for readmission_notes)
+    seed: int = 0  # synth only: generator seed
+
+    @property
+    def kind(self) -> Literal["folder", "url", "synth"]:
+        if _SYNTH.match(self.source):
+            return "synth"
+        if self.source.startswith(("http://", "https://")):
+            return "url"
+        return "folder"
+
+    @property
+    def n_patients(self) -> int | None:
+        match = _SYNTH.match(self.source)
+        return int(match[1]) if match else None
+
+    @property
+    def key(self) -> str:
+        """The warehouse `dataset` value (ARCHITECTURE.md: folder name, or `synth_<N>`)."""
+        if self.name:
+            return self.name
+        if self.kind == "synth":
+            return f"synth_{self.n_patients}"
+        tail = self.source.rstrip("/").rsplit("/", 1)[-1]
+        return re.sub(r"[^a-z0-9_]+", "_", tail.lower()).strip("_")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError(f"dataset name {value!r} must match [a-z0-9_]+")
+        return value
+
+
+class TextSourceConfig(_Strict):
+    """The MTSamples CSV(.gz) file or URL."""
+
+    source: str
+
+
+class ModelSpec(_Strict):
+    """One model to train and evaluate for a task; `overrides` go to the model/trainer config."""
+
+    model: str
+    name: str | None = None  # label for this spec when one model appears twice with different overrides
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    seeds: list[int] | None = None  # default: the config's top-level seeds
+    # EHR tasks: only these datasets (default: the task's datasets; `oracle` runs on synth datasets only,
+    # the only ones with a known generating process)
+    datasets: list[str] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
+
+
+class TaskConfig(_Strict):
+    """The models of one task and, for EHR tasks, the datasets they run on (default: all)."""
+
+    models: list[ModelSpec]
+    datasets: list[str] | None = None
+    samples: dict[str, Any] = Field(default_factory=dict)  # options for the sample builder
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> TaskConfig:
+        labels = [m.label for m in self.models]
+        duplicated = sorted({x for x in labels if labels.count(x) > 1})
+        if duplicated:
+            raise ValueError(f"model specs {duplicated} appear twice: give each a distinct `name`")
+        return self
+
+
+class RunnerConfig(_Strict):
+    """Where tasks run: a thread pool in the flow's process, or a Dask cluster (local or remote)."""
+
+    kind: Literal["thread", "dask"] = "thread"
+    max_workers: int = Field(default=2, ge=1)  # thread pool size
+    address: str | None = None  # dask: scheduler address (tcp://host:8786); None = start a local cluster
+    n_workers: int = Field(default=2, ge=1)  # dask local cluster
+    threads_per_worker: int = Field(default=1, ge=1)
+    # How many training runs execute at once. 1 on a 2-core CPU box (torch already uses both cores);
+    # the number of GPUs on a multi-GPU machine. Writes to the warehouse stay transactional either way.
+    train_concurrency: int = Field(default=1, ge=1)
+
+
+class ScheduleConfig(_Strict):
+    cron: str = "0 3 * * *"
+    timezone: str = "UTC"
+
+
+class PipelineConfig(_Strict):
+    """The whole pipeline config (see config/default.yaml for an annotated example)."""
+
+    name: str = "default"
+    datasets: list[DatasetConfig] = Field(default_factory=list)
+    mtsamples: TextSourceConfig | None = None  # the FAQ task always reads the bundled mental-health FAQ
+    tasks: dict[str, TaskConfig] = Field(default_factory=dict)
+    seeds: list[int] = Field(default_factory=lambda: [42])
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    # Training devices: "cpu", "cuda", "cuda:1", or "auto" (every visible GPU, else the CPU).
+    devices: list[str] = Field(default_factory=lambda: ["cpu"])
+    base_dir: Path = Field(default=Path("."), exclude=True)  # folder relative sources resolve against
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, tasks: dict[str, TaskConfig]) -> dict[str, TaskConfig]:
+        unknown = sorted(set(tasks) - set(ALL_TASKS))
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; known: {list(ALL_TASKS)}")
+        return tasks
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PipelineConfig:
+        keys = [d.key for d in self.datasets]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"dataset names {keys} are not unique: set `name` on one of them")
+        for task, tc in self.tasks.items():
+            named = set(tc.datasets or []).union(*(m.datasets or [] for m in tc.models))
+            missing = sorted(named - set(keys))
+            if missing:
+                raise ValueError(f"tasks.{task}.datasets names unknown dataset(s) {missing}; known: {keys}")
+        if "specialty" in self.tasks and self.mtsamples is None:
+            raise ValueError("tasks.specialty needs an `mtsamples` source")
+        return self
+
+    def resolve(self, source: str) -> str:
+        """A folder/file source as an absolute path (URLs and synth:N pass through)."""
+        if _SYNTH.match(source) or source.startswith(("http://", "https://")):
+            return source
+        path = Path(source).expanduser()
+        return str(path if path.is_absolute() else (self.base_dir / path).resolve())
+
+    def datasets_for(self, task: str) -> list[DatasetConfig]:
+        """The EHR datasets a task runs on (all of them unless the task lists some)."""
+        wanted = self.tasks[task].datasets
+        return [d for d in self.datasets if wanted is None or d.key in wanted]
+
+    def fingerprint(self) -> str:
+        """Stable hash of the config's content (not of its file path or formatting)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_config(path: Path | str) -> PipelineConfig:
+    """Read and validate a pipeline YAML config; errors name the file and the offending key."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"pipeline config {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    # `x-...` keys hold YAML anchors shared by several entries (as in docker-compose files).
+    raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
+    try:
+        return PipelineConfig(**raw, base_dir=path.resolve().parent)
+    except ValueError as exc:
+        raise ValueError(f"{path}: invalid pipeline config:\n{exc}") from exc
+
+
+def resolve_devices(devices: list[str]) -> list[str]:
+    """Expand "auto" to every visible CUDA device (or "cpu" without one); keep explicit names."""
+    if devices != ["auto"]:
+        return devices
+    import torch
+
+    count = torch.cuda.device_count()
+    return [f"cuda:{i}" for i in range(count)] or ["cpu"]

@@ -1,0 +1,182 @@
+"""Pipeline bookkeeping in the warehouse: ml.pipeline_runs (one row per flow run) and ml.pipeline_steps
+(one row per step of a run), plus the cache-validity check built on them.
+
+Why the check: a Prefect cache hit only says "this task already ran with these inputs". Steps write the
+warehouse, so a hit is only honest if the warehouse still holds what that run wrote. Each completed step
+records the fingerprint of its output rows; before reusing a cached result the flow recomputes that
+fingerprint and forces a refresh when it differs (rows deleted, re-written by hand, a wiped warehouse).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from medtx.db import open_warehouse, transaction
+from medtx.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
+from medtx.pipeline_plan import CODE, Step
+
+log = logging.getLogger("medtx.pipeline")
+
+STATES = ("completed", "cached", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What happened to one step in one pipeline run."""
+
+    step: Step
+    state: str  # one of STATES
+    input_key: str | None = None
+    output_scope: dict[str, Any] | None = None
+    output_fingerprint: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+    result: dict[str, Any] | None = None
+
+
+def start_pipeline_run(db: Path | str, pipeline_run_id: str, config: dict[str, Any]) -> None:
+    """Insert (or restart) the ml.pipeline_runs row of this flow run as 'running'."""
+    with open_warehouse(db) as con, transaction(con):
+        con.execute("DELETE FROM ml.pipeline_steps WHERE pipeline_run_id = ?", [pipeline_run_id])
+        con.execute("DELETE FROM ml.pipeline_runs WHERE pipeline_run_id = ?", [pipeline_run_id])
+        con.execute(
+            "INSERT INTO ml.pipeline_runs (pipeline_run_id, config, status, started_at) VALUES (?, ?, 'running', ?)",
+            [pipeline_run_id, json.dumps(config, default=str), datetime.now()],
+        )
+
+
+def finish_pipeline_run(db: Path | str, pipeline_run_id: str, failed: list[str]) -> str:
+    """Mark the run completed, or failed with the names of the failed steps as its error text."""
+    status = "failed" if failed else "completed"
+    error = f"{len(failed)} step(s) failed: {', '.join(failed)}" if failed else None
+    with open_warehouse(db) as con, transaction(con):
+        con.execute(
+            "UPDATE ml.pipeline_runs SET status = ?, finished_at = ?, error = ? WHERE pipeline_run_id = ?",
+            [status, datetime.now(), error, pipeline_run_id],
+        )
+    return status
+
+
+def record_step(db: Path | str, pipeline_run_id: str, outcome: StepOutcome) -> None:
+    """Write (idempotently) the ml.pipeline_steps row of one step."""
+    s = outcome.step
+    with open_warehouse(db) as con, transaction(con):
+        con.execute("DELETE FROM ml.pipeline_steps WHERE pipeline_run_id = ? AND step = ?", [pipeline_run_id, s.name])
+        con.execute(
+            "INSERT INTO ml.pipeline_steps (pipeline_run_id, step, kind, dataset, task, model, state, input_key,"
+            " output_scope, output_fingerprint, error, seconds, finished_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                pipeline_run_id, s.name, s.kind, s.dataset, s.task, s.model, outcome.state, outcome.input_key,
+                json.dumps(outcome.output_scope) if outcome.output_scope is not None else None,
+                outcome.output_fingerprint, outcome.error, outcome.seconds, datetime.now(),
+            ],
+        )
+
+
+def input_fingerprints(db: Path | str, step: Step) -> dict[str, str]:
+    """The explicit cache inputs of a step: upstream table rows, local source files, and code version."""
+    prints = {"code": code_version(*CODE[step.kind])}
+    table = step.params.get("table")
+    prefix = "oracle_" if table == "oracle" else f"{table}." if step.kind == "ingest" else ""
+    for i, path in enumerate(step.files):
+        prints[f"file{i}"] = source_fingerprint(path, prefix) if Path(path).exists() else "missing"
+    if step.reads:
+        with open_warehouse(db) as con:
+            prints["reads"] = tables_fingerprint(con, step.reads, step.scope)
+    return prints
+
+
+def input_key(step: Step, fingerprints: dict[str, str]) -> str:
+    """One hash of what the Prefect cache key covers (params + fingerprints), for ml.pipeline_steps."""
+    return text_hash(step.name, json.dumps(step.params, sort_keys=True, default=str),
+                     json.dumps(fingerprints, sort_keys=True))
+
+
+def output_scope(step: Step, result: dict[str, Any] | None) -> dict[str, Any]:
+    """What the output fingerprint covers: the run ids a train step wrote, else the step's scope."""
+    if step.kind == "train":
+        return {"run_id": list((result or {}).get("run_ids", []))}
+    return dict(step.scope)
+
+
+def output_fingerprint(db: Path | str, step: Step, scope: dict[str, Any]) -> str:
+    with open_warehouse(db) as con:
+        return tables_fingerprint(con, step.writes, scope)
+
+
+def cache_still_valid(db: Path | str, step: Step, key: str) -> bool:
+    """True when the latest successful run of `step` with this input key left output that is unchanged."""
+    with open_warehouse(db) as con:
+        rows = con.execute(
+            "SELECT output_scope, output_fingerprint FROM ml.pipeline_steps"
+            " WHERE step = ? AND input_key = ? AND state IN ('completed', 'cached')"
+            " ORDER BY finished_at DESC LIMIT 1",
+            [step.name, key],
+        ).fetchall()
+        if not rows or rows[0][1] is None:
+            return False
+        scope = json.loads(rows[0][0]) if rows[0][0] else {}
+        current = tables_fingerprint(con, step.writes, scope)
+    if current != rows[0][1]:
+        log.info("%s: warehouse output changed since it was cached; recomputing", step.name)
+    return current == rows[0][1]
+
+
+def step_table(db: Path | str, pipeline_run_id: str) -> list[dict[str, Any]]:
+    """The steps of one run as rows (for the Prefect artifact and the CLI summary)."""
+    with open_warehouse(db) as con:
+        cur = con.execute(
+            "SELECT step, state, round(seconds, 2) AS seconds, coalesce(left(error, 200), '') AS error"
+            " FROM ml.pipeline_steps WHERE pipeline_run_id = ? ORDER BY finished_at",
+            [pipeline_run_id],
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def metrics_rows(db: Path | str, run_ids: list[str]) -> list[dict[str, Any]]:
+    """Test metrics (mean ± sd) of the given runs, one row per (run, metric): the run's metric table."""
+    if not run_ids:
+        return []
+    marks = ", ".join("?" * len(run_ids))
+    with open_warehouse(db) as con:
+        return _rows(
+            con,
+            "SELECT r.dataset, r.task, r.model, r.seed, r.status, m.metric, m.averaging,"
+            " round(m.value, 4) AS value, round(m.sd, 4) AS sd"
+            f" FROM ml.runs r LEFT JOIN ml.metrics m ON m.run_id = r.run_id AND m.split = 'test'"
+            f" WHERE r.run_id IN ({marks}) ORDER BY r.task, r.dataset, r.model, r.seed, m.metric, m.averaging",
+            run_ids,
+        )
+
+
+def data_quality_markdown(db: Path | str) -> str:
+    """Rows loaded/rejected per ingested table and NDC->ATC-3 coverage per dataset, as Markdown."""
+    lines = ["# Data quality", "", "| dataset | table | status | rows loaded | rows rejected |", "|---|---|---|---:|---:|"]
+    with open_warehouse(db) as con:
+        ingests = con.sql(
+            "SELECT dataset, table_name, status, rows_loaded, rows_rejected FROM raw.ingest_log"
+            " QUALIFY row_number() OVER (PARTITION BY dataset, table_name ORDER BY finished_at DESC) = 1"
+            " ORDER BY dataset, table_name"
+        ).fetchall()
+        lines += [f"| {d} | {t} | {s} | {n:,} | {r:,} |" for d, t, s, n, r in ingests]
+        coverage = con.sql(
+            "SELECT dataset, route, n_rows, round(pct_rows, 3) FROM core.mapping_coverage"
+            " WHERE kind = 'route' ORDER BY dataset, route"
+        ).fetchall()
+    if coverage:
+        lines += ["", "## NDC -> ATC-3 coverage", "", "| dataset | route | rows | share of rows |", "|---|---|---:|---:|"]
+        lines += [f"| {d} | {r} | {n:,} | {p} |" for d, r, n, p in coverage]
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""What each pipeline step does: one function per step kind, each a short call into the stage that owns
+the work (ingest, synth, codes, samples, training, text). No Prefect here: flows/pipeline.py wraps each
+function in a cached Prefect task, and tests can call them directly.
+
+Every function takes the step's `spec` (dataset, task, model, params; see `Step.spec`) and `paths` (db,
+cache_dir, data_dir, models_dir as strings), and returns a small JSON-able dict (Prefect persists it).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from pathlib import Path
+from typing import Any
+
+from medtx.db import open_warehouse
+
+log = logging.getLogger("medtx.pipeline")
+
+Spec = dict[str, Any]
+Paths = dict[str, str]
+
+
+def run_synth(spec: Spec, paths: Paths) -> dict[str, Any]:
+    """Generate a synthetic MIMIC-III-format cohort (CSV files + oracle files) into params.out_dir."""
+    from medtx.synth.generate import generate_mimic3
+
+    p = spec["params"]
+    summary = generate_mimic3(Path(p["out_dir"]), n_patients=p["n_patients"], seed=p["seed"], notes=p["notes"])
+    return {"out_dir": str(summary.out_dir), "rows": summary.rows, "seconds": summary.seconds}
+
+
+def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
+    """Load one table of a source into raw.* (or the synth oracle files, or the MTSamples corpus)."""
+    from medtx.ingest import ingest_mimic3_table, ingest_mtsamples
+
+    db, cache_dir, p = Path(paths["db"]), Path(paths["cache_dir"]), spec["params"]
+    if p["table"] == "mtsamples":
+        result = ingest_mtsamples(db, p["source"], cache_dir)
+    elif p["table"] == "oracle":
+        from medtx.synth.oracle import load_oracle
+
+        with open_warehouse(db) as con:
+            return {"rows": load_oracle(con, Path(p["source"]), dataset=spec["dataset"])}
+    else:
+        result = ingest_mimic3_table(db, p["table"], p["source"], spec["dataset"], cache_dir)
+    return {"rows_loaded": result.rows_loaded, "rows_rejected": result.rows_rejected, "status": result.status}
+
+
+def run_reference(spec: Spec, paths: Paths) -> dict[str, Any]:
+    """(Re)build the ref.* code dictionaries and drug maps from the bundled data."""
+    from medtx.codes.reference import load_reference_tables
+
+    with open_warehouse(paths["db"]) as con:
+        return load_reference_tables(con, Path(paths["data_dir"]))
+
+
+def run_codes(spec: Spec, paths: Paths) -> dict[str, Any]:
+    """Map one dataset's prescriptions NDC -> ATC-3 into core.* (with the coverage report)."""
+    from medtx.codes.mapping import map_prescriptions
+
+    with open_warehouse(paths["db"]) as con:
+        return {"mapped_rows": map_prescriptions(con, spec["dataset"])}
+
+
+def run_samples(spec: Spec, paths: Paths) -> dict[str, Any]:
+    """Build one task's samples, split, vocabularies and summary (for one dataset, or the text corpora).
+
+    `params.options` may set `fractions` (train/val/test, default 70/10/20), `min_count` and `k_folds`.
+    """
+    from medtx.samples import EHR_TASKS, build_samples
+
+    p, task = spec["params"], spec["task"]
+    datasets = [spec["dataset"]] if task in EHR_TASKS else None
+    with open_warehouse(paths["db"]) as con:
+        counts = build_samples(con, Path(paths["data_dir"]), [task], datasets, seed=p["seed"], **p["options"])
+    return {"samples": sum(counts.values())}
+
+
+def run_train(spec: Spec, paths: Paths, *, pipeline_run_id: str | None, device: str) -> dict[str, Any]:
+    """Train and evaluate one (dataset, task, model, seed); returns the run ids it wrote to ml.runs.
+
+    A failure is recorded in ml.runs (status 'failed', error text) and re-raised, so Prefect marks the task
+    failed while the flow carries on with the other models.
+    """
+    from medtx.text.experiment import run_text_experiment
+    from medtx.training.experiment import EHR_TASKS, ExperimentOptions, run_ehr_experiment
+
+    p, db = spec["params"], Path(paths["db"])
+    try:
+        if spec["task"] not in EHR_TASKS:  # specialty, readmission_notes, faq
+            overrides = {"device": device, **p["overrides"]}
+            run_id = run_text_experiment(db, spec["task"], p["model"], p["seed"], overrides,
+                                         dataset=spec["dataset"], pipeline_run_id=pipeline_run_id)
+        else:
+            options = ExperimentOptions(models_dir=Path(paths["models_dir"]), pipeline_run_id=pipeline_run_id)
+            run_id = run_ehr_experiment(db, spec["dataset"], spec["task"], p["model"], p["seed"], p["overrides"],
+                                        device=device, options=options)
+    except Exception as exc:
+        record_failure(db, spec, pipeline_run_id, device, exc)
+        raise
+    return {"run_ids": [run_id]}
+
+
+def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, device: str, exc: BaseException) -> None:
+    """Make sure a failed training shows up in ml.runs: the experiment records its own failures once it has
+    started a run; this covers a failure before that (bad config, missing samples)."""
+    from medtx.training import records
+
+    p = spec["params"]
+    with open_warehouse(db) as con:
+        already = con.execute(
+            "SELECT count(*) FROM ml.runs WHERE pipeline_run_id IS NOT DISTINCT FROM ? AND task = ?"
+            " AND model = ? AND dataset = ? AND seed = ? AND status = 'failed'",
+            [pipeline_run_id, spec["task"], p["model"], spec["dataset"], p["seed"]],
+        ).fetchall()[0][0]
+        if already:
+            return
+        run_id = records.new_run_id(spec["task"], p["model"], spec["dataset"], p["seed"])
+        records.start_run(
+            con, run_id, task=spec["task"], model=p["model"], dataset=spec["dataset"], seed=p["seed"],
+            config={"overrides": p["overrides"]}, device=device, pipeline_run_id=pipeline_run_id,
+            is_synthetic=spec["dataset"].startswith("synth"),
+        )
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        records.fail_run(con, run_id, error)
+    log.warning("%s/%s/%s failed before recording a run: %s", spec["task"], spec["dataset"], p["model"], error)
+
+
+RUNNERS = {
+    "synth": run_synth,
+    "ingest": run_ingest,
+    "reference": run_reference,
+    "codes": run_codes,
+    "samples": run_samples,
+}

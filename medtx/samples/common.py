@@ -1,0 +1,149 @@
+"""Pieces every EHR sample builder shares: per-visit code lists, empty-cohort errors, the summary table.
+
+Visits are the dataset's admissions (one row per hadm_id) with their distinct diagnosis and procedure codes
+(ordered by first seq_num, then code) and their distinct mapped ATC-3 codes (sorted). Codes found in no
+dictionary are kept as they are: the builders count them in `samples.task_summary`, they never drop them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import duckdb
+
+log = logging.getLogger("medtx.samples")
+
+# MIMIC-III shifts the date of birth of patients older than 89 so that they appear ~300 years old.
+AGE_CAP = 90
+VISITS_TABLE = "_samples_visits"
+
+
+class EmptyCohortError(ValueError):
+    """A builder found nothing to build from; the message says what was missing."""
+
+
+def ehr_datasets(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every dataset present in raw.admissions, sorted."""
+    return [r[0] for r in con.sql("SELECT DISTINCT dataset FROM raw.admissions ORDER BY 1").fetchall()]
+
+
+def _code_lists_sql(table: str) -> str:
+    """hadm_id -> distinct, trimmed ICD-9 codes of `raw.<table>` in first-seq_num order."""
+    return f"""
+        SELECT hadm_id, list(code ORDER BY first_seq NULLS LAST, code) AS codes FROM (
+            SELECT hadm_id, trim(icd9_code) AS code, min(seq_num) AS first_seq
+            FROM raw.{table}
+            WHERE dataset = $dataset AND hadm_id IS NOT NULL AND nullif(trim(icd9_code), '') IS NOT NULL
+            GROUP BY ALL
+        ) GROUP BY hadm_id"""
+
+
+def create_visits(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
+    """(Re)create the temp table `_samples_visits` for one dataset; returns its row count.
+
+    Columns: subject_id, hadm_id, admittime, dischtime, deathtime, admission_type (upper case),
+    hospital_expire_flag, age (whole years at admission, capped at AGE_CAP), conditions, procedures, drugs.
+    """
+    n_adm = con.execute(
+        "SELECT count(*) FROM raw.admissions WHERE dataset = $dataset", {"dataset": dataset}
+    ).fetchall()[0][0]
+    if n_adm == 0:
+        known = ", ".join(ehr_datasets(con)) or "none"
+        raise EmptyCohortError(
+            f"dataset {dataset!r} has no rows in raw.admissions (datasets present: {known}); run `medtx ingest` first"
+        )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE {VISITS_TABLE} AS
+        WITH adm AS (   -- raw keeps duplicates: one row per hadm_id
+            SELECT subject_id, hadm_id, admittime, dischtime, deathtime,
+                   upper(trim(admission_type)) AS admission_type, hospital_expire_flag
+            FROM raw.admissions
+            WHERE dataset = $dataset AND hadm_id IS NOT NULL AND subject_id IS NOT NULL
+            QUALIFY row_number() OVER (PARTITION BY hadm_id ORDER BY row_id NULLS LAST, admittime) = 1
+        ), dob AS (
+            SELECT subject_id, min(dob) AS dob FROM raw.patients WHERE dataset = $dataset GROUP BY 1
+        ), dx AS ({_code_lists_sql('diagnoses_icd')}),
+        px AS ({_code_lists_sql('procedures_icd')}),
+        rx AS (
+            SELECT hadm_id, list_sort(list(DISTINCT atc3)) AS codes
+            FROM core.prescriptions_atc3 WHERE dataset = $dataset GROUP BY 1
+        )
+        SELECT adm.*,
+               CAST(least({AGE_CAP}, greatest(0, date_part('year', age(adm.admittime, dob.dob)))) AS INTEGER)
+                   AS age,
+               coalesce(dx.codes, []::VARCHAR[]) AS conditions,
+               coalesce(px.codes, []::VARCHAR[]) AS procedures,
+               coalesce(rx.codes, []::VARCHAR[]) AS drugs
+        FROM adm
+        LEFT JOIN dob USING (subject_id)
+        LEFT JOIN dx USING (hadm_id) LEFT JOIN px USING (hadm_id) LEFT JOIN rx USING (hadm_id)""",
+        {"dataset": dataset},
+    )
+    return n_adm
+
+
+def visit_stats(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """What the visits table holds, for error messages and summaries."""
+    row = con.sql(
+        f"""SELECT count(*), count(DISTINCT subject_id),
+                   count(*) FILTER (WHERE len(conditions) > 0),
+                   count(*) FILTER (WHERE len(procedures) > 0),
+                   count(*) FILTER (WHERE len(drugs) > 0),
+                   count(*) FILTER (WHERE len(conditions) > 0 AND len(procedures) > 0 AND len(drugs) > 0)
+            FROM {VISITS_TABLE}"""
+    ).fetchall()[0]
+    keys = ("cohort_visits", "cohort_patients", "visits_with_conditions", "visits_with_procedures", "visits_with_drugs",
+            "visits_with_all_three")
+    return dict(zip(keys, row, strict=True))
+
+
+def unknown_code_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Distinct diagnosis/procedure codes of the visits that no ICD-9 dictionary knows (kept, only counted)."""
+    out = {}
+    for column, ref in (("conditions", "icd9_diagnoses"), ("procedures", "icd9_procedures")):
+        out[f"{column}_codes_not_in_dictionary"] = con.sql(
+            f"""SELECT count(DISTINCT code) FROM (SELECT unnest({column}) AS code FROM {VISITS_TABLE})
+                WHERE code NOT IN (SELECT icd9_code FROM ref.{ref})"""
+        ).fetchall()[0][0]
+    return out
+
+
+def write_summary(con: duckdb.DuckDBPyConnection, dataset: str, task: str, figures: dict[str, float]) -> None:
+    """Replace the task's rows of `samples.task_summary` (call inside the builder's transaction)."""
+    con.execute("DELETE FROM samples.task_summary WHERE dataset = $d AND task = $t", {"d": dataset, "t": task})
+    con.executemany(
+        "INSERT INTO samples.task_summary VALUES (?, ?, ?, ?)",
+        [[dataset, task, metric, None if value is None else float(value)] for metric, value in figures.items()],
+    )
+
+
+def store_task(
+    con: duckdb.DuckDBPyConnection, *, dataset: str, task: str, source: str, target: str,
+    seed: int, fractions, min_count: int, vocab: dict[str, str], figures: dict[str, float],
+    specials: dict[str, tuple[str, ...]] | None = None,
+) -> dict[int, str]:
+    """Write a patient-level task in one transaction: samples (from temp table `source` into `target`),
+    its split, its vocabularies (`feature -> list expression` over a sample row, training patients only)
+    and its summary. Returns the split assignment."""
+    from medtx.db import transaction
+    from medtx.samples.splits import split_counts, write_splits
+    from medtx.samples.vocab import write_vocab
+
+    units = [r[0] for r in con.sql(f"SELECT DISTINCT subject_id FROM {source}").fetchall()]
+    with transaction(con):
+        con.execute(f"DELETE FROM {target} WHERE dataset = $dataset", {"dataset": dataset})
+        con.execute(f"INSERT INTO {target} BY NAME SELECT * FROM {source}")
+        assignment = write_splits(con, dataset, task, units, seed, fractions)
+        for feature, expr in vocab.items():
+            write_vocab(
+                con, dataset, task, feature,
+                f"""SELECT unnest({expr}) AS token FROM {source} s
+                    JOIN samples.splits p ON p.dataset = $d AND p.task = $t AND p.subject_id = s.subject_id
+                    WHERE p.split = 'train'""",
+                specials=(specials or {}).get(feature, ()), min_count=min_count,
+            )
+        write_summary(con, dataset, task, {**figures, **split_counts(assignment)})
+    con.execute(f"DROP TABLE IF EXISTS {source}")
+    log.info("%s [%s]: %d samples, splits %s", task, dataset, figures.get("samples", -1), split_counts(assignment))
+    return assignment

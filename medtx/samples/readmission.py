@@ -1,0 +1,72 @@
+"""`samples.readmission`: 30-day readmission per admission (the corrected ClinicalBERT rule).
+
+Rule, per admission A of a patient (admissions ordered by admittime, then hadm_id):
+- A is excluded when the patient died in hospital (hospital_expire_flag = 1 or deathtime set) or when
+  A is a NEWBORN admission.
+- The *next admission* is the first later admission whose admission_type is not ELECTIVE (planned
+  admissions are not readmissions; a later unplanned one still counts).
+- label = that next admission starts less than 30 days (30 * 24 h) after A's discharge. An overlapping
+  next admission (admittime before A's dischtime) counts as a readmission.
+Features: the per-visit conditions/procedures/ATC-3 drugs of all the patient's admissions up to and
+including A (excluded admissions still count as history). text = A's discharge summaries from NOTEEVENTS
+(category 'Discharge summary', error rows dropped), joined in chart order; NULL when there is none.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from medtx.samples.common import VISITS_TABLE, EmptyCohortError, store_task, unknown_code_counts, visit_stats
+
+TASK = "readmission"
+WINDOW_DAYS = 30
+
+READMISSION_SQL = f"""
+    WITH hist AS (
+        SELECT *,
+               list(conditions) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS h_conditions,
+               list(procedures) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS h_procedures,
+               list(drugs) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS h_drugs,
+               min(CASE WHEN admission_type IS DISTINCT FROM 'ELECTIVE' THEN admittime END)
+                   OVER (w ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_admittime
+        FROM {VISITS_TABLE}
+        WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)
+    ), notes AS (
+        SELECT hadm_id, string_agg(text, chr(10) || chr(10) ORDER BY chartdate, charttime, row_id) AS text
+        FROM raw.noteevents
+        WHERE dataset = $dataset AND lower(trim(category)) = 'discharge summary'
+          AND coalesce(trim(iserror), '') <> '1' AND nullif(trim(text), '') IS NOT NULL
+        GROUP BY hadm_id
+    )
+    SELECT $dataset AS dataset, subject_id, hadm_id, admittime, dischtime,
+           h_conditions AS conditions, h_procedures AS procedures, h_drugs AS drugs, notes.text,
+           coalesce(date_diff('second', dischtime, next_admittime) < {WINDOW_DAYS} * 86400, false) AS label
+    FROM hist LEFT JOIN notes USING (hadm_id)
+    WHERE coalesce(hospital_expire_flag, 0) <> 1 AND deathtime IS NULL
+      AND admission_type IS DISTINCT FROM 'NEWBORN'"""
+
+VOCAB = {"conditions": "conditions[-1]", "procedures": "procedures[-1]", "drugs": "drugs[-1]"}
+
+
+def build_readmission(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int, fractions, min_count: int) -> int:
+    """Rewrite `samples.readmission` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_readmission AS {READMISSION_SQL}", {"dataset": dataset})
+    stats = visit_stats(con)
+    n, patients, positives, with_text = con.sql(
+        "SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label), count(text) "
+        "FROM _samples_readmission"
+    ).fetchall()[0]
+    if n == 0:
+        raise EmptyCohortError(
+            f"readmission: dataset {dataset!r} has no admission left after excluding in-hospital deaths and "
+            f"newborns ({stats['cohort_visits']} admissions)"
+        )
+    figures = {
+        "samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
+        "samples_with_text": with_text, **stats, **unknown_code_counts(con),
+    }
+    store_task(
+        con, dataset=dataset, task=TASK, source="_samples_readmission", target="samples.readmission",
+        seed=seed, fractions=fractions, min_count=min_count, vocab=VOCAB, figures=figures,
+    )
+    return n

@@ -1,0 +1,82 @@
+"""Per-task vocabularies from the training split only, stored in `samples.vocab`.
+
+idx 0 = `<pad>`, 1 = `<unk>`, then any task-specific specials (e.g. `[CLS] [SEP] [MASK]` for BEHRT codes),
+then tokens by descending training count, ties by token. `feature` is the samples column the tokens come
+from (conditions, procedures, drugs_hist, drugs, visits, codes, label). Tokens seen fewer than `min_count`
+times in training are left out and encode as `<unk>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+
+PAD, UNK = "<pad>", "<unk>"
+PAD_IDX, UNK_IDX = 0, 1
+
+
+class Vocab:
+    """Token <-> index for one (dataset, task, feature)."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        if list(tokens[:2]) != [PAD, UNK]:
+            raise ValueError(f"a vocabulary starts with {PAD!r}, {UNK!r}; got {list(tokens[:2])}")
+        self.tokens: list[str] = list(tokens)
+        self.index: dict[str, int] = {t: i for i, t in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.index
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Indices of `tokens`; unknown tokens -> 1 (`<unk>`)."""
+        return [self.index.get(t, UNK_IDX) for t in tokens]
+
+    def decode(self, ids: Sequence[int]) -> list[str]:
+        return [self.tokens[i] for i in ids]
+
+
+def vocab_rows_sql(token_sql: str, specials: Sequence[str], min_count: int) -> str:
+    """SELECT (token, idx, count) from a query yielding one `token` row per training occurrence."""
+    special_values = ", ".join(f"('{s}', {i})" for i, s in enumerate([PAD, UNK, *specials]))
+    n_special = 2 + len(specials)
+    return f"""
+        WITH specials(token, idx) AS (VALUES {special_values}),
+        counts AS (SELECT token, count(*) AS n FROM ({token_sql}) WHERE token IS NOT NULL GROUP BY token)
+        SELECT s.token, s.idx, coalesce(c.n, 0) AS count FROM specials s LEFT JOIN counts c USING (token)
+        UNION ALL
+        SELECT token, {n_special - 1} + row_number() OVER (ORDER BY n DESC, token), n FROM counts
+        WHERE n >= {int(min_count)} AND token NOT IN (SELECT token FROM specials)"""
+
+
+def write_vocab(
+    con: duckdb.DuckDBPyConnection, dataset: str, task: str, feature: str, token_sql: str,
+    *, specials: Sequence[str] = (), min_count: int = 1, params: dict | None = None,
+) -> int:
+    """Replace one stored vocabulary; `token_sql` yields one `token` row per training occurrence."""
+    keys = {"d": dataset, "t": task, "f": feature}
+    con.execute("DELETE FROM samples.vocab WHERE dataset = $d AND task = $t AND feature = $f", keys)
+    con.execute(
+        f"INSERT INTO samples.vocab SELECT $d, $t, $f, token, idx, count FROM ({vocab_rows_sql(token_sql, specials, min_count)})",
+        {**keys, **(params or {})},
+    )
+    return con.execute(
+        "SELECT count(*) FROM samples.vocab WHERE dataset = $d AND task = $t AND feature = $f", keys
+    ).fetchall()[0][0]
+
+
+def load_vocab(con: duckdb.DuckDBPyConnection, dataset: str, task: str, feature: str) -> Vocab:
+    """The stored vocabulary, in index order."""
+    rows = con.execute(
+        "SELECT token FROM samples.vocab WHERE dataset = ? AND task = ? AND feature = ? ORDER BY idx",
+        [dataset, task, feature],
+    ).fetchall()
+    if not rows:
+        raise LookupError(
+            f"no vocabulary for dataset={dataset!r} task={task!r} feature={feature!r}: "
+            f"run `medtx build-samples --task {task}` first"
+        )
+    return Vocab([r[0] for r in rows])

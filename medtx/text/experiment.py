@@ -1,0 +1,520 @@
+"""Text experiments: one (task, model, seed) run on notes, trained, evaluated and recorded in `ml.*`.
+
+Tasks: `specialty` (MTSamples, 40-class, `samples.specialty`, split by text group) and `readmission_notes`
+(`samples.readmission` rows that have discharge text, split by patient from `samples.splits`).
+Models: `majority`, `tfidf_logreg` (scikit-learn), `bilstm`, `bert` (local folder / Hub id in
+`bert_path`), `minilm` (optional package), `bert_scratch` (small BERT MLM-pre-trained here on the training
+notes, then fine-tuned). Neural models go through the shared trainer (`medtx.training.trainer.fit`) and select
+their epoch on validation (macro-F1 for specialty, AUROC for readmission); test is touched once.
+
+Every run passes its test predictions through the collapse guard (`medtx.metrics.collapse.is_collapsed`), so a
+majority-class model is stored as `collapsed = true` with the reason, never as a plain result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from medtx.db import connect, transaction
+from medtx.fingerprint import code_version, tables_fingerprint, text_hash
+from medtx.metrics.binary import binary_metrics
+from medtx.metrics.bootstrap import N_BOOT, bootstrap
+from medtx.metrics.classification import classification_metrics, confusion_counts, per_class_f1
+from medtx.metrics.collapse import is_collapsed
+from medtx.settings import get_settings
+from medtx.training import records
+from medtx.training.trainer import TrainConfig, fit, predict
+
+log = logging.getLogger("medtx.text")
+
+TEXT_TASKS = ("specialty", "readmission_notes")
+TEXT_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert", "minilm", "bert_scratch")
+NEURAL_MODELS = ("bilstm", "bert", "minilm", "bert_scratch")
+SPECIALTY_DATASET = "mtsamples"
+
+
+@dataclass
+class TextConfig:
+    """Everything a text run needs; `overrides` (CLI/YAML) replace any field. Defaults fit 2 CPU cores."""
+
+    # trainer
+    epochs: int = 10
+    batch_size: int = 16
+    lr: float = 5e-4
+    patience: int = 3
+    weight_decay: float = 0.01
+    device: str = "auto"
+    # class weighting of the CE loss: "none", "sqrt" (1/sqrt(freq), mean 1) or "balanced" (1/freq)
+    class_weighting: str = "sqrt"
+    dedupe: bool = True  # one row per (text group, label): exact duplicate notes count once
+    # WordPiece tokenizer (bilstm, bert_scratch), trained on the training split only
+    vocab_size: int = 8000
+    # BiLSTM: head truncation to the first bilstm_max_len tokens
+    bilstm_max_len: int = 512
+    embed_dim: int = 128
+    hidden_dim: int = 128
+    dropout: float = 0.3
+    # BERT chunking: windows of max_len tokens overlapping by stride; first max_chunks windows per note
+    max_len: int = 128
+    stride: int = 32
+    max_chunks: int | None = 4
+    pooling: str = "mean"  # mean | max over chunk [CLS] vectors; clinicalbert for readmission_notes
+    # bert: a local checkpoint folder or a Hub id (online only)
+    bert_path: str | None = None
+    # bert_scratch: encoder size and MLM pre-training (once per data+config, cached, seed mlm_seed)
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 2
+    mlm_epochs: int = 3
+    mlm_lr: float = 1e-3
+    mlm_batch_size: int = 32
+    mlm_seed: int = 0
+    # tfidf_logreg
+    tfidf_C: float = 10.0
+    tfidf_max_features: int = 50_000
+    # showcase attention: the first n test notes, at most attention_max_tokens tokens per axis
+    n_showcase: int = 3
+    attention_max_tokens: int = 64
+    n_boot: int = N_BOOT
+
+
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bilstm": {"lr": 2e-3, "batch_size": 32, "epochs": 15},
+    "bert_scratch": {"lr": 5e-4, "epochs": 10},
+    # Pretrained encoders: small lr, few epochs (a 6-layer MiniLM epoch is minutes on 2 cores).
+    "minilm": {"lr": 5e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1},
+    "bert": {"lr": 3e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1},
+}
+
+
+def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: str = "specialty") -> TextConfig:
+    """Defaults < per-model defaults < overrides; unknown keys are an error naming them."""
+    known = {f.name for f in dataclasses.fields(TextConfig)}
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown text config keys {unknown}; known: {sorted(known)}")
+    values = {**MODEL_DEFAULTS.get(model, {}), **overrides}
+    if task == "readmission_notes" and "pooling" not in overrides:
+        values["pooling"] = "clinicalbert"
+    return TextConfig(**values)
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+@dataclass
+class TextData:
+    """One task's notes: frame(sample_id, text, y, split, unit[, subject_id, hadm_id]) and its class names."""
+
+    frame: pl.DataFrame
+    classes: list[str]
+    binary: bool
+
+    def split(self, name: str) -> pl.DataFrame:
+        return self.frame.filter(pl.col("split") == name)
+
+
+def specialty_data(frame: pl.DataFrame, *, dedupe: bool = True) -> TextData:
+    """From samples.specialty rows (note_id, text, label, group_id, split): y = index into sorted labels."""
+    missing = {"note_id", "text", "label", "group_id", "split"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"samples.specialty lacks columns {sorted(missing)}")
+    if dedupe:
+        frame = frame.sort("note_id").unique(["group_id", "label"], keep="first", maintain_order=True)
+    classes = sorted(frame["label"].unique().to_list())
+    index = {c: i for i, c in enumerate(classes)}
+    out = frame.select(
+        pl.col("note_id").cast(pl.Utf8).alias("sample_id"),
+        "text",
+        pl.col("label").replace_strict(index, return_dtype=pl.Int64).alias("y"),
+        "split",
+        pl.col("group_id").alias("unit"),
+    )
+    return TextData(out, classes, binary=False)
+
+
+def readmission_notes_data(frame: pl.DataFrame) -> TextData:
+    """From samples.readmission joined to its split: only admissions with discharge text; y = label (0/1)."""
+    frame = frame.filter(pl.col("text").is_not_null() & (pl.col("text").str.strip_chars() != ""))
+    if frame.height == 0:
+        raise ValueError("readmission_notes: no admission in samples.readmission has discharge text "
+                         "(NOTEEVENTS is empty for this dataset; use a synthetic cohort with notes)")
+    out = frame.select(
+        pl.col("hadm_id").cast(pl.Utf8).alias("sample_id"),
+        "text",
+        pl.col("label").cast(pl.Int64).alias("y"),
+        "split",
+        pl.col("subject_id").alias("unit"),
+        "subject_id",
+        "hadm_id",
+    )
+    return TextData(out, ["no_readmission", "readmission"], binary=True)
+
+
+def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> TextData:
+    """Read a text task's samples from the warehouse (see TextData)."""
+    if task == "specialty":
+        frame = con.sql("SELECT note_id, text, label, group_id, split FROM samples.specialty").pl()
+        if frame.height == 0:
+            raise ValueError("samples.specialty is empty: run `medtx samples` after ingesting MTSamples")
+        return specialty_data(frame, dedupe=dedupe)
+    if task == "readmission_notes":
+        frame = con.execute(
+            "SELECT r.subject_id, r.hadm_id, r.text, r.label, s.split FROM samples.readmission r "
+            "JOIN samples.splits s ON s.dataset = r.dataset AND s.task = 'readmission' AND s.subject_id = r.subject_id "
+            "WHERE r.dataset = ?",
+            [dataset],
+        ).pl()
+        return readmission_notes_data(frame)
+    raise ValueError(f"unknown text task {task!r}; choose one of {TEXT_TASKS}")
+
+
+# --------------------------------------------------------------------------------------------- fitting
+
+
+@dataclass
+class TextFit:
+    """What a fitted model produced on the test split."""
+
+    probs: np.ndarray  # [N, C] (multi-class) or [N] P(positive) (binary)
+    n_params: int | None = None
+    best_epoch: int | None = None
+    train_seconds: float = 0.0
+    device: str = "cpu"
+    history: list[dict[str, float]] = field(default_factory=list)
+    attention: pl.DataFrame | None = None
+    checkpoints: dict[str, Path] = field(default_factory=dict)  # kind -> folder
+
+
+def class_weights(y: np.ndarray, n_classes: int, how: str) -> torch.Tensor | None:
+    """Loss weights per class from training counts; classes absent from training get weight 1."""
+    if how == "none":
+        return None
+    if how not in ("sqrt", "balanced"):
+        raise ValueError(f"class_weighting must be none, sqrt or balanced, got {how!r}")
+    counts = np.bincount(y, minlength=n_classes).astype(np.float64)
+    inv = np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0)
+    weights = np.sqrt(inv) if how == "sqrt" else inv
+    weights = weights / weights[counts > 0].mean()
+    return torch.tensor(np.where(counts > 0, weights, 1.0), dtype=torch.float)
+
+
+def _fit_sklearn(data: TextData, model: str, cfg: TextConfig, seed: int) -> TextFit:
+    from medtx.models.text_baselines import majority_classifier, tfidf_logreg
+
+    train, test = data.split("train"), data.split("test")
+    estimator = majority_classifier() if model == "majority" else tfidf_logreg(
+        C=cfg.tfidf_C, max_features=cfg.tfidf_max_features, balanced=cfg.class_weighting != "none", seed=seed
+    )
+    started = time.perf_counter()
+    estimator.fit(train["text"].to_list(), train["y"].to_numpy())
+    seconds = time.perf_counter() - started
+    fitted = estimator.predict_proba(test["text"].to_list())
+    # Spread the estimator's columns (training classes only) onto the full class list.
+    probs = np.zeros((test.height, len(data.classes)))
+    probs[:, estimator.classes_] = fitted
+    return TextFit(probs=probs[:, 1] if data.binary else probs, train_seconds=seconds)
+
+
+def _score_fn(binary: bool, n_classes: int):
+    """Validation score for model selection: macro-F1 (argmax) or AUROC (binary)."""
+
+    def score(y_true: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+        if binary:
+            return {"auroc": binary_metrics(y_true, probs.reshape(-1))["auroc"]}
+        pred = probs.argmax(axis=1)
+        return {"macro_f1": classification_metrics(y_true.astype(int), pred, range(n_classes))["macro_f1"]}
+
+    return score
+
+
+def _tokenizer_and_model(data: TextData, model: str, cfg: TextConfig, out_dir: Path):
+    """(tokenizer, nn.Module, collate factory, extra checkpoints) for a neural text model."""
+    from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, minilm_dir
+    from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
+    from medtx.text.data import SequenceCollate, chunk_collate_for
+    from medtx.text.tokenize import load_tokenizer, train_wordpiece
+
+    train = data.split("train")
+    n_out = 1 if data.binary else len(data.classes)
+    weights = None if data.binary else class_weights(train["y"].to_numpy(), n_out, cfg.class_weighting)
+    extra: dict[str, Path] = {}
+    if model == "bilstm":
+        tokenizer = train_wordpiece(train["text"].to_list(), vocab_size=cfg.vocab_size)
+        net = BiLSTMClassifier(
+            BiLSTMConfig(vocab_size=len(tokenizer), n_outputs=n_out, embed_dim=cfg.embed_dim,
+                         hidden_dim=cfg.hidden_dim, dropout=cfg.dropout, binary=data.binary),
+            class_weights=weights,
+        )
+
+        def make_collate(with_tokens: bool = False):
+            return SequenceCollate(max_len=cfg.bilstm_max_len, binary=data.binary,
+                                   tokenizer=tokenizer if with_tokens else None)
+
+        return tokenizer, net, make_collate, extra
+    if model == "bert_scratch":
+        tokenizer, encoder_dir = _pretrained_scratch_encoder(data, cfg, out_dir.parent / "mlm_cache")
+        encoder = load_encoder("local", encoder_dir)
+        extra["pretrained"] = encoder_dir
+    elif model in ("minilm", "bert"):
+        path = minilm_dir() if model == "minilm" else cfg.bert_path
+        if path is None:
+            raise ValueError("model 'bert' needs bert_path: a local checkpoint folder (e.g. Bio_ClinicalBERT) "
+                             "or a Hub id when online (--set bert_path=...)")
+        tokenizer = load_tokenizer(path)
+        encoder = load_encoder("local", path)
+    else:
+        raise ValueError(f"unknown text model {model!r}; choose one of {TEXT_MODELS}")
+    net = BertTextClassifier(
+        encoder, BertTextConfig(n_outputs=n_out, pooling=cfg.pooling, dropout=cfg.dropout, binary=data.binary),
+        class_weights=weights,
+    )
+
+    def make_collate(with_tokens: bool = False):
+        return chunk_collate_for(tokenizer, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks,
+                                 binary=data.binary, with_tokens=with_tokens)
+
+    return tokenizer, net, make_collate, extra
+
+
+def _pretrained_scratch_encoder(data: TextData, cfg: TextConfig, cache: Path):
+    """WordPiece + MLM pre-training on the training notes, cached by (training texts, config): fine-tuning
+    seeds share one pre-trained encoder, as they would share a downloaded checkpoint."""
+    from medtx.models.bert_text import scratch_config
+    from medtx.text.mlm import MLMConfig, pretrain_mlm
+    from medtx.text.tokenize import load_tokenizer, train_wordpiece
+
+    train_texts = data.split("train")["text"].to_list()
+    key = text_hash(text_hash(*train_texts), cfg.vocab_size, cfg.hidden, cfg.layers, cfg.heads, cfg.max_len,
+                    cfg.mlm_epochs, cfg.mlm_lr, cfg.mlm_batch_size, cfg.mlm_seed)
+    encoder_dir = cache / key / "encoder"
+    if (encoder_dir / "config.json").exists():
+        log.info("reusing MLM-pre-trained encoder %s", encoder_dir)
+        return load_tokenizer(encoder_dir), encoder_dir
+    tokenizer = train_wordpiece(train_texts, vocab_size=cfg.vocab_size)
+    bert_config = scratch_config(len(tokenizer), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+                                 max_len=cfg.max_len)
+    train_cfg = TrainConfig(epochs=cfg.mlm_epochs, batch_size=cfg.mlm_batch_size, lr=cfg.mlm_lr, patience=cfg.mlm_epochs,
+                            monitor="loss", seed=cfg.mlm_seed, device=cfg.device)
+    encoder_dir, _ = pretrain_mlm(bert_config, tokenizer, train_texts, data.split("val")["text"].to_list(),
+                                  train_cfg, cache / key, MLMConfig(max_len=cfg.max_len))
+    return tokenizer, encoder_dir
+
+
+def _encode(tokenizer, frame: pl.DataFrame) -> list[dict]:
+    from medtx.text.data import encode_items
+
+    return encode_items(tokenizer, frame["sample_id"].to_list(), frame["text"].to_list(), frame["y"].to_list())
+
+
+def attention_frame(attentions: list[dict], sample_ids: list[str], max_tokens: int) -> pl.DataFrame:
+    """Trainer attention rows -> ml.attention long form, cut to the first max_tokens query/key positions."""
+    parts = []
+    for sid, modules in zip(sample_ids, attentions, strict=True):
+        for module, (weights, q_tokens, k_tokens) in modules.items():
+            w = weights[:, :, :max_tokens, :max_tokens]
+            layers, heads, nq, nk = w.shape
+            layer, head, q, k = (a.ravel() for a in np.indices(w.shape))
+            parts.append(pl.DataFrame({
+                "sample_id": [sid] * w.size, "module": [module] * w.size,
+                "layer": layer.astype(np.int32), "head": head.astype(np.int32),
+                "query_pos": q.astype(np.int32), "key_pos": k.astype(np.int32),
+                "weight": w.ravel().astype(np.float32),
+                "query_token": np.asarray(q_tokens[:nq], dtype=object)[q],
+                "key_token": np.asarray(k_tokens[:nk], dtype=object)[k],
+            }))
+    return pl.concat(parts) if parts else pl.DataFrame()
+
+
+def _fit_neural(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
+    tokenizer, net, make_collate, extra = _tokenizer_and_model(data, model, cfg, out_dir)
+    items = {s: _encode(tokenizer, data.split(s)) for s in ("train", "val", "test")}
+    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, patience=cfg.patience,
+                            weight_decay=cfg.weight_decay, seed=seed, device=cfg.device,
+                            monitor="auroc" if data.binary else "macro_f1")
+    result = fit(net, items["train"], items["val"], make_collate(), train_cfg, out_dir,
+                 score=_score_fn(data.binary, len(data.classes)), on_epoch=on_epoch)
+    tokenizer.save_pretrained(result.best_dir)  # the checkpoint folder holds its tokenizer
+    softmax = None if data.binary else (lambda m, b: m(b).logits.softmax(dim=-1))
+    test = predict(net, items["test"], make_collate(), result.device, predict_proba=softmax,
+                   batch_size=2 * cfg.batch_size)
+    attention = None
+    showcase = sorted(items["test"], key=lambda it: it["sample_id"])[: cfg.n_showcase]
+    if showcase:
+        encoder = getattr(net, "encoder", None)
+        if encoder is not None:  # SDPA returns no weights: switch to eager for the showcase pass only
+            encoder.set_attn_implementation("eager")
+        shown = predict(net, showcase, make_collate(with_tokens=True), result.device, output_attentions=True,
+                        batch_size=cfg.n_showcase, with_probs=False)
+        attention = attention_frame(shown.attentions, shown.sample_ids, cfg.attention_max_tokens)
+    return TextFit(
+        probs=test.probs.reshape(-1) if data.binary else test.probs,
+        n_params=sum(p.numel() for p in net.parameters()),
+        best_epoch=result.best_epoch, train_seconds=result.train_seconds, device=result.device,
+        history=result.history, attention=attention,
+        checkpoints={"best": result.best_dir, "last": result.last_dir, **extra},
+    )
+
+
+def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
+    """Train `model` on the training split (selecting on validation) and return its test probabilities."""
+    for split in ("train", "val", "test"):
+        if data.split(split).height == 0:
+            raise ValueError(f"text task has no {split} notes; check samples.* splits")
+    if model in ("majority", "tfidf_logreg"):
+        return _fit_sklearn(data, model, cfg, seed)
+    if model not in NEURAL_MODELS:
+        raise ValueError(f"unknown text model {model!r}; choose one of {TEXT_MODELS}")
+    return _fit_neural(data, model, cfg, seed, out_dir, on_epoch)
+
+
+# --------------------------------------------------------------------------------------------- evaluation
+
+
+@dataclass
+class TextEvaluation:
+    metrics: list[tuple[str, str, float, float | None, int | None]]  # (metric, averaging, value, sd, n_boot)
+    label_metrics: list[tuple[str, str, float, int]]  # (label, metric, value, support)
+    confusion: list[tuple[str, str, int]]
+    predictions: pl.DataFrame  # ml.predictions long form (without run_id)
+    collapsed: bool
+    collapse_reason: str
+
+
+def evaluate_text(data: TextData, probs: np.ndarray, *, n_boot: int = N_BOOT, seed: int = 0) -> TextEvaluation:
+    """Test metrics (point value + bootstrap mean±sd over 80% of test units), per-class F1, confusion,
+    long-form predictions and the collapse verdict."""
+    test = data.split("test")
+    y = test["y"].to_numpy()
+    units = test["unit"].to_numpy()
+    ids = test["sample_id"].to_list()
+    if data.binary:
+        pred = (probs >= 0.5).astype(int)
+        point = binary_metrics(y, probs)
+        boot = bootstrap(lambda idx: binary_metrics(y[idx], probs[idx]), units, n_boot=n_boot, seed=seed)
+        collapsed, reason = is_collapsed(probs.astype(np.float64))
+        predictions = pl.DataFrame({
+            "sample_id": ids, "label": ["readmission"] * len(ids), "prob": probs.astype(np.float64),
+            "y_true": y.astype(bool), "predicted": pred.astype(bool),
+            "subject_id": test["subject_id"].cast(pl.Int64), "hadm_id": test["hadm_id"].cast(pl.Int64),
+        })
+        label_rows, confusion = [], confusion_counts(y, pred, [0, 1])
+        confusion = [(data.classes[int(t)], data.classes[int(p)], n) for t, p, n in confusion]
+    else:
+        classes = range(len(data.classes))
+        pred = probs.argmax(axis=1)
+        point = classification_metrics(y, pred, classes)
+        boot = bootstrap(lambda idx: classification_metrics(y[idx], pred[idx], classes), units,
+                         n_boot=n_boot, seed=seed)
+        collapsed, reason = is_collapsed(np.asarray([data.classes[p] for p in pred]))
+        n, c = probs.shape
+        predictions = pl.DataFrame({
+            "sample_id": np.repeat(ids, c), "label": np.tile(data.classes, n), "prob": probs.reshape(-1),
+            "y_true": (np.repeat(y, c) == np.tile(np.arange(c), n)),
+            "predicted": (np.repeat(pred, c) == np.tile(np.arange(c), n)),
+        })
+        label_rows = [(data.classes[int(k)], "f1", f, s) for k, f, s in per_class_f1(y, pred, classes)]
+        confusion = [(data.classes[int(t)], data.classes[int(p)], k) for t, p, k in confusion_counts(y, pred, classes)]
+    # The ml.metrics protocol: value = mean, sd over n_boot resamples of 80% of test units.
+    metrics = [(m, "none", boot[m][0], boot[m][1], n_boot) for m in point]
+    if collapsed:
+        log.warning("COLLAPSED run: %s", reason)
+    return TextEvaluation(metrics, label_rows, confusion, predictions, collapsed, reason)
+
+
+# --------------------------------------------------------------------------------------------- recording
+
+
+def write_confusion(con, run_id: str, split: str, rows: list[tuple[str, str, int]]) -> None:
+    """Replace a split's confusion cells (true, predicted, n) in ml.confusion."""
+    with transaction(con):
+        con.execute("DELETE FROM ml.confusion WHERE run_id = ? AND split = ?", [run_id, split])
+        if rows:
+            con.executemany("INSERT INTO ml.confusion VALUES (?, ?, ?, ?, ?)", [(run_id, split, *r) for r in rows])
+
+
+def _fingerprint(con, task: str, dataset: str) -> str:
+    if task == "specialty":
+        return tables_fingerprint(con, ["samples.specialty"])
+    return tables_fingerprint(con, ["samples.readmission", "samples.splits"],
+                              {"dataset": dataset, "task": "readmission"})
+
+
+def run_text_experiment(
+    db: Path | str,
+    task: str,
+    model: str,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    *,
+    dataset: str | None = None,
+    pipeline_run_id: str | None = None,
+    run_id: str | None = None,
+) -> str:
+    """Train and evaluate one text model on one task and seed; everything lands in `ml.*`. Returns the run id.
+
+    A failure marks the run `failed` with the error text and re-raises.
+    """
+    if task == "faq":
+        from medtx.text.faq import run_faq_experiment
+
+        return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id)
+    if task not in TEXT_TASKS:
+        raise ValueError(f"unknown text task {task!r}; choose one of {(*TEXT_TASKS, 'faq')}")
+    if model not in TEXT_MODELS:
+        raise ValueError(f"unknown text model {model!r} for {task}; choose one of {TEXT_MODELS}")
+    cfg = text_config(model, overrides, task=task)
+    dataset = dataset or (SPECIALTY_DATASET if task == "specialty" else None)
+    if dataset is None:
+        raise ValueError("readmission_notes needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
+    settings = get_settings(db=Path(db))
+    con = connect(db)
+    try:
+        data = load_text_data(con, task, dataset, dedupe=cfg.dedupe)
+        run_id = run_id or records.new_run_id(task, model, dataset, seed)
+        config = {"text": dataclasses.asdict(cfg), "n_classes": len(data.classes),
+                  "n_notes": {s: data.split(s).height for s in ("train", "val", "test")}}
+        records.start_run(con, run_id, task=task, model=model, dataset=dataset, seed=seed, config=config,
+                          data_fingerprint=_fingerprint(con, task, dataset),
+                          code_version=code_version("text", "models", "training", "metrics"),
+                          is_synthetic=dataset.startswith("synth"), pipeline_run_id=pipeline_run_id)
+        try:
+            out_dir = settings.models_dir / run_id
+            fitted = fit_text_model(data, model, cfg, seed, out_dir,
+                                    on_epoch=lambda e, m: records.write_epochs(con, run_id, e, m))
+            evaluation = evaluate_text(data, fitted.probs, n_boot=cfg.n_boot, seed=seed)
+            records.write_metrics(con, run_id, "test", evaluation.metrics)
+            records.write_label_metrics(con, run_id, "test", evaluation.label_metrics)
+            write_confusion(con, run_id, "test", evaluation.confusion)
+            records.write_predictions(con, run_id, evaluation.predictions)
+            if fitted.attention is not None and fitted.attention.height:
+                records.write_attention(con, run_id, fitted.attention)
+            for kind, path in fitted.checkpoints.items():
+                records.register_checkpoint(con, run_id, kind, str(path), epoch=fitted.best_epoch if kind == "best" else None)
+            records.finish_run(
+                con, run_id, collapsed=evaluation.collapsed, collapse_reason=evaluation.collapse_reason,
+                n_params=fitted.n_params, best_epoch=fitted.best_epoch, train_seconds=fitted.train_seconds,
+                device=fitted.device, threshold=0.5 if data.binary else None,
+                threshold_source="fixed" if data.binary else None,
+            )
+        except BaseException as exc:
+            records.fail_run(con, run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
+            raise
+        summary = {m: round(v, 4) for m, a, v, sd, n in evaluation.metrics}
+        log.info("%s %s seed %d: %s%s", task, model, seed, json.dumps(summary),
+                 " [COLLAPSED]" if evaluation.collapsed else "")
+        return run_id
+    finally:
+        con.close()

@@ -1,0 +1,176 @@
+"""Recording runs into the `ml` schema (warehouse/migrations/0005_ml.sql): runs, epochs, metrics, predictions,
+attention and checkpoint folders.
+
+Every writer is one transaction and idempotent: it deletes what it is about to write for the run (and the
+split/epoch in question) before inserting, so a retried task never duplicates rows. A run goes
+`running` -> `completed` | `failed`; `start_run` on an existing run id wipes that run's old rows first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from medtx.db import transaction
+
+log = logging.getLogger("medtx.training")
+
+# Every ml table keyed by run_id, in the order a run's rows are deleted.
+RUN_TABLES = ("ml.attention", "ml.predictions", "ml.confusion", "ml.label_metrics", "ml.metrics",
+              "ml.epochs", "ml.models", "ml.runs")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)  # TIMESTAMP columns hold naive UTC
+
+
+def new_run_id(task: str, model: str, dataset: str | None, seed: int | None) -> str:
+    """Readable and unique: `drug_rec.transformer.synth_10000.s0.3f9a1c2b`."""
+    return f"{task}.{model}.{dataset or 'none'}.s{seed if seed is not None else 'x'}.{uuid.uuid4().hex[:8]}"
+
+
+def start_run(
+    con: duckdb.DuckDBPyConnection, run_id: str, *, task: str, model: str, dataset: str | None,
+    seed: int | None, config: Mapping[str, Any] | None, device: str | None = None,
+    data_fingerprint: str | None = None, code_version: str | None = None, is_synthetic: bool = False,
+    pipeline_run_id: str | None = None,
+) -> str:
+    """Insert the run as `running` (replacing any earlier rows of the same run id)."""
+    with transaction(con):
+        for table in RUN_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        con.execute(
+            "INSERT INTO ml.runs (run_id, task, model, status, config, seed, device, data_fingerprint, "
+            "code_version, dataset, is_synthetic, started_at, pipeline_run_id) "
+            "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, task, model, json.dumps(config or {}, default=str), seed, device, data_fingerprint,
+             code_version, dataset, is_synthetic, _now(), pipeline_run_id],
+        )
+    return run_id
+
+
+def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> None:
+    """Mark the run `completed` and set summary fields (threshold, threshold_source, collapsed,
+    collapse_reason, n_params, best_epoch, train_seconds, device, config)."""
+    allowed = {"threshold", "threshold_source", "collapsed", "collapse_reason", "n_params", "best_epoch",
+               "train_seconds", "device", "config"}
+    unknown = set(fields) - allowed
+    if unknown:
+        raise ValueError(f"finish_run: unknown ml.runs fields {sorted(unknown)}")
+    if "config" in fields:
+        fields["config"] = json.dumps(fields["config"], default=str)
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    with transaction(con):
+        con.execute(
+            f"UPDATE ml.runs SET status = 'completed', finished_at = ?, error = NULL"
+            f"{', ' + sets if sets else ''} WHERE run_id = ?",
+            [_now(), *fields.values(), run_id],
+        )
+
+
+def fail_run(con: duckdb.DuckDBPyConnection, run_id: str, error: str) -> None:
+    """Mark the run `failed`, keeping the error text (the rows written so far stay for diagnosis)."""
+    with transaction(con):
+        con.execute("UPDATE ml.runs SET status = 'failed', finished_at = ?, error = ? WHERE run_id = ?",
+                    [_now(), error[:4000], run_id])
+
+
+def write_epochs(con: duckdb.DuckDBPyConnection, run_id: str, epoch: int, metrics: Mapping[str, float]) -> None:
+    """One epoch's values, long form: `train_loss` -> (train, loss), `val_pr_auc_samples` -> (val, pr_auc_samples)."""
+    seconds = metrics.get("seconds")
+    rows = []
+    for key, value in metrics.items():
+        split, _, metric = key.partition("_")
+        if key == "seconds" or split not in ("train", "val"):
+            continue
+        rows.append((run_id, epoch, split, metric, None if value is None else float(value), seconds))
+    with transaction(con):
+        con.execute("DELETE FROM ml.epochs WHERE run_id = ? AND epoch = ?", [run_id, epoch])
+        if rows:
+            con.executemany("INSERT INTO ml.epochs VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def write_metrics(
+    con: duckdb.DuckDBPyConnection, run_id: str, split: str,
+    rows: Iterable[tuple[str, str, float, float | None, int | None]],
+) -> None:
+    """Replace a split's final metrics: rows of (metric, averaging, value, sd, n_boot)."""
+    data = [(run_id, split, m, a, _num(v), _num(sd), n) for m, a, v, sd, n in rows]
+    with transaction(con):
+        con.execute("DELETE FROM ml.metrics WHERE run_id = ? AND split = ?", [run_id, split])
+        if data:
+            con.executemany("INSERT INTO ml.metrics VALUES (?, ?, ?, ?, ?, ?, ?)", data)
+
+
+def write_label_metrics(
+    con: duckdb.DuckDBPyConnection, run_id: str, split: str, rows: Iterable[tuple[str, str, float, int]]
+) -> None:
+    """Replace a split's per-label scores: rows of (label, metric, value, support)."""
+    data = [(run_id, split, label, m, _num(v), int(s)) for label, m, v, s in rows]
+    with transaction(con):
+        con.execute("DELETE FROM ml.label_metrics WHERE run_id = ? AND split = ?", [run_id, split])
+        if data:
+            con.executemany("INSERT INTO ml.label_metrics VALUES (?, ?, ?, ?, ?, ?)", data)
+
+
+def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, frame: pl.DataFrame,
+                  columns: Sequence[str]) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{table}: frame lacks columns {missing}")
+    rel = frame.select(columns)
+    with transaction(con):
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        if rel.height:
+            con.register("_medtx_rows", rel.to_arrow())
+            try:
+                cols = ", ".join(columns)
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _medtx_rows")
+            finally:
+                con.unregister("_medtx_rows")
+
+
+PREDICTION_COLUMNS = ("run_id", "sample_id", "subject_id", "hadm_id", "label", "prob", "y_true", "predicted", "text")
+ATTENTION_COLUMNS = ("run_id", "sample_id", "module", "layer", "head", "query_pos", "key_pos", "weight",
+                     "query_token", "key_token")
+
+
+def write_predictions(con: duckdb.DuckDBPyConnection, run_id: str, frame: pl.DataFrame) -> None:
+    """Replace the run's test predictions (long form: one row per sample and label)."""
+    frame = frame.with_columns(pl.lit(run_id).alias("run_id"))
+    for column in ("subject_id", "hadm_id", "text", "y_true", "predicted"):
+        if column not in frame.columns:
+            frame = frame.with_columns(pl.lit(None).alias(column))
+    _insert_frame(con, "ml.predictions", run_id, frame, PREDICTION_COLUMNS)
+
+
+def write_attention(con: duckdb.DuckDBPyConnection, run_id: str, frame: pl.DataFrame) -> None:
+    """Replace the run's stored attention weights (long form, see `attention_frame`)."""
+    frame = frame.with_columns(pl.lit(run_id).alias("run_id"))
+    _insert_frame(con, "ml.attention", run_id, frame, ATTENTION_COLUMNS)
+
+
+def register_checkpoint(
+    con: duckdb.DuckDBPyConnection, run_id: str, kind: str, path: str, epoch: int | None = None,
+    metric: str | None = None, value: float | None = None,
+) -> None:
+    """Record a checkpoint folder (`best`, `last` or `pretrained`) of a run in ml.models."""
+    with transaction(con):
+        con.execute("DELETE FROM ml.models WHERE run_id = ? AND kind = ?", [run_id, kind])
+        con.execute("INSERT INTO ml.models (run_id, kind, path, epoch, metric, value) VALUES (?, ?, ?, ?, ?, ?)",
+                    [run_id, kind, str(path), epoch, metric, _num(value)])
+
+
+def _num(value: float | None) -> float | None:
+    """NaN/inf become NULL so SQL aggregates and the dashboard never see them."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None

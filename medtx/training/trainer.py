@@ -1,0 +1,372 @@
+"""The one trainer every neural model in medtx goes through (EHR models, BEHRT MLM, text models).
+
+`fit` trains with AdamW, keeps the best epoch by a validation metric (early stopping, validation only),
+writes `best/` and `last/` checkpoint folders (`config.json` + `model.safetensors` + `trainer_state.json`),
+and can resume from `last/`. `predict` returns probabilities (and, on request, attention weights).
+
+Device: `resolve_device("auto")` picks CUDA when present (with bf16 autocast where the GPU supports it),
+else CPU. The model contract is `medtx.models.base`: `forward(batch, output_attentions=False) -> ModelOutput`
+with `loss` set when the batch holds "labels".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+log = logging.getLogger("medtx.training")
+
+Collate = Callable[[list[Any]], dict[str, Any]]
+PredictProba = Callable[[nn.Module, dict[str, Any]], torch.Tensor]
+ScoreFn = Callable[[np.ndarray, np.ndarray], dict[str, float]]
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 30  # upper bound; early stopping usually ends sooner
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01  # AdamW decoupled decay
+    patience: int = 5  # epochs without validation improvement before stopping
+    monitor: str = "loss"  # "loss" (minimise val loss) or a key of score()'s dict (maximise)
+    seed: int = 0  # training seed (init, shuffling, dropout); the data split has its own fixed seed
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    grad_clip: float | None = 1.0  # max global grad norm; None disables
+    num_threads: int | None = None  # torch CPU threads; None keeps torch's default
+    eval_batch_size: int | None = None  # defaults to 2 x batch_size (no gradients kept)
+    progress: bool | None = None  # tqdm bar; None = only when stderr is a terminal
+
+
+@dataclass
+class FitResult:
+    best_epoch: int
+    best_value: float
+    history: list[dict[str, float]]  # one dict per epoch: epoch, train_loss, val_loss, val_<metric>..., seconds
+    best_dir: Path
+    last_dir: Path
+    device: str
+    train_seconds: float = 0.0
+    stopped_early: bool = False
+
+
+@dataclass
+class Predictions:
+    probs: np.ndarray  # [N, n_labels] (or [N, n_classes]) probabilities
+    y_true: np.ndarray | None  # batch "labels" stacked, when the items carry labels
+    sample_ids: list[Any]  # batch "sample_id" values in item order ([] when the collate gives none)
+    loss: float | None = None  # mean loss over batches, when labels are present
+    # One entry per item when output_attentions: {module: (weights [layers, heads, Q, K], q_tokens, k_tokens)}
+    attentions: list[dict[str, tuple[np.ndarray, list[str], list[str]]]] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------- device & seeds
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """'auto' -> CUDA when available else CPU; an explicit 'cuda' without a GPU is a clear error."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r} requested but CUDA is not available here; use --device auto or cpu")
+    return device
+
+
+def autocast_for(device: torch.device):
+    """bf16 autocast on CUDA GPUs that support it (Ampere+); plain fp32 elsewhere (CPU bf16 is slow on 2 cores)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def set_seed(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) so a run is repeatable on the same hardware."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Move tensor values to `device`; leave non-tensor keys (sample ids, token labels) alone."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return obj
+
+
+def save_checkpoint(model: nn.Module, folder: Path, config: dict[str, Any], state: dict[str, Any]) -> Path:
+    """Write `config.json`, `model.safetensors`, `trainer_state.json` into `folder` (created or overwritten)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(folder / "model.safetensors"))  # handles tied/shared weights
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    (folder / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+    return folder
+
+
+def load_weights(model: nn.Module, folder: Path, device: torch.device | str = "cpu") -> nn.Module:
+    """Load `folder/model.safetensors` into `model` (strict: a different architecture is an error)."""
+    path = Path(folder) / "model.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint weights at {path}")
+    load_model(model, str(path), strict=True, device=str(device))
+    return model
+
+
+def _checkpoint_config(model: nn.Module, cfg: TrainConfig) -> dict[str, Any]:
+    """Everything needed to rebuild the model and re-run training: model config (if any) + trainer config."""
+    model_cfg = getattr(model, "config", None)
+    return {"model_class": type(model).__name__, "model": _jsonable(model_cfg), "train": dataclasses.asdict(cfg)}
+
+
+# ----------------------------------------------------------------------------------------------- fit
+
+
+def _check_items(train_items: Sequence, val_items: Sequence) -> None:
+    if len(train_items) == 0:
+        raise ValueError("fit: the training split is empty (no samples for this dataset/task/split)")
+    if len(val_items) == 0:
+        raise ValueError("fit: the validation split is empty; early stopping and model selection need one")
+
+
+@torch.no_grad()
+def _preflight(model: nn.Module, items: Sequence, collate: Collate, device: torch.device) -> None:
+    """Fail early and clearly when the data's labels do not fit the model (one label-free forward pass).
+
+    Run without "labels" so the model's own loss cannot crash first with a shape error.
+    """
+    batch = to_device(collate([items[i] for i in range(min(2, len(items)))]), device)
+    labels = batch.get("labels")  # absent for self-supervised batches (BEHRT MLM carries mlm_labels)
+    if not (isinstance(labels, torch.Tensor) and labels.dtype.is_floating_point and labels.dim() == 2):
+        return  # e.g. MLM token targets: the shape check below is for one-logit-per-label heads
+    was_training = model.training
+    model.eval()
+    with autocast_for(device):
+        logits = model({k: v for k, v in batch.items() if k != "labels"}).logits
+    model.train(was_training)
+    if labels.shape != logits.shape:
+        raise ValueError(
+            f"label/vocab mismatch: batch labels have shape {tuple(labels.shape)} but the model returns logits "
+            f"{tuple(logits.shape)}; was the model built with the same label vocabulary as the samples?"
+        )
+
+
+def _better(value: float, best: float, monitor: str) -> bool:
+    if math.isnan(value):
+        return False
+    return value < best if monitor == "loss" else value > best
+
+
+def _train_epoch(model, loader, optimizer, device, cfg: TrainConfig, bar) -> float:
+    model.train()
+    total, n = 0.0, 0
+    for batch in loader:
+        batch = to_device(batch, device)
+        with autocast_for(device):
+            out = model(batch)
+        if out.loss is None:
+            raise ValueError("fit: the model returned no loss; does the collate put the targets in the batch?")
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        if cfg.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        total += float(out.loss.detach())
+        n += 1
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{total / n:.4f}")
+    return total / max(n, 1)
+
+
+def _make_loader(items: Sequence, collate: Collate, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return DataLoader(list(items), batch_size=batch_size, shuffle=shuffle, collate_fn=collate, generator=generator)
+
+
+def _validate(model, val_items, collate, device, cfg, score, predict_proba) -> dict[str, float]:
+    preds = predict(
+        model, val_items, collate, device, predict_proba=predict_proba,
+        batch_size=cfg.eval_batch_size or 2 * cfg.batch_size, with_probs=score is not None,
+    )
+    metrics = {"val_loss": float("nan") if preds.loss is None else preds.loss}
+    if score is not None:
+        if preds.y_true is None:
+            raise ValueError("fit: score() given but the validation batches carry no 'labels'")
+        metrics.update({f"val_{k}": float(v) for k, v in score(preds.y_true, preds.probs).items()})
+    return metrics
+
+
+def fit(
+    model: nn.Module,
+    train_items: Sequence,
+    val_items: Sequence,
+    collate: Collate,
+    cfg: TrainConfig,
+    out_dir: Path,
+    score: ScoreFn | None = None,
+    predict_proba: PredictProba | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    resume: bool = False,
+) -> FitResult:
+    """Train `model` and keep its best validation epoch; the model holds the best weights on return.
+
+    `score(y_true, y_prob)` is evaluated on the validation split each epoch; `cfg.monitor` names the value
+    to select on ("loss" is minimised, any score key is maximised). `on_epoch(epoch, metrics)` is called after
+    each epoch (e.g. to write ml.epochs). With `resume=True` training continues from `out_dir/last` when it
+    exists (weights, optimizer, epoch, best value, patience counter).
+    """
+    _check_items(train_items, val_items)
+    if cfg.monitor != "loss" and score is None:
+        raise ValueError(f"fit: monitor={cfg.monitor!r} needs a score function (or use monitor='loss')")
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    device = resolve_device(cfg.device)
+    set_seed(cfg.seed)
+    out_dir = Path(out_dir)
+    best_dir, last_dir = out_dir / "best", out_dir / "last"
+    model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    config = _checkpoint_config(model, cfg)
+    _preflight(model, train_items, collate, device)
+
+    state = {"epoch": 0, "best_epoch": 0, "best_value": math.inf if cfg.monitor == "loss" else -math.inf,
+             "bad_epochs": 0, "history": [], "monitor": cfg.monitor, "train_seconds": 0.0}
+    if resume and (last_dir / "trainer_state.json").exists():
+        state = json.loads((last_dir / "trainer_state.json").read_text())
+        load_weights(model, last_dir, device)
+        optimizer.load_state_dict(torch.load(last_dir / "optimizer.pt", map_location=device, weights_only=True))
+        log.info("resuming from %s after epoch %d (best %s=%.4f at epoch %d)", last_dir, state["epoch"],
+                 cfg.monitor, state["best_value"], state["best_epoch"])
+
+    show_bar = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    key = "val_loss" if cfg.monitor == "loss" else f"val_{cfg.monitor}"
+    stopped_early = state["bad_epochs"] >= cfg.patience
+    for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
+        if stopped_early:
+            break
+        started = time.perf_counter()
+        # Re-seed per epoch so a resumed run shuffles exactly like an uninterrupted one.
+        set_seed(cfg.seed * 100_003 + epoch)
+        loader = _make_loader(train_items, collate, cfg.batch_size, shuffle=True, seed=cfg.seed * 100_003 + epoch)
+        bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs}", leave=False) if show_bar else None
+        try:
+            train_loss = _train_epoch(model, loader, optimizer, device, cfg, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        metrics = {"train_loss": train_loss, **_validate(model, val_items, collate, device, cfg, score, predict_proba)}
+        if key not in metrics:
+            raise ValueError(f"fit: monitor {cfg.monitor!r} not among validation metrics {sorted(metrics)}")
+        seconds = time.perf_counter() - started
+        metrics["seconds"] = seconds
+        state["train_seconds"] += seconds
+        state["epoch"] = epoch
+        state["history"].append({"epoch": epoch, **metrics})
+        if _better(metrics[key], state["best_value"], cfg.monitor):
+            state.update(best_epoch=epoch, best_value=metrics[key], bad_epochs=0)
+            save_checkpoint(model, best_dir, config, state)
+        else:
+            state["bad_epochs"] += 1
+        save_checkpoint(model, last_dir, config, state)
+        torch.save(optimizer.state_dict(), last_dir / "optimizer.pt")
+        log.info("epoch %d/%d train_loss=%.4f %s=%.4f best=%.4f@%d (%.1fs)", epoch, cfg.epochs, train_loss,
+                 key, metrics[key], state["best_value"], state["best_epoch"], seconds)
+        if on_epoch is not None:
+            on_epoch(epoch, metrics)
+        stopped_early = state["bad_epochs"] >= cfg.patience
+        if stopped_early:
+            log.info("early stopping after epoch %d: no %s improvement for %d epochs", epoch, key, cfg.patience)
+
+    if state["best_epoch"] == 0:
+        raise RuntimeError(f"fit: no epoch produced a finite {key}; nothing to keep (check the data and lr)")
+    load_weights(model, best_dir, device)
+    return FitResult(
+        best_epoch=state["best_epoch"], best_value=float(state["best_value"]), history=state["history"],
+        best_dir=best_dir, last_dir=last_dir, device=str(device), train_seconds=state["train_seconds"],
+        stopped_early=stopped_early,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- predict
+
+
+def _attention_rows(out: Any, batch_size: int) -> list[dict[str, tuple[np.ndarray, list[str], list[str]]]]:
+    """Split batched attention into per-sample arrays cut to each sample's real (unpadded) token count."""
+    rows: list[dict[str, tuple[np.ndarray, list[str], list[str]]]] = [{} for _ in range(batch_size)]
+    for module, layers in (out.attentions or {}).items():
+        stacked = torch.stack([a.float() for a in layers], dim=1).cpu().numpy()  # [B, L, H, Q, K]
+        q_tokens, k_tokens = out.attention_tokens.get(module, (None, None))
+        for i in range(batch_size):
+            qt = list(q_tokens[i]) if q_tokens is not None else [str(j) for j in range(stacked.shape[3])]
+            kt = list(k_tokens[i]) if k_tokens is not None else [str(j) for j in range(stacked.shape[4])]
+            rows[i][module] = (stacked[i, :, :, : len(qt), : len(kt)], qt, kt)
+    return rows
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    items: Sequence,
+    collate: Collate,
+    device: torch.device | str,
+    predict_proba: PredictProba | None = None,
+    batch_size: int = 256,
+    output_attentions: bool = False,
+    with_probs: bool = True,
+) -> Predictions:
+    """Probabilities for `items` in order (sigmoid of logits unless `predict_proba` is given).
+
+    With `output_attentions=True` the model runs with attention outputs (eager attention) and each item's
+    weights are returned cut to its real tokens — use it on a small showcase subset only.
+    """
+    device = torch.device(device) if isinstance(device, str) else device
+    model.to(device).eval()
+    probs, labels, ids, attentions = [], [], [], []
+    loss_sum, loss_n = 0.0, 0
+    for batch in _make_loader(items, collate, batch_size, shuffle=False):
+        batch = to_device(batch, device)
+        with autocast_for(device):
+            out = model(batch, output_attentions=output_attentions)
+            if with_probs:
+                p = predict_proba(model, batch) if predict_proba is not None else torch.sigmoid(out.logits)
+                probs.append(p.float().cpu().numpy())
+        if out.loss is not None:
+            loss_sum += float(out.loss)
+            loss_n += 1
+        if isinstance(batch.get("labels"), torch.Tensor):
+            labels.append(batch["labels"].float().cpu().numpy())
+        ids.extend(batch.get("sample_id", []))
+        if output_attentions:
+            attentions.extend(_attention_rows(out, out.logits.shape[0]))
+    return Predictions(
+        probs=np.concatenate(probs) if probs else np.empty((0, 0)),
+        y_true=np.concatenate(labels) if labels else None,
+        sample_ids=list(ids),
+        loss=loss_sum / loss_n if loss_n else None,
+        attentions=attentions,
+    )

@@ -1,0 +1,59 @@
+"""FAQ QA: token F1 / exact match, and real k-fold runs (retrieval, tiny seq2seq) on the bundled FAQ."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from medtx.db import connect
+from medtx.text.faq import exact_match, token_f1
+from tests.conftest import DATA
+
+
+def test_token_f1_and_exact_match():
+    assert token_f1("Mental illness is common.", "mental illness is common") == 1.0
+    assert exact_match("Mental illness is common.", "mental illness is common") == 1.0
+    assert token_f1("illness common", "mental illness is common") == pytest.approx(2 * 1 * 0.5 / 1.5)
+    assert token_f1("nothing shared", "mental illness") == 0.0
+    assert exact_match("mental", "mental illness") == 0.0
+
+
+@pytest.fixture
+def faq_db(tmp_db):
+    from medtx.samples.faq import build_faq
+
+    con = connect(tmp_db)
+    build_faq(con, DATA, seed=0, k_folds=5)
+    con.close()
+    return tmp_db
+
+
+def test_retrieval_and_seq2seq_runs(faq_db, tmp_path, monkeypatch):
+    from medtx.text.experiment import run_text_experiment
+
+    monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
+    retrieval = run_text_experiment(faq_db, "faq", "retrieval", seed=0)
+    seq2seq = run_text_experiment(faq_db, "faq", "seq2seq", seed=0,
+                                  overrides={"epochs": 2, "d_model": 16, "n_heads": 2, "layers": 1, "max_answer": 8})
+    con = connect(faq_db, read_only=True)
+    try:
+        m = {(r, k): v for r, k, v in con.sql("SELECT run_id, metric, value FROM ml.metrics").fetchall()}
+        n_para = con.sql("SELECT count(*) FROM samples.faq WHERE paraphrase IS NOT NULL").fetchall()[0][0]
+        for run_id in (retrieval, seq2seq):
+            assert con.execute("SELECT count(*) FROM ml.predictions WHERE run_id = ?", [run_id]).fetchall()[0][0] == n_para
+        status = dict(con.sql("SELECT model, status FROM ml.runs").fetchall())
+    finally:
+        con.close()
+    assert status == {"retrieval": "completed", "seq2seq": "completed"}
+    # Nearest-question retrieval finds the right pair for most reworded questions.
+    assert m[(retrieval, "exact_match")] > 0.4 and m[(retrieval, "token_f1")] >= m[(retrieval, "exact_match")]
+    assert 0.0 <= m[(seq2seq, "token_f1")] < 1.0  # two epochs of a tiny model cannot reproduce answers
+
+
+def test_faq_unknown_model_and_keys(faq_db):
+    from medtx.text.faq import run_faq_experiment
+
+    with pytest.raises(ValueError, match="unknown FAQ model"):
+        run_faq_experiment(faq_db, "gpt")
+    with pytest.raises(ValueError, match="unknown FAQ config keys"):
+        run_faq_experiment(faq_db, "retrieval", overrides={"epoch": 1})
