@@ -53,7 +53,8 @@ def run_tables(db: Path, source: str, tables: list[str]) -> dict:
 
 
 def _in_subprocess(db: Path, source: str, tables: list[str]) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--db", str(db), "--source", source, *sum((["--table", t] for t in tables), [])]
+    table_args = [arg for t in tables for arg in ("--table", t)]
+    cmd = [sys.executable, __file__, "--worker", "--db", str(db), "--source", source, *table_args]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -95,7 +96,8 @@ def main() -> None:
         db.unlink()
         m = _in_subprocess(db, source, list(CORE_MIMIC3_TABLES))
         print(f"{'all five, 1 proc':<16}{m['rows']:>12,}{m['rejected']:>10,}{m['bytes'] / 1e6:>9.1f}"
-              f"{m['seconds']:>9.2f}{m['rows'] / m['seconds']:>12,.0f}{m['cpu_seconds']:>8.1f}{m['peak_rss_mb']:>13,.0f}")
+              f"{m['seconds']:>9.2f}{m['rows'] / m['seconds']:>12,.0f}{m['cpu_seconds']:>8.1f}"
+              f"{m['peak_rss_mb']:>13,.0f}")
         verdict = "PASS" if m["seconds"] < 60 and m["peak_rss_mb"] < 2048 else "MISS"
         load = os.getloadavg()[0]
         print(f"target < 60 s and < 2,048 MB peak RSS: {verdict} (load average {load:.1f} on {os.cpu_count()} cores:"

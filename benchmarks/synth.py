@@ -41,7 +41,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep the cohorts here (default: temp, deleted)")
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="medtx-synth-bench-"))
-    print(f"{'patients':>9} {'admissions':>10} {'prescriptions':>13} {'seconds':>8} {'peak RSS MB':>11} {'MB on disk':>10}")
+    header = ("patients", "admissions", "prescriptions", "seconds", "peak RSS MB", "MB on disk")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(header, (9, 10, 13, 8, 11, 10), strict=True)))
     try:
         for n in args.sizes:
             r = run_one(root / f"synth_{n}", n, args.notes)

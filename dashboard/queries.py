@@ -7,7 +7,10 @@ Rules this module keeps so the dashboard stays up and safe while flows write:
 - User input only ever travels as bound parameters (`?`); SQL text is constant. The few identifiers that
   vary (sample tables per task) come from the fixed `_SAMPLE_TABLES` mapping, never from a request.
 - Results are cached per snapshot *version* (inode, mtime, size): repeated callbacks are fast, and a publish
-  (an `os.replace` of the file) changes the key, so nobody sees stale data after it.
+  (an `os.replace` of the file) changes the key, so nobody sees stale data after it. The key also holds a
+  coarse time bucket: DuckDB shares one database instance per path inside a process, so a query that starts
+  right after a publish while another thread still has the old file open can read the old data; the bucket
+  bounds how long such a result can be served (CACHE_SECONDS).
 - A table that does not exist yet (a stage that has not run) reads as an empty frame: the pages then show
   an empty state instead of a traceback.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +43,7 @@ _SAMPLE_TABLES = {
 }
 
 Signature = tuple[int, int, int]
+CACHE_SECONDS = 60
 
 
 def snapshot_signature(snapshot: Path) -> Signature | None:
@@ -55,7 +60,8 @@ def query(snapshot: Path, sql: str, params: Sequence[object] = ()) -> pl.DataFra
     signature = snapshot_signature(snapshot)
     if signature is None:
         return pl.DataFrame()
-    return _cached_query(str(snapshot), signature, sql, _freeze(params))
+    bucket = int(time.monotonic() // CACHE_SECONDS)
+    return _cached_query(str(snapshot), signature, bucket, sql, _freeze(params))
 
 
 def _freeze(params: Sequence[object]) -> tuple[object, ...]:
@@ -64,8 +70,8 @@ def _freeze(params: Sequence[object]) -> tuple[object, ...]:
 
 
 @lru_cache(maxsize=1024)
-def _cached_query(path: str, signature: Signature, sql: str, params: tuple[object, ...]) -> pl.DataFrame:
-    # `signature` is unused in the body: it is part of the cache key so a new publish misses the cache.
+def _cached_query(path: str, signature: Signature, bucket: int, sql: str, params: tuple[object, ...]) -> pl.DataFrame:
+    # `signature` and `bucket` are unused in the body: they are part of the cache key (see module docstring).
     bound = [list(p) if isinstance(p, tuple) else p for p in params]
     try:
         con = connect(path, read_only=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from medtx.db import open_warehouse, transaction
 from medtx.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
-from medtx.pipeline_plan import CODE, Step
+from medtx.pipeline_plan import Step
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -81,7 +81,7 @@ def record_step(db: Path | str, pipeline_run_id: str, outcome: StepOutcome) -> N
 
 def input_fingerprints(db: Path | str, step: Step) -> dict[str, str]:
     """The explicit cache inputs of a step: upstream table rows, local source files, and code version."""
-    prints = {"code": code_version(*CODE[step.kind])}
+    prints = {"code": code_version(*step.code)}
     table = step.params.get("table")
     prefix = "oracle_" if table == "oracle" else f"{table}." if step.kind == "ingest" else ""
     for i, path in enumerate(step.files):

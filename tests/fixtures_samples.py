@@ -17,9 +17,14 @@ from tests.conftest import DATA
 DEMO = "mimic3_demo"
 
 
+_BUILT: dict[str, Path] = {}  # test modules import the fixture separately: build the demo once per session
+
+
 @pytest.fixture(scope="session")
 def demo_db(tmp_path_factory) -> Path:
     """A warehouse with the bundled demo + MTSamples ingested, codes mapped and every task built (seed 42)."""
+    if "demo" in _BUILT:
+        return _BUILT["demo"]
     db = tmp_path_factory.mktemp("samples-demo") / "warehouse.duckdb"
     cache = db.parent / "cache"
     ingest_mimic3(db, DATA / "mimic3_demo", DEMO, cache)
@@ -30,6 +35,7 @@ def demo_db(tmp_path_factory) -> Path:
         build_samples(con, DATA)
     finally:
         con.close()
+    _BUILT["demo"] = db
     return db
 
 

@@ -97,5 +97,5 @@ def test_unknown_and_malformed_ndcs_are_kept_and_counted(tmp_db):
     assert unmapped == [("99999999999", 2), ("not-an-ndc", 1)]
     # idempotent: a second run gives the same rows
     before = con.sql("SELECT count(*) FROM core.prescriptions_atc3").fetchall()
-    map_codes(con, DATA, ["x"])
+    map_codes(con, DATA, ["x"], reload_reference=False)
     assert con.sql("SELECT count(*) FROM core.prescriptions_atc3").fetchall() == before

@@ -57,7 +57,8 @@ def write_rx(folder: Path, body: str, name: str = "PRESCRIPTIONS.csv", header: s
 
 
 def rx_row(row_id: int, ndc: str = "00006494300", start: str = "2146-07-21 00:00:00", drug: str = "Bisacodyl") -> str:
-    return f"{row_id},42458,159647,,{start},2146-07-22,MAIN,{drug},{drug},{drug},BISA5,002947,{ndc},5 mg Tab,10,mg,2,TAB,PO"
+    return (f"{row_id},42458,159647,,{start},2146-07-22,MAIN,{drug},{drug},{drug},BISA5,002947,{ndc},"
+            "5 mg Tab,10,mg,2,TAB,PO")
 
 
 # --- the bundled demo ---------------------------------------------------------------------------------------
@@ -205,9 +206,9 @@ def _corrupt_gzip(folder: Path) -> None:
     ],
     ids=["empty", "bad-gzip-header", "truncated-gzip", "missing-column", "wrong-table"],
 )
-def test_bad_file_fails_clearly_and_leaves_warehouse_as_it_was(tmp_path, make, message):
+def test_bad_file_fails_clearly_and_leaves_warehouse_as_it_was(demo_db, tmp_path, make, message):
     db = tmp_path / "w.duckdb"
-    ingest_mimic3(db, DEMO, tables=["patients", "prescriptions"])
+    shutil.copy(demo_db, db)  # a warehouse holding the whole demo (a copy: the fixture is shared)
     before = warehouse_state(db)
     folder = tmp_path / "demo_copy"
     folder.mkdir()

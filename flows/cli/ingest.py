@@ -43,7 +43,9 @@ _USER_ERRORS = (IngestError, SourceNotFound, DownloadError, ChecksumError, Value
 def mimic3(
     source: str = typer.Option(None, "--source", help="Folder or http(s) URL prefix with <TABLE>.csv[.gz] files "
                                "(default: the bundled MIMIC-III demo)."),
-    dataset: str = typer.Option(None, "--dataset", help="Dataset name: lower-case letters, digits, _ (default: from the source name)."),
+    dataset: str = typer.Option(
+        None, "--dataset", help="Dataset name: lower-case letters, digits, _ (default: from the source name)."
+    ),
     tables: list[str] = typer.Option(None, "--table", help="Only these tables (repeatable)."),
     db: Path = _DB,
     prefect: bool = _PREFECT,

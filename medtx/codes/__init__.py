@@ -10,7 +10,7 @@ import duckdb
 
 from medtx.codes.mapping import ATC3_PATTERN, coverage_summary, map_prescriptions
 from medtx.codes.ndc import normalize_ndc
-from medtx.codes.reference import load_reference_tables
+from medtx.codes.reference import load_reference_tables, reference_loaded
 
 log = logging.getLogger("medtx.codes")
 
@@ -20,11 +20,13 @@ __all__ = [
 
 
 def map_codes(
-    con: duckdb.DuckDBPyConnection, data_dir: Path, datasets: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, data_dir: Path, datasets: Sequence[str] | None = None,
+    *, reload_reference: bool = True,
 ) -> dict[str, dict[str, tuple[int, int, float]]]:
-    """Reload `ref.*` from `data_dir`, then map the prescriptions of each dataset (default: every dataset in
-    raw.admissions). Returns the coverage summary per dataset."""
-    load_reference_tables(con, data_dir)
+    """Reload `ref.*` from `data_dir` (or only when empty, `reload_reference=False`), then map the
+    prescriptions of each dataset (default: every dataset in raw.admissions). Returns coverage per dataset."""
+    if reload_reference or not reference_loaded(con):
+        load_reference_tables(con, data_dir)
     if datasets is None:
         datasets = [r[0] for r in con.sql("SELECT DISTINCT dataset FROM raw.admissions ORDER BY 1").fetchall()]
     if not datasets:

@@ -62,8 +62,9 @@ def _reference_sql(files: dict[str, Path]) -> dict[str, str]:
         f"WHERE regexp_full_match(trim(ndc), '\\d{{11}}') AND nullif(trim(rxcui), '') IS NOT NULL",
         "rxcui_atc": f"SELECT DISTINCT trim(rxcui), atc3, atc4, nullif(atc5, '') FROM {_csv(files['rxcui_atc'])} "
         f"WHERE {atc3_ok}",
-        "ndc_atc": f"SELECT DISTINCT {ndc_sql('ndc11')}, atc3, atc4, nullif(atc5, '') FROM {_csv(files['ndc_atc'])} "
-        f"WHERE {atc3_ok} AND {ndc_sql('ndc11')} IS NOT NULL",
+        # Already normalised to 11 digits by its derivation (SOURCES.md): check, do not recompute.
+        "ndc_atc": f"SELECT DISTINCT ndc11, atc3, atc4, nullif(atc5, '') FROM {_csv(files['ndc_atc'])} "
+        f"WHERE {atc3_ok} AND regexp_full_match(ndc11, '\\d{{11}}') AND ndc11 <> '00000000000'",
         # Route precedence: NDC->RxCUI->ATC first; the direct NDC->ATC map only for NDCs it leaves unmapped.
         "ndc_atc3": """
             WITH by_rxcui AS (

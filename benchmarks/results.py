@@ -1,0 +1,304 @@
+"""The EHR results table: every model and baseline on a synthetic cohort, mean ± sd over training seeds.
+
+    nice .venv/bin/python benchmarks/results.py --patients 10000 --seeds 0,1,2      # prepare + train + write
+    .venv/bin/python benchmarks/results.py --render-only                             # rewrite RESULTS.md only
+
+Steps: (1) generate `synth_<N>` with the synth stage, ingest it, load its oracle, map codes, build samples
+(skipped when the samples exist); (2) run every (task, model, seed) through `run_ehr_experiment` with a fixed
+run id `results.<task>.<model>.<dataset>.s<seed>`, skipping runs already completed with the same config,
+so an interrupted run resumes; (3) render `benchmarks/RESULTS.md`'s section between `<!-- BEGIN ehr -->`
+and `<!-- END ehr -->` from ml.* (other sections, e.g. the text stage's, are kept as they are).
+
+Protocol: the split is fixed by the samples stage (patient-level 70/10/20, its own seed); training seeds
+vary. Each cell is the mean ± sd over seeds of the per-run test value, where each per-run test value is
+itself the mean over 10 resamples of 80% of test patients (the per-run bootstrap sd is in ml.metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from medtx.db import open_warehouse  # noqa: E402
+
+log = logging.getLogger("medtx.benchmarks")
+
+NEURAL = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
+BASELINES = ("most_frequent", "copy_last", "logreg", "oracle")
+TASK_MODELS = {
+    "drug_rec": (*NEURAL, *BASELINES),
+    "next_visit": ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", *BASELINES),
+    "readmission": ("transformer", "transformer_rope", "behrt", "gru", "most_frequent", "logreg", "oracle"),
+}
+# CPU budget (2 shared cores): few epochs, early stopping patience 2, batch 64. Stated in RESULTS.md.
+TRAIN = {"epochs": 6, "patience": 2, "batch_size": 64, "lr": 2e-3}
+MODEL_OVERRIDES = {
+    "behrt": {"max_len": 128},
+    "seq2seq": {"lr": 1e-3},
+}
+HEADLINE = {
+    "drug_rec": [("pr_auc_samples", "visit"), ("jaccard_samples", "visit"), ("f1_samples", "visit"),
+                 ("jaccard_samples", "patient"), ("ddi_rate", "none"), ("avg_pred_size", "visit")],
+    "next_visit": [("pr_auc_samples", "visit"), ("roc_auc_samples", "visit"), ("recall_at_10", "visit"),
+                   ("recall_at_20", "visit"), ("f1_samples", "visit")],
+    "readmission": [("auroc", "none"), ("auprc", "none"), ("rp80", "none")],
+}
+BEGIN, END = "<!-- BEGIN ehr -->", "<!-- END ehr -->"
+
+
+# ----------------------------------------------------------------------------------------------- prepare
+
+
+def prepare_cohort(db: Path, n_patients: int, seed: int, workdir: Path) -> str:
+    """Generate, ingest, map and build samples for `synth_<n>` unless its samples already exist."""
+    from medtx.synth.generate import dataset_name
+
+    dataset = dataset_name(n_patients)
+    with open_warehouse(db) as con:
+        done = con.execute("SELECT count(*) FROM samples.drug_rec WHERE dataset = ?", [dataset]).fetchall()[0][0]
+    if done:
+        log.info("samples of %s exist; not rebuilding", dataset)
+        return dataset
+    from medtx.codes.mapping import map_prescriptions
+    from medtx.codes.reference import load_reference_tables, reference_loaded
+    from medtx.ingest import CORE_MIMIC3_TABLES, ingest_mimic3_table
+    from medtx.samples import build_samples
+    from medtx.settings import get_settings
+    from medtx.synth.generate import generate_mimic3
+    from medtx.synth.oracle import load_oracle
+
+    source = workdir / dataset
+    started = time.perf_counter()
+    if not (source / "ADMISSIONS.csv.gz").exists():
+        generate_mimic3(source, n_patients=n_patients, seed=seed, notes=False)
+    for table in CORE_MIMIC3_TABLES:
+        ingest_mimic3_table(db, table, source, dataset, workdir / "cache")
+    data_dir = get_settings().data_dir
+    with open_warehouse(db) as con:
+        load_oracle(con, source, dataset)
+        if not reference_loaded(con):
+            load_reference_tables(con, data_dir)
+        map_prescriptions(con, dataset)
+        build_samples(con, data_dir, list(TASK_MODELS), [dataset])
+    log.info("prepared %s in %.0fs", dataset, time.perf_counter() - started)
+    return dataset
+
+
+# ----------------------------------------------------------------------------------------------- train
+
+
+def run_id_for(task: str, model: str, dataset: str, seed: int) -> str:
+    return f"results.{task}.{model}.{dataset}.s{seed}"
+
+
+def overrides_for(model: str) -> dict:
+    if model in BASELINES:
+        return {}
+    return {**TRAIN, **MODEL_OVERRIDES.get(model, {})}
+
+
+def already_done(db: Path, run_id: str, overrides: dict) -> bool:
+    with open_warehouse(db, read_only=True) as con:
+        rows = con.execute("SELECT status, config FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()
+    if not rows or rows[0][0] != "completed":
+        return False
+    config = json.loads(rows[0][1] or "{}")
+    train = config.get("train", {})
+    return all(train.get(k, v) == v for k, v in overrides.items() if k in TRAIN)
+
+
+def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, seeds: list[int],
+            device: str, threads: int | None) -> None:
+    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+
+    for task in tasks:
+        for seed in seeds:
+            for model in TASK_MODELS[task]:
+                if models and model not in models:
+                    continue
+                run_id = run_id_for(task, model, dataset, seed)
+                overrides = overrides_for(model)
+                if threads and model not in BASELINES:
+                    overrides["num_threads"] = threads
+                if already_done(db, run_id, overrides):
+                    continue
+                started = time.perf_counter()
+                try:
+                    run_ehr_experiment(db, dataset, task, model, seed, overrides, device=device,
+                                       options=ExperimentOptions(run_id=run_id, models_dir=db.parent / "models"))
+                except Exception as exc:  # recorded as failed in ml.runs; the table says so
+                    log.error("%s failed: %s", run_id, exc)
+                log.info("%s done in %.0fs", run_id, time.perf_counter() - started)
+
+
+# ----------------------------------------------------------------------------------------------- render
+
+
+def collect(db: Path, dataset: str) -> dict:
+    """{(task, model): {"runs": n, "failed": n, "collapsed": n, "metrics": {(metric, averaging): [values]},
+    "boot_sd": {...}, "threshold": [...], "device": ..., "seconds": [...]}} for the results runs."""
+    with open_warehouse(db, read_only=True) as con:
+        runs = con.execute(
+            "SELECT run_id, task, model, status, collapsed, threshold, threshold_source, device, train_seconds, "
+            "best_epoch FROM ml.runs WHERE run_id LIKE 'results.%' AND dataset = ?", [dataset]).fetchall()
+        metrics = con.execute(
+            "SELECT m.run_id, m.metric, m.averaging, m.value, m.sd FROM ml.metrics m JOIN ml.runs r USING (run_id) "
+            "WHERE r.run_id LIKE 'results.%' AND r.dataset = ? AND r.status = 'completed' AND m.split = 'test'",
+            [dataset]).fetchall()
+        summary = dict(con.execute("SELECT task || '.' || metric, value FROM samples.task_summary WHERE dataset = ?",
+                                   [dataset]).fetchall())
+    out: dict = {}
+    by_run = {}
+    for run_id, task, model, status, collapsed, thr, thr_src, device, seconds, best_epoch in runs:
+        cell = out.setdefault((task, model), {"runs": 0, "failed": 0, "collapsed": 0, "metrics": {}, "boot_sd": {},
+                                              "threshold": [], "source": set(), "device": set(), "seconds": [],
+                                              "epochs": []})
+        if status != "completed":
+            cell["failed"] += status == "failed"
+            continue
+        cell["runs"] += 1
+        cell["collapsed"] += bool(collapsed)
+        cell["threshold"].append(thr)
+        cell["source"].add(thr_src)
+        cell["device"].add(device)
+        cell["seconds"].append(seconds or 0.0)
+        if best_epoch:
+            cell["epochs"].append(best_epoch)
+        by_run[run_id] = cell
+    for run_id, metric, averaging, value, sd in metrics:
+        if run_id in by_run and value is not None:
+            by_run[run_id]["metrics"].setdefault((metric, averaging), []).append(value)
+            by_run[run_id]["boot_sd"].setdefault((metric, averaging), []).append(sd or 0.0)
+    out["_summary"] = summary
+    return out
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "—"
+    arr = np.asarray(values, dtype=float)
+    return f"{arr.mean():.3f} ± {arr.std(ddof=1) if len(arr) > 1 else 0.0:.3f}"
+
+
+def verdicts(cells: dict, task: str, model: str, rivals: tuple[str, ...], key: tuple[str, str]) -> list[str]:
+    """Plain sentences: does `model` beat each rival on `key` (mean over seeds, margin vs seed sd)?"""
+    lines = []
+    mine = cells.get((task, model), {}).get("metrics", {}).get(key)
+    for rival in rivals:
+        theirs = cells.get((task, rival), {}).get("metrics", {}).get(key)
+        if not mine or not theirs:
+            lines.append(f"- {model} vs {rival} on {key[0]}: not available (run missing or failed).")
+            continue
+        a, b = float(np.mean(mine)), float(np.mean(theirs))
+        spread = max(np.std(mine, ddof=1) if len(mine) > 1 else 0.0, np.std(theirs, ddof=1) if len(theirs) > 1 else 0.0)
+        if a > b + spread:
+            verdict = "beats"
+        elif a > b:
+            verdict = "is ahead of, but within one seed-sd of,"
+        else:
+            verdict = "**does not beat**"
+        lines.append(f"- {model} {verdict} {rival} on {key[0]} ({key[1]}-averaged): {a:.3f} vs {b:.3f}.")
+    return lines
+
+
+def render(cells: dict, dataset: str, seeds: list[int]) -> str:
+    summary = cells.get("_summary", {})
+    parts = [f"## EHR models on the synthetic cohort `{dataset}`", "",
+             "Synthetic data (medtx.synth): always labelled synthetic; figures say nothing about real patients.",
+             f"Training seeds {', '.join(map(str, seeds))}; the patient split (70/10/20) is fixed by the samples stage.",
+             "Each cell: mean ± sd over seeds of the test value; each test value is the mean over 10 resamples",
+             "of 80% of test patients (without replacement). Set metrics use each run's threshold: tuned on",
+             "validation (grid 0.05–0.95, max visit-averaged Jaccard for drug_rec, F1 for next_visit) for",
+             "neural models, logreg and oracle; top-k (k = training mean set size) for most_frequent; 0.5 for",
+             "copy_last. `visit` = averaged over visits (PyHealth / sklearn samples); `patient` = averaged",
+             "within patient then over patients (SafeDrug). DDI rate = interacting / all predicted pairs pooled",
+             "over test visits, with ref.ddi_atc3 restricted to the label vocabulary. Model selection",
+             "(early stopping, threshold) used validation only.",
+             f"Neural training config (CPU budget): {json.dumps(TRAIN)}; model overrides {json.dumps(MODEL_OVERRIDES)};",
+             "other hyper-parameters are the model files' defaults.", ""]
+    for task, keys in HEADLINE.items():
+        rows = [(model, cells[(task, model)]) for model in TASK_MODELS[task] if (task, model) in cells]
+        if not rows:
+            continue
+        n = summary.get(f"{task}.samples")
+        parts += [f"### {task}" + (f" ({int(n):,} samples)" if n else ""), ""]
+        header = ["model", "runs"] + [f"{m} ({a})" for m, a in keys] + ["threshold", "train s/run", "notes"]
+        parts += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for model, cell in rows:
+            notes = []
+            if cell["failed"]:
+                notes.append(f"{cell['failed']} failed")
+            if cell["collapsed"]:
+                notes.append(f"{cell['collapsed']} collapsed")
+            if model == "oracle":
+                notes.append("ceiling: generator's true probabilities")
+            thr = (f"{np.mean(cell['threshold']):.2f} ({'/'.join(sorted(s for s in cell['source'] if s))})"
+                   if cell["threshold"] else "—")
+            secs = f"{np.mean(cell['seconds']):.0f}" if cell["seconds"] else "—"
+            values = [fmt(cell["metrics"].get(k, [])) for k in keys]
+            name = f"**{model}**" if model == "transformer" else model
+            parts.append("| " + " | ".join([name, str(cell["runs"]), *values, thr, secs, "; ".join(notes)]) + " |")
+        if task == "drug_rec":
+            key = ("jaccard_samples", "visit")
+            parts += ["", "Verdicts (drug_rec, the headline comparison):"]
+            parts += verdicts(cells, task, "transformer", ("logreg", "copy_last", "most_frequent"), key)
+            parts += verdicts(cells, task, "transformer", ("logreg", "copy_last"), ("pr_auc_samples", "visit"))
+            parts += [line for other in NEURAL if other != "transformer"
+                      for line in verdicts(cells, task, other, ("logreg",), ("pr_auc_samples", "visit"))]
+            true_ddi = cells.get((task, "oracle"), {}).get("metrics", {}).get(("ddi_rate_true", "none"))
+            if true_ddi:
+                parts.append(f"- Ground-truth DDI rate of the test label sets: {np.mean(true_ddi):.3f}.")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def write_results(path: Path, body: str) -> None:
+    """Replace only the EHR section of RESULTS.md, keeping every other section (e.g. the text stage's)."""
+    text = path.read_text() if path.exists() else "# medtx results\n"
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", type=Path, default=ROOT / "var" / "results" / "warehouse.duckdb")
+    ap.add_argument("--patients", type=int, default=10_000)
+    ap.add_argument("--synth-seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--tasks", default="drug_rec,next_visit,readmission")
+    ap.add_argument("--models", default=None, help="comma-separated subset (default: all of each task)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    tasks = args.tasks.split(",")
+    args.db.parent.mkdir(parents=True, exist_ok=True)
+    from medtx.synth.generate import dataset_name
+
+    dataset = dataset_name(args.patients)
+    if not args.render_only:
+        dataset = prepare_cohort(args.db, args.patients, args.synth_seed, args.db.parent)
+        run_all(args.db, dataset, tasks, args.models.split(",") if args.models else None, seeds, args.device,
+                args.threads)
+    write_results(args.out, render(collect(args.db, dataset), dataset, seeds))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""A small REAL warehouse for the dashboard tests, built by the real stage functions.
+
+ingest the bundled MIMIC-III demo and 300 MTSamples notes -> reference tables + NDC->ATC mapping ->
+drug_rec and specialty samples -> a baseline and a 1-epoch transformer on drug_rec, TF-IDF and a tiny
+from-scratch BERT on specialty -> publish. Built once per test session (both dashboard test modules share it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+from medtx.settings import snapshot_path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+DATASET = "mimic3_demo"
+# The smallest BERT that still has 2 layers x 2 heads to select in the attention views.
+TINY_BERT = {"epochs": 1, "mlm_epochs": 1, "hidden": 32, "layers": 2, "heads": 2, "max_len": 64,
+             "max_chunks": 1, "vocab_size": 1500, "n_showcase": 3, "attention_max_tokens": 48}
+
+
+@functools.cache
+def real_warehouse() -> tuple[Path, Path]:
+    """(live warehouse, published snapshot) in a session temp folder."""
+    from medtx.codes.mapping import map_prescriptions
+    from medtx.codes.reference import load_reference_tables
+    from medtx.db import connect
+    from medtx.ingest import ingest_mimic3, ingest_mtsamples
+    from medtx.pipeline_runs import finish_pipeline_run, start_pipeline_run
+    from medtx.publish import publish_snapshot
+    from medtx.samples import build_samples
+    from medtx.text.experiment import run_text_experiment
+    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+
+    folder = Path(tempfile.mkdtemp(prefix="medtx-dashboard-"))
+    os.environ["MEDTX_MODELS_DIR"] = str(folder / "models")  # checkpoints and the MLM cache stay in tmp
+    os.environ["MEDTX_CACHE_DIR"] = str(folder / "cache")
+    db = folder / "warehouse.duckdb"
+    start_pipeline_run(db, "test-pipeline-1", {"purpose": "dashboard tests"})
+    ingest_mimic3(db, DATA / "mimic3_demo", DATASET)
+    ingest_mtsamples(db, DATA / "mtsamples" / "mtsamples.csv.gz", limit=300)
+    con = connect(db)
+    try:
+        load_reference_tables(con, DATA)
+        map_prescriptions(con, DATASET)
+        build_samples(con, DATA, tasks=["drug_rec", "specialty"], datasets=[DATASET])
+    finally:
+        con.close()
+    options = ExperimentOptions(models_dir=folder / "models", n_showcase=3, max_attention_tokens=24)
+    run_ehr_experiment(db, DATASET, "drug_rec", "logreg", seed=0, options=options)
+    run_ehr_experiment(db, DATASET, "drug_rec", "transformer", seed=0, epochs=1,
+                       overrides={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, options=options)
+    run_text_experiment(db, "specialty", "tfidf_logreg", seed=0)
+    run_text_experiment(db, "specialty", "bert_scratch", seed=0, overrides=TINY_BERT)
+    finish_pipeline_run(db, "test-pipeline-1", failed=[])
+    snapshot = snapshot_path(db)
+    publish_snapshot(db, snapshot)
+    return db, snapshot
