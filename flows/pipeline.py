@@ -130,8 +130,8 @@ def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
 class _Run:
     """The state of one flow run while it walks the plan (settings, outcomes so far)."""
 
-    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str]):
-        self.settings, self.cfg, self.id, self.refresh = settings, cfg, pipeline_run_id, refresh
+    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str], runner):
+        self.settings, self.cfg, self.id, self.refresh, self.runner = settings, cfg, pipeline_run_id, refresh, runner
         self.db = Path(settings.db)
         self.paths = _paths(settings)
         self.outcomes: dict[str, runs.StepOutcome] = {}
@@ -151,7 +151,7 @@ class _Run:
         args: dict[str, Any] = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
         if step.kind == "train":
             args |= dict(pipeline_run_id=self.id, device=step.device)
-        return TASKS[step.kind].with_options(**options).submit(**args)
+        return self.runner.submit(TASKS[step.kind].with_options(**options), parameters=args)
 
     def collect(self, step: Step, key: str, future: PrefectFuture, started: float) -> None:
         future.wait()
@@ -217,15 +217,18 @@ def pipeline(
     settings = get_settings(db=db)
     plan = plan_for(cfg, settings)
     selected = [plan[name] for name in steps_only] if steps_only else list(plan.steps)
-    run = _Run(settings, cfg, str(flow_run.id or f"local-{time.time_ns()}"), set(refresh or []))
-    runs.start_pipeline_run(run.db, run.id, cfg.model_dump(mode="json") | {"config_file": str(config)})
+    run_id = str(flow_run.id or f"local-{time.time_ns()}")
+    runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)})
     try:
-        for layer in Plan(tuple(selected)).layers():
-            run.run_layer(layer)
+        # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
+        with make_task_runner(cfg.runner) as runner:
+            run = _Run(settings, cfg, run_id, set(refresh or []), runner)
+            for layer in Plan(tuple(selected)).layers():
+                run.run_layer(layer)
         publish_task(run.db, settings.snapshot)
         _publish_artifacts(run)
     except BaseException as exc:
-        runs.finish_pipeline_run(run.db, run.id, [f"pipeline: {type(exc).__name__}: {exc}"])
+        runs.finish_pipeline_run(settings.db, run_id, [f"pipeline: {type(exc).__name__}: {exc}"])
         raise
     failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]
     runs.finish_pipeline_run(run.db, run.id, failed)
@@ -241,26 +244,30 @@ def run_pipeline(
     refresh: list[str] | None = None,
     return_state: bool = False,
 ):
-    """Run the flow with the task runner its config asks for (thread pool or Dask)."""
-    runner = make_task_runner(load_config(config).runner)
-    return pipeline.with_options(task_runner=runner)(
+    """Run the flow in this process (with a temporary Prefect server unless PREFECT_API_URL is set)."""
+    return pipeline(
         config=str(config), db=str(db) if db else None, steps_only=steps_only, refresh=refresh,
         return_state=return_state,
     )
 
 
-def serve_pipeline(config: Path | str = DEFAULT_CONFIG, db: Path | str | None = None) -> None:
-    """Serve two deployments of the pipeline: `scheduled` (cron from the config) and `on-demand`."""
-    from prefect import serve
+def deployments(config: Path | str = DEFAULT_CONFIG, db: Path | str | None = None) -> list:
+    """Two deployments of the pipeline: `scheduled` (cron from the config) and `on-demand` (no schedule)."""
     from prefect.schedules import Cron
 
     cfg = load_config(config)
-    flow_ = pipeline.with_options(task_runner=make_task_runner(cfg.runner))
     params = {"config": str(Path(config).resolve()), "db": str(db) if db else None}
-    scheduled = flow_.to_deployment(
+    scheduled = pipeline.to_deployment(
         name="scheduled", parameters=params, schedules=[Cron(cfg.schedule.cron, timezone=cfg.schedule.timezone)],
         description=f"medtx pipeline on {cfg.name}, cron {cfg.schedule.cron} ({cfg.schedule.timezone})",
     )
-    on_demand = flow_.to_deployment(name="on-demand", parameters=params,
+    on_demand = pipeline.to_deployment(name="on-demand", parameters=params,
                                     description=f"medtx pipeline on {cfg.name}, run on request")
-    serve(scheduled, on_demand, pause_on_shutdown=False)
+    return [scheduled, on_demand]
+
+
+def serve_pipeline(config: Path | str = DEFAULT_CONFIG, db: Path | str | None = None) -> None:
+    """Serve both deployments from this process until interrupted; schedules stay active after a stop."""
+    from prefect import serve
+
+    serve(*deployments(config, db), pause_on_shutdown=False)

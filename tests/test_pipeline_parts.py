@@ -192,3 +192,21 @@ def test_cache_is_valid_only_while_the_output_rows_are_unchanged(tmp_path: Path,
     with open_warehouse(tmp_db) as con:  # ... but losing this dataset's rows does
         con.execute("DELETE FROM core.mapping_coverage WHERE dataset = 'mimic3_demo'")
     assert not cache_still_valid(tmp_db, step, key)
+
+
+# ---------------------------------------------------------------------------------------------- serving
+
+
+def test_serve_builds_a_scheduled_and_an_on_demand_deployment(tmp_path: Path) -> None:
+    from flows.pipeline import deployments
+
+    cfg_path = _write(tmp_path / "c.yaml", """
+        datasets: [{source: synth:10}]
+        schedule: {cron: "30 1 * * 1", timezone: Europe/Paris}
+        runner: {kind: dask, address: "tcp://127.0.0.1:8786"}
+        """)
+    scheduled, on_demand = deployments(cfg_path, tmp_path / "w.duckdb")
+    assert (scheduled.name, on_demand.name) == ("scheduled", "on-demand")
+    assert [(s.schedule.cron, s.schedule.timezone) for s in scheduled.schedules] == [("30 1 * * 1", "Europe/Paris")]
+    assert not on_demand.schedules
+    assert scheduled.parameters == {"config": str(cfg_path.resolve()), "db": str(tmp_path / "w.duckdb")}

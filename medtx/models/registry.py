@@ -99,10 +99,6 @@ def sigmoid_proba(model: nn.Module, batch: dict) -> Tensor:
     return torch.sigmoid(model(batch).logits.float())
 
 
-def _seq2seq_proba(model: nn.Module, batch: dict) -> Tensor:
-    return model.label_probs(batch)
-
-
 def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any,
                     overrides: dict | None = None) -> EHRModelBundle:
     """Model + codec for (model name, task) on these training vocabularies; `overrides` set config fields.
@@ -154,7 +150,9 @@ def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: A
     def generate(m: nn.Module, batch: dict) -> list[list[str]]:
         return m.generate(batch, labels.names)
 
-    return EHRModelBundle(model, config, codec.encode, codec.collate, _seq2seq_proba, label_names=labels.names,
+    # In eval mode Seq2SeqForDrugRec's logits already are the decoded label scores (noisy-OR over the
+    # greedy decode), so the sigmoid default applies and the trainer decodes once per batch.
+    return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names,
                           generate=generate)
 
 

@@ -171,11 +171,11 @@ def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> Text
             raise ValueError("samples.specialty is empty: run `medtx samples` after ingesting MTSamples")
         return specialty_data(frame, dedupe=dedupe)
     if task == "readmission_notes":
-        frame = con.execute(
+        frame = con.sql(  # DuckDB 2.0: execute(...).pl() is gone; sql(..., params=) returns a relation
             "SELECT r.subject_id, r.hadm_id, r.text, r.label, s.split FROM samples.readmission r "
             "JOIN samples.splits s ON s.dataset = r.dataset AND s.task = 'readmission' AND s.subject_id = r.subject_id "
             "WHERE r.dataset = ?",
-            [dataset],
+            params=[dataset],
         ).pl()
         return readmission_notes_data(frame)
     raise ValueError(f"unknown text task {task!r}; choose one of {TEXT_TASKS}")

