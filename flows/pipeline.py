@@ -91,7 +91,7 @@ def train_task(name: str, spec: dict, paths: dict, fingerprints: dict, pipeline_
     return steps.run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device)
 
 
-@task(name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
+@task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
 def publish_task(db: Path, snapshot: Path) -> dict:
     return publish_snapshot(db, snapshot).__dict__
 
