@@ -70,7 +70,7 @@ def specialty_table(con) -> list[str]:
     lines = [
         "### MTSamples medical specialty (40 classes, deduplicated, group split 70/10/20, seed 42)",
         "",
-        f"Test notes: {int(summary.get('test', 0) or 0)} rows; label-noise ceiling on test (best reachable accuracy "
+        f"Test: {int(summary.get('test_units', 0) or 0)} text groups; label-noise ceiling on test (best reachable accuracy "
         f"when identical texts carry different labels): **{summary.get('label_noise_ceiling_test', float('nan')):.3f}**; "
         f"majority-class share on test {summary.get('majority_class_accuracy_test', float('nan')):.3f}. "
         "Mean ± sd over training seeds of the per-run bootstrap means (10 resamples of 80% of test text groups).",
@@ -82,6 +82,9 @@ def specialty_table(con) -> list[str]:
         flag = "**COLLAPSED**" if collapsed else "ok"
         lines.append(f"| {model} | {seeds} | {_fmt(a, asd)} | {_fmt(f, fsd)} | {_fmt(w, wsd)} | "
                      f"{secs or 0:.0f} | {flag} |")
+    missing = [m for m in SPECIALTY_MODELS if m not in {r[0] for r in rows}]
+    if missing:
+        lines += ["", f"Not measured yet in this table: {', '.join(missing)} (run `--run --models ...`)."]
     lines += ["", "Published anchors: CLiGNet 2026 (Bio_ClinicalBERT + label GCN, leakage-free) macro-F1 **0.279**; "
               "the PyHealth book's ClinicalBERT run (accuracy 0.254, macro-F1 0.0116) is a collapsed majority-class "
               "predictor, like `majority` above."]

@@ -46,9 +46,10 @@ class PipelineFailed(RuntimeError):
 
 
 def retry_on_lock(task, task_run, state) -> bool:
-    """Retry when another process holds the warehouse file (DuckDB's IOException) or on OS I/O errors."""
+    """Retry when another process holds the warehouse file (DuckDB's IOException) or on transient OS/network
+    errors; never on bad input, a missing file or a model that fails (those fail the same way again)."""
     exc = state.data if isinstance(state.data, BaseException) else None
-    return isinstance(exc, (OSError, duckdb.IOException))
+    return isinstance(exc, duckdb.IOException) or (isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError))
 
 
 # pipeline_run_id and device change between runs without changing the result: keep them out of the key.
@@ -86,7 +87,7 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
     return steps.run_samples(spec, paths)
 
 
-@task(name="train", task_run_name="{name}", **{**_CACHED, "retries": 0})
+@task(name="train", task_run_name="{name}", **_CACHED)
 def train_task(name: str, spec: dict, paths: dict, fingerprints: dict, pipeline_run_id: str, device: str) -> dict:
     return steps.run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device)
 

@@ -58,8 +58,9 @@ class DatasetConfig(_Strict):
             return self.name
         if self.kind == "synth":
             return f"synth_{self.n_patients}"
-        tail = self.source.rstrip("/").rsplit("/", 1)[-1]
-        return re.sub(r"[^a-z0-9_]+", "_", tail.lower()).strip("_")
+        from medtx.ingest.sources import dataset_name  # one naming rule for the CLI and the pipeline
+
+        return dataset_name(self.source)
 
     @field_validator("name")
     @classmethod

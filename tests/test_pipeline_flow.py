@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -176,7 +177,9 @@ def test_pipeline_end_to_end_with_cache_refresh_and_snapshot(prefect_harness, wo
 
 
 DASK = """
-    datasets: [{{source: {demo}}}]
+    datasets:
+      - source: {demo}
+      - source: {broken}                 # a source missing required tables: its steps fail or are skipped
     tasks:
       drug_rec:
         models: [{{model: most_frequent}}, {{model: logreg}}]
@@ -184,13 +187,22 @@ DASK = """
     """
 
 
-def test_pipeline_on_a_local_dask_cluster(prefect_harness, workdir: Path) -> None:
+def test_pipeline_on_a_local_dask_cluster_isolates_a_broken_source(prefect_harness, workdir: Path) -> None:
     folder = workdir / "dask"
-    folder.mkdir()
-    config = _config(folder, DASK.format(demo=DATA / "mimic3_demo"))
+    broken = folder / "broken_cohort"
+    broken.mkdir(parents=True)
+    shutil.copy(DATA / "mimic3_demo" / "PATIENTS.csv.gz", broken)
+    config = _config(folder, DASK.format(demo=DATA / "mimic3_demo", broken=broken))
     state = run_pipeline(config, folder / "warehouse.duckdb", return_state=True)
-    assert state.is_completed(), state.message
-    assert set(_task_states(state.state_details.flow_run_id).values()) == {"Completed"}
+    assert state.is_failed()
+    states = _task_states(state.state_details.flow_run_id)
+    assert {n for n, s in states.items() if s == "Failed"} == {
+        f"ingest.broken_cohort.{t}" for t in ("admissions", "diagnoses_icd", "procedures_icd", "prescriptions")}
+    assert {n: s for n, s in states.items() if "broken" not in n and s != "Completed"} == {}
     with open_snapshot(folder / "warehouse.snapshot.duckdb") as snap:
-        assert snap.sql("SELECT model, status FROM ml.runs ORDER BY model").fetchall() == [
-            ("logreg", "completed"), ("most_frequent", "completed")]
+        assert snap.sql("SELECT dataset, model, status FROM ml.runs ORDER BY model").fetchall() == [
+            ("mimic3_demo", "logreg", "completed"), ("mimic3_demo", "most_frequent", "completed")]
+        skipped = snap.sql("SELECT step FROM ml.pipeline_steps WHERE state = 'skipped' ORDER BY step").fetchall()
+    assert [s[0] for s in skipped] == [
+        "codes.broken_cohort", "samples.drug_rec.broken_cohort",
+        "train.drug_rec.broken_cohort.logreg.s42", "train.drug_rec.broken_cohort.most_frequent.s42"]

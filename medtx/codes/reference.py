@@ -45,42 +45,71 @@ def _csv(path: Path) -> str:
     return f"read_csv('{path.as_posix()}', all_varchar = true, header = true, nullstr = 'NA')"
 
 
+def who_adm_r_sql(column: str) -> str:
+    """WHO DDD administration route (`adm_r`) -> its class: O, P, R, N, SL, TD, V or Inhal (else NULL).
+
+    The inhalation variants (`Inhal.powder`, `Inhal.aerosol`, ...) are one class; implants are parenteral.
+    The rare free-text routes (ointment, urethral, chewing gum, ...) get no class: they never decide a choice."""
+    return f"""(CASE
+        WHEN {column} ILIKE 'inhal%' THEN 'Inhal'
+        WHEN {column} ILIKE '%implant%' THEN 'P'
+        WHEN {column} IN ('O', 'P', 'R', 'N', 'SL', 'TD', 'V') THEN {column}
+    END)"""
+
+
+def _routes_agg(column: str) -> str:
+    """Aggregate: the sorted union of the route lists in `column` (NULL when none is known)."""
+    return f"list_sort(list_distinct(flatten(list({column}) FILTER (WHERE {column} IS NOT NULL))))"
+
+
 def _reference_sql(files: dict[str, Path]) -> dict[str, str]:
-    """SELECT statement per ref table, in dependency order."""
+    """SELECT statement per ref table (column names as in the table), in dependency order."""
     atc3_ok = "regexp_full_match(atc3, '[A-Z][0-9]{2}[A-Z]')"
     return {
-        "icd9_diagnoses": f"SELECT trim(icd9_code), any_value(short_title), any_value(long_title) "
+        "icd9_diagnoses": f"SELECT trim(icd9_code) AS icd9_code, any_value(short_title) AS short_title, "
+        f"any_value(long_title) AS long_title "
         f"FROM {_csv(files['icd9_diagnoses'])} WHERE icd9_code IS NOT NULL GROUP BY 1",
-        "icd9_procedures": f"SELECT trim(icd9_code), any_value(short_title), any_value(long_title) "
+        "icd9_procedures": f"SELECT trim(icd9_code) AS icd9_code, any_value(short_title) AS short_title, "
+        f"any_value(long_title) AS long_title "
         f"FROM {_csv(files['icd9_procedures'])} WHERE icd9_code IS NOT NULL GROUP BY 1",
-        # WHO lists level-5 codes once per DDD/route: keep one name per code.
-        "atc": f"SELECT atc_code, min(atc_name), CASE length(atc_code) WHEN 1 THEN 1 WHEN 3 THEN 2 WHEN 4 THEN 3 "
-        f"WHEN 5 THEN 4 WHEN 7 THEN 5 END FROM {_csv(files['atc'])} "
+        # WHO lists level-5 codes once per DDD/route: keep one name per code and the set of its routes.
+        "atc": f"SELECT atc_code, min(atc_name) AS atc_name, CASE length(atc_code) WHEN 1 THEN 1 WHEN 3 THEN 2 "
+        f"WHEN 4 THEN 3 WHEN 5 THEN 4 WHEN 7 THEN 5 END AS level, "
+        f"list_sort(list(DISTINCT adm_class) FILTER (WHERE adm_class IS NOT NULL)) AS adm_r "
+        f"FROM (SELECT *, {who_adm_r_sql('adm_r')} AS adm_class FROM {_csv(files['atc'])}) "
         f"WHERE length(atc_code) IN (1, 3, 4, 5, 7) AND atc_name IS NOT NULL GROUP BY atc_code",
         # The GAMENet dict has a stray 'idx' key and 20 empty RxCUIs.
-        "ndc_rxcui": f"SELECT DISTINCT {ndc_sql('ndc')} AS ndc, trim(rxcui) FROM {_csv(files['ndc_rxcui'])} "
+        "ndc_rxcui": f"SELECT DISTINCT {ndc_sql('ndc')} AS ndc, trim(rxcui) AS rxcui FROM {_csv(files['ndc_rxcui'])} "
         f"WHERE regexp_full_match(trim(ndc), '\\d{{11}}') AND nullif(trim(rxcui), '') IS NOT NULL",
-        "rxcui_atc": f"SELECT DISTINCT trim(rxcui), atc3, atc4, nullif(atc5, '') FROM {_csv(files['rxcui_atc'])} "
-        f"WHERE {atc3_ok}",
+        "rxcui_atc": f"SELECT DISTINCT trim(rxcui) AS rxcui, atc3, atc4, nullif(atc5, '') AS atc5 "
+        f"FROM {_csv(files['rxcui_atc'])} WHERE {atc3_ok}",
         # Already normalised to 11 digits by its derivation (SOURCES.md): check, do not recompute.
-        "ndc_atc": f"SELECT DISTINCT ndc11, atc3, atc4, nullif(atc5, '') FROM {_csv(files['ndc_atc'])} "
+        "ndc_atc": f"SELECT DISTINCT ndc11 AS ndc, atc3, atc4, nullif(atc5, '') AS atc5 FROM {_csv(files['ndc_atc'])} "
         f"WHERE {atc3_ok} AND regexp_full_match(ndc11, '\\d{{11}}') AND ndc11 <> '00000000000'",
         # Route precedence: NDC->RxCUI->ATC first; the direct NDC->ATC map only for NDCs it leaves unmapped.
-        "ndc_atc3": """
-            WITH by_rxcui AS (
-                SELECT DISTINCT n.ndc, r.atc3, 'rxcui' AS route
-                FROM ref.ndc_rxcui n JOIN ref.rxcui_atc r USING (rxcui)
+        # Every ATC-3 of the winning route is a candidate; support and WHO routes let the mapping pick one.
+        "ndc_atc3": f"""
+            WITH who AS (SELECT atc_code, adm_r FROM ref.atc WHERE level = 5),
+            by_rxcui AS (
+                SELECT n.ndc, r.atc3, 'rxcui' AS route, count(DISTINCT coalesce(r.atc5, r.atc4)) AS support,
+                       {_routes_agg('w.adm_r')} AS adm_r
+                FROM ref.ndc_rxcui n JOIN ref.rxcui_atc r USING (rxcui) LEFT JOIN who w ON w.atc_code = r.atc5
+                GROUP BY n.ndc, r.atc3
             ), by_ndc AS (
-                SELECT DISTINCT ndc, atc3, 'ndc' AS route FROM ref.ndc_atc
-                WHERE ndc NOT IN (SELECT ndc FROM by_rxcui)
+                SELECT a.ndc, a.atc3, 'ndc' AS route, count(DISTINCT coalesce(a.atc5, a.atc4)) AS support,
+                       {_routes_agg('w.adm_r')} AS adm_r
+                FROM ref.ndc_atc a LEFT JOIN who w ON w.atc_code = a.atc5
+                WHERE a.ndc NOT IN (SELECT ndc FROM by_rxcui)
+                GROUP BY a.ndc, a.atc3
             )
             SELECT * FROM by_rxcui UNION ALL SELECT * FROM by_ndc""",
         "drug_name_atc3": f"""
             WITH names AS (
-                SELECT DISTINCT {drug_name_key_sql('atc_name')} AS drug_name, left(atc_code, 4) AS atc3
-                FROM ref.atc WHERE level = 5
+                SELECT {drug_name_key_sql('atc_name')} AS drug_name, left(atc_code, 4) AS atc3,
+                       count(DISTINCT atc_code) AS support, {_routes_agg('adm_r')} AS adm_r
+                FROM ref.atc WHERE level = 5 GROUP BY ALL
             )
-            SELECT drug_name, atc3 FROM names
+            SELECT drug_name, atc3, support, adm_r FROM names
             WHERE drug_name IS NOT NULL
               AND drug_name IN (SELECT drug_name FROM names GROUP BY 1 HAVING count(*) <= {MAX_ATC3_PER_NAME})""",
         "ddi_atc3": f"""
@@ -92,7 +121,7 @@ def _reference_sql(files: dict[str, Path]) -> dict[str, str]:
                 FROM {_csv(files['ddi_cid'])} p
                 JOIN cid a ON a.cid = trim(p."STITCH 1") JOIN cid b ON b.cid = trim(p."STITCH 2")
             )
-            SELECT DISTINCT least(x, y), greatest(x, y) FROM pairs WHERE x <> y""",
+            SELECT DISTINCT least(x, y) AS atc3_a, greatest(x, y) AS atc3_b FROM pairs WHERE x <> y""",
     }
 
 
@@ -105,7 +134,7 @@ def load_reference_tables(con: duckdb.DuckDBPyConnection, data_dir: Path) -> dic
     with transaction(con):
         for table, select in _reference_sql(files).items():
             con.execute(f"DELETE FROM ref.{table}")
-            con.execute(f"INSERT INTO ref.{table} {select}")
+            con.execute(f"INSERT INTO ref.{table} BY NAME {select}")
     counts = {t: con.sql(f"SELECT count(*) FROM ref.{t}").fetchall()[0][0] for t in REF_TABLES}
     log.info("reference tables loaded: %s", counts)
     return counts

@@ -1,0 +1,152 @@
+"""The dashboard in headless Chromium (dash_duo) against a real published warehouse.
+
+Every page renders real data without browser console errors; the patient explorer's selectors redraw the
+attention heatmap; the leaderboard sorts; a snapshot published while the app runs shows up by itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from dashboard import create_app
+from tests.fixtures_dashboard import DATASET, real_warehouse
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(shutil.which("chromedriver") is None, reason="needs chromium + chromedriver"),
+]
+
+PAGES = (
+    ("/", "#cohort-card .stat-value"),
+    ("/leaderboard", "#leaderboard-grid .ag-row"),
+    ("/run", "#run-summary"),
+    ("/patient", "#attention-heatmap .heatmaplayer"),
+    ("/notes", "#note-highlight .tok"),
+)
+
+
+@pytest.fixture(autouse=True)
+def _headless(request):
+    """No display on CI machines: run Chromium headless without needing `--headless` on the command line."""
+    request.config.option.headless = True
+
+
+@pytest.fixture(scope="module")
+def snapshot() -> Path:
+    return real_warehouse()[1]
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> tuple[Path, Path]:
+    """A private copy of the real warehouse and its snapshot, for the test that writes and publishes."""
+    from medtx.publish import publish_snapshot
+
+    db, _ = real_warehouse()
+    live_db = tmp_path / "warehouse.duckdb"
+    shutil.copy(db, live_db)
+    return live_db, publish_snapshot(live_db, tmp_path / "warehouse.snapshot.duckdb").path
+
+
+def _severe(logs: list[dict]) -> list[dict]:
+    return [entry for entry in logs if entry.get("level") == "SEVERE"]
+
+
+def _choose(dash_duo, dropdown_id: str, label: str) -> None:
+    """Pick an option of a dcc.Dropdown by typing its label, as a user would."""
+    box = dash_duo.find_element(f"#{dropdown_id}")
+    box.click()
+    search = dash_duo.driver.switch_to.active_element
+    search.send_keys(label)
+    search.send_keys(Keys.ENTER)
+
+
+def _heatmap_title(dash_duo) -> str:
+    return dash_duo.driver.execute_script(
+        "const t = document.querySelector('#attention-heatmap .gtitle'); return t ? t.textContent : null;")
+
+
+def test_every_page_renders_real_data_without_console_errors(dash_duo, snapshot):
+    dash_duo.start_server(create_app(snapshot))
+    for path, selector in PAGES:
+        dash_duo.driver.get(dash_duo.server_url + path)
+        dash_duo.wait_for_element(selector, timeout=30)
+        assert _severe(dash_duo.get_logs()) == [], path
+    dash_duo.driver.get(dash_duo.server_url + "/")
+    dash_duo.wait_for_contains_text("#cohort-card", "100", timeout=20)  # 100 demo patients
+    dash_duo.wait_for_contains_text("#pipeline-status", "completed", timeout=20)
+
+
+def test_patient_explorer_selectors_redraw_the_heatmap(dash_duo, snapshot):
+    dash_duo.start_server(create_app(snapshot))
+    dash_duo.driver.get(dash_duo.server_url + "/patient")
+    dash_duo.wait_for_element("#attention-heatmap .heatmaplayer", timeout=30)
+    assert _heatmap_title(dash_duo) == "layer 1, mean of heads"
+    _choose(dash_duo, "pt-head", "head 0")
+    dash_duo.wait_for_text_to_equal("#attention-heatmap .gtitle", "layer 1, head 0", timeout=20)
+    _choose(dash_duo, "pt-layer", "layer 0")
+    dash_duo.wait_for_text_to_equal("#attention-heatmap .gtitle", "layer 0, head 0", timeout=20)
+    # The model view draws one panel per (layer, head): 2 layers x 2 heads in the test model.
+    dash_duo.find_element("#pt-view input[value='model']").click()
+    dash_duo.wait_for_element("#attention-model-view .heatmaplayer", timeout=20)
+    panels = dash_duo.driver.execute_script(
+        "return document.querySelectorAll('#attention-model-view .heatmaplayer .hm').length")
+    assert panels == 4
+    assert dash_duo.find_element("#history-table").text  # visit history with ICD-9 descriptions
+    assert _severe(dash_duo.get_logs()) == []
+
+
+def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
+    dash_duo.start_server(create_app(snapshot))
+    dash_duo.driver.get(dash_duo.server_url + "/leaderboard")
+    dash_duo.wait_for_element("#leaderboard-grid .ag-row", timeout=30)
+
+    def run_ids() -> list[str]:
+        cells = dash_duo.driver.find_elements(By.CSS_SELECTOR, "#leaderboard-grid .ag-center-cols-container [col-id='run_id']")
+        rows = sorted(cells, key=lambda c: c.location["y"])
+        return [c.text for c in rows]
+
+    header = dash_duo.find_element("#leaderboard-grid .ag-header-cell[col-id='run_id'] .ag-header-cell-label")
+    header.click()
+    deadline = time.monotonic() + 10
+    while run_ids() != sorted(run_ids()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ascending = run_ids()
+    assert len(ascending) == 2 and ascending == sorted(ascending)
+    header.click()
+    deadline = time.monotonic() + 10
+    while run_ids() != sorted(ascending, reverse=True) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run_ids() == sorted(ascending, reverse=True)
+    assert _severe(dash_duo.get_logs()) == []
+
+
+def test_a_snapshot_published_while_serving_appears(dash_duo, live):
+    from medtx.publish import publish_snapshot
+    from medtx.training.experiment import run_ehr_experiment
+
+    live_db, snapshot = live
+    dash_duo.start_server(create_app(snapshot))
+    dash_duo.driver.get(dash_duo.server_url + "/leaderboard?task=drug_rec&dataset=" + DATASET)
+    dash_duo.wait_for_element("#leaderboard-grid .ag-row", timeout=30)
+    assert "most_frequent" not in dash_duo.find_element("#leaderboard-grid").text
+    # A flow writes the live warehouse while the app keeps serving the old snapshot, then publishes.
+    run_ehr_experiment(live_db, DATASET, "drug_rec", "most_frequent", seed=0)
+    dash_duo.wait_for_element("#leaderboard-grid .ag-row")  # still serving
+    publish_snapshot(live_db, snapshot)
+    dash_duo.wait_for_contains_text("#leaderboard-grid", "most_frequent", timeout=30)
+    assert _severe(dash_duo.get_logs()) == []
+
+
+def test_invalid_url_ids_show_a_message_not_a_traceback(dash_duo, snapshot):
+    dash_duo.start_server(create_app(snapshot))
+    dash_duo.driver.get(dash_duo.server_url + "/patient?run_id=%27%3BDROP%20TABLE%20x&subject_id=abc")
+    dash_duo.wait_for_contains_text(".invalid-parameter", "not a valid run id", timeout=20)
+    dash_duo.wait_for_contains_text("#page", "subject_id 'abc' is not a positive integer id", timeout=20)
+    assert "Traceback" not in dash_duo.find_element("#page").text
+    assert _severe(dash_duo.get_logs()) == []
