@@ -47,7 +47,13 @@ def main() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "medtx")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import logging
+
     from flows.pipeline import run_pipeline
+
+    # one line per finished step (medtx.pipeline), with a timestamp, as the run goes
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("medtx.pipeline").setLevel(logging.INFO)
 
     db = work / "warehouse.duckdb"
     print(f"config {args.config}, {os.cpu_count()} CPU cores, work folder {work}")

@@ -118,7 +118,7 @@ def already_done(db: Path, run_id: str, overrides: dict) -> bool:
 
 
 def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, seeds: list[int],
-            device: str, threads: int | None) -> None:
+            device: str, threads: int | None, rerun: tuple[str, ...] = ()) -> None:
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
     # Cheap baselines first (all seeds), then the neural models seed by seed, so an interrupted run
@@ -133,7 +133,7 @@ def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, 
             overrides = overrides_for(model)
             if threads and model not in BASELINES:
                 overrides["num_threads"] = threads
-            if already_done(db, run_id, overrides):
+            if model not in rerun and already_done(db, run_id, overrides):
                 continue
             started = time.perf_counter()
             try:
@@ -287,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--rerun", default="", help="comma-separated models to re-run even when completed")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.render_only:
         dataset = prepare_cohort(args.db, args.patients, args.synth_seed, args.db.parent)
         run_all(args.db, dataset, tasks, args.models.split(",") if args.models else None, seeds, args.device,
-                args.threads)
+                args.threads, tuple(filter(None, args.rerun.split(","))))
     write_results(args.out, render(collect(args.db, dataset), dataset, seeds))
     print(args.out.read_text())
 

@@ -4,6 +4,10 @@
     .venv/bin/python benchmarks/results_text.py --db var/bench/text.duckdb --prepare --run   # train + write
     .venv/bin/python benchmarks/results_text.py --db var/bench/text.duckdb                   # rewrite tables only
 
+Parallel runs (DuckDB allows one writing process per file): run each model against its own copy of the
+warehouse (`--faq-models none`), then `--merge var/bench/text_bilstm.duckdb ...` copies their `ml.*` rows back.
+`--set model.key=value` overrides a model's TextConfig/FAQConfig field (e.g. `bilstm.bilstm_max_len=256`).
+
 `--prepare` loads data/mtsamples into raw.mtsamples and builds samples.specialty / samples.faq (split seed 42).
 Run heavy models with `nice`; on 2 CPU cores the full set takes tens of minutes.
 """
@@ -42,14 +46,61 @@ def prepare(db: Path) -> None:
         con.close()
 
 
-def run_all(db: Path, seeds: list[int], models: list[str]) -> None:
+def run_all(db: Path, seeds: list[int], models: list[str], overrides: dict[str, dict] | None = None,
+            faq_models: list[str] | None = None) -> None:
+    """Specialty runs (models x seeds), then the FAQ runs named in faq_models (None = all of FAQ_MODELS)."""
     from medtx.text.experiment import run_text_experiment
 
+    overrides = overrides or {}
     for model in models:
         for seed in seeds:
-            run_text_experiment(db, "specialty", model, seed)
-    for model, overrides in FAQ_MODELS:
-        run_text_experiment(db, "faq", model, 0, overrides)
+            run_text_experiment(db, "specialty", model, seed, overrides.get(model))
+    for model, faq_overrides in FAQ_MODELS:
+        if faq_models is None or model in faq_models:
+            run_text_experiment(db, "faq", model, 0, {**faq_overrides, **overrides.get(f"faq_{model}", {})})
+
+
+def parse_sets(pairs: list[str]) -> dict[str, dict]:
+    """`model.key=value` strings -> {model: {key: value}}; values parsed as JSON when they parse, else text."""
+    import json
+
+    out: dict[str, dict] = {}
+    for pair in pairs:
+        target, sep, value = pair.partition("=")
+        model, dot, key = target.partition(".")
+        if not (sep and dot and model and key):
+            raise ValueError(f"--set expects model.key=value, got {pair!r}")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.setdefault(model, {})[key] = parsed
+    return out
+
+
+def merge_runs(db: Path, sources: list[Path]) -> int:
+    """Copy every ml.* row of runs that `db` lacks from each source warehouse (same migrations); returns runs."""
+    from medtx.db import transaction
+
+    con = connect(db)
+    copied = 0
+    try:
+        tables = [t for (t,) in con.sql("SELECT table_name FROM information_schema.columns WHERE table_schema = 'ml' "
+                                        "AND column_name = 'run_id' AND table_name <> 'runs' GROUP BY 1").fetchall()]
+        for i, src in enumerate(sources):
+            con.execute(f"ATTACH '{Path(src).as_posix()}' AS src{i} (READ_ONLY)")
+            new = [r for (r,) in con.sql(f"SELECT run_id FROM src{i}.ml.runs WHERE run_id NOT IN "
+                                         "(SELECT run_id FROM ml.runs)").fetchall()]
+            if new:
+                with transaction(con):
+                    ids = ", ".join(f"'{r}'" for r in new)
+                    for table in ["runs", *tables]:
+                        con.execute(f"INSERT INTO ml.{table} SELECT * FROM src{i}.ml.{table} WHERE run_id IN ({ids})")
+            con.execute(f"DETACH src{i}")
+            copied += len(new)
+    finally:
+        con.close()
+    return copied
 
 
 def _fmt(mean, sd) -> str:
@@ -135,13 +186,19 @@ def main() -> None:
     parser.add_argument("--prepare", action="store_true")
     parser.add_argument("--run", action="store_true")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--models", nargs="+", default=list(SPECIALTY_MODELS))
+    parser.add_argument("--models", nargs="*", default=list(SPECIALTY_MODELS))
+    parser.add_argument("--faq-models", nargs="+", default=None, help="FAQ models to run (default all; 'none')")
+    parser.add_argument("--set", nargs="+", default=[], metavar="MODEL.KEY=VALUE",
+                        help="config overrides, e.g. bilstm.epochs=8 faq_seq2seq.epochs=30")
+    parser.add_argument("--merge", nargs="+", type=Path, default=[], help="warehouses whose ml.* runs to copy in")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.prepare:
         prepare(args.db)
     if args.run:
-        run_all(args.db, args.seeds, args.models)
+        run_all(args.db, args.seeds, args.models, parse_sets(args.set), args.faq_models)
+    if args.merge:
+        print(f"merged {merge_runs(args.db, args.merge)} runs")
     print(write_section(args.db))
 
 

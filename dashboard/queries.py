@@ -1,16 +1,15 @@
 """Every SQL statement the dashboard runs, in one place.
 
 Rules this module keeps so the dashboard stays up and safe while flows write:
-- Only the published snapshot is read, each query through its own short-lived read-only connection
-  (`medtx.db.connect(read_only=True)`), so the writer never waits on us and a newly published snapshot is
-  picked up by the next query.
+- Only the published snapshot is read, each query through its own short-lived read-only connection, so the
+  writer never waits on us and a newly published snapshot is picked up by the next query. The connection is
+  a private in-memory DuckDB that ATTACHes the snapshot READ_ONLY: `duckdb.connect(path)` would reuse
+  DuckDB's per-process instance for that path, which can still be the *old* file for a moment after a
+  publish renamed the new one into place; ATTACH always opens what the path names now.
 - User input only ever travels as bound parameters (`?`); SQL text is constant. The few identifiers that
   vary (sample tables per task) come from the fixed `_SAMPLE_TABLES` mapping, never from a request.
 - Results are cached per snapshot *version* (inode, mtime, size): repeated callbacks are fast, and a publish
-  (an `os.replace` of the file) changes the key, so nobody sees stale data after it. The key also holds a
-  coarse time bucket: DuckDB shares one database instance per path inside a process, so a query that starts
-  right after a publish while another thread still has the old file open can read the old data; the bucket
-  bounds how long such a result can be served (CACHE_SECONDS).
+  (an `os.replace` of the file) changes the key, so nobody sees stale data after it.
 - A table that does not exist yet (a stage that has not run) reads as an empty frame: the pages then show
   an empty state instead of a traceback.
 """
@@ -19,15 +18,16 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import polars as pl
 
-from medtx.db import connect
+from medtx.db import WarehouseVersionError, load_migrations
 
 log = logging.getLogger("medtx.dashboard")
 
@@ -43,7 +43,7 @@ _SAMPLE_TABLES = {
 }
 
 Signature = tuple[int, int, int]
-CACHE_SECONDS = 60
+T = TypeVar("T")
 
 
 def snapshot_signature(snapshot: Path) -> Signature | None:
@@ -60,8 +60,7 @@ def query(snapshot: Path, sql: str, params: Sequence[object] = ()) -> pl.DataFra
     signature = snapshot_signature(snapshot)
     if signature is None:
         return pl.DataFrame()
-    bucket = int(time.monotonic() // CACHE_SECONDS)
-    return _cached_query(str(snapshot), signature, bucket, sql, _freeze(params))
+    return _cached_query(str(snapshot), signature, sql, _freeze(params))
 
 
 def _freeze(params: Sequence[object]) -> tuple[object, ...]:
@@ -69,13 +68,42 @@ def _freeze(params: Sequence[object]) -> tuple[object, ...]:
     return tuple(tuple(p) if isinstance(p, list) else p for p in params)
 
 
+def open_snapshot(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A short-lived read-only connection to the snapshot file as it is now (see the module docstring).
+
+    Refuses a snapshot written by a newer medtx, like `medtx.db.connect(read_only=True)`.
+    """
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        literal = str(path).replace("'", "''")  # our own configured path, never user input
+        con.execute(f"ATTACH '{literal}' AS snapshot (READ_ONLY)")
+        con.execute("USE snapshot")
+        version = con.sql("SELECT coalesce(max(version), 0) FROM snapshot.main.schema_migrations").fetchall()[0][0]
+    except duckdb.CatalogException:
+        version = 0  # no migrations table: an empty or foreign file; queries then find no tables
+    except BaseException:
+        con.close()
+        raise
+    if version > _supported_version():
+        con.close()
+        raise WarehouseVersionError(f"snapshot {path} has schema version {version}, newer than this medtx supports")
+    return con
+
+
+@lru_cache(maxsize=1)
+def _supported_version() -> int:
+    return max((m.version for m in load_migrations()), default=0)
+
+
 @lru_cache(maxsize=1024)
-def _cached_query(path: str, signature: Signature, bucket: int, sql: str, params: tuple[object, ...]) -> pl.DataFrame:
-    # `signature` and `bucket` are unused in the body: they are part of the cache key (see module docstring).
+def _cached_query(path: str, signature: Signature, sql: str, params: tuple[object, ...]) -> pl.DataFrame:
+    # `signature` is unused in the body: it is part of the cache key so a new publish misses the cache.
     bound = [list(p) if isinstance(p, tuple) else p for p in params]
     try:
-        con = connect(path, read_only=True)
-    except FileNotFoundError:
+        con = open_snapshot(path)
+    except (FileNotFoundError, duckdb.IOException) as exc:
+        log.warning("snapshot %s not readable right now: %s", path, exc)
         return pl.DataFrame()
     try:
         return con.sql(sql, params=bound or None).pl()
@@ -87,9 +115,30 @@ def _cached_query(path: str, signature: Signature, bucket: int, sql: str, params
         con.close()
 
 
+_VIEW_CACHES: list = []
+
+
+def cached_view(build: Callable[..., T]) -> Callable[..., T]:
+    """Cache a page part built by `build(snapshot, *hashable_args)` per snapshot version, like the queries:
+    warm callbacks then skip figure building too, and a publish invalidates them."""
+
+    @lru_cache(maxsize=256)
+    def cached(path: str, signature: Signature | None, *args: object) -> T:
+        return build(Path(path), *args)
+
+    @functools.wraps(build)
+    def wrapper(snapshot: Path, *args: object) -> T:
+        return cached(str(snapshot), snapshot_signature(snapshot), *args)
+
+    _VIEW_CACHES.append(cached)
+    return wrapper
+
+
 def clear_cache() -> None:
-    """Forget cached results (benchmarks measure cold latency with it)."""
+    """Forget cached results and views (benchmarks measure cold latency with it)."""
     _cached_query.cache_clear()
+    for cache in _VIEW_CACHES:
+        cache.cache_clear()
 
 
 def has_snapshot(snapshot: Path) -> bool:

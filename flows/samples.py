@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -17,8 +18,14 @@ from medtx.db import open_warehouse
 from medtx.samples import build_samples as _build_samples
 from medtx.settings import get_settings
 
-_WRITE_TASK = dict(retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE,
-                   retry_condition_fn=lambda task, run, state: isinstance(state.data, OSError))
+
+def retry_on_lock(task, task_run, state) -> bool:
+    """Retry only I/O failures (the warehouse file locked by another process), never bad input."""
+    exc = state.data if isinstance(state.data, BaseException) else None
+    return isinstance(exc, (OSError, duckdb.IOException))
+
+
+_WRITE_TASK = dict(retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE, retry_condition_fn=retry_on_lock)
 
 
 def _map(db: Path, data_dir: Path, datasets: list[str] | None) -> dict:
@@ -34,7 +41,7 @@ def _build(db: Path, data_dir: Path, task_name: str | None, datasets: list[str] 
     return {f"{t}/{d}": n for (t, d), n in counts.items()}
 
 
-@task(name="map-codes", **_WRITE_TASK)
+@task(name="map-codes", task_run_name="map-codes", **_WRITE_TASK)
 def map_codes(db: Path, data_dir: Path, datasets: list[str] | None = None) -> dict:
     return _map(db, data_dir, datasets)
 

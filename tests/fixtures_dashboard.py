@@ -1,6 +1,6 @@
 """A small REAL warehouse for the dashboard tests, built by the real stage functions.
 
-ingest the bundled MIMIC-III demo and 300 MTSamples notes -> reference tables + NDC->ATC mapping ->
+ingest the bundled MIMIC-III demo and 120 MTSamples notes -> reference tables + NDC->ATC mapping ->
 drug_rec and specialty samples -> a baseline and a 1-epoch transformer on drug_rec, TF-IDF and a tiny
 from-scratch BERT on specialty -> publish. Built once per test session (both dashboard test modules share it).
 """
@@ -40,7 +40,7 @@ def real_warehouse() -> tuple[Path, Path]:
     db = folder / "warehouse.duckdb"
     start_pipeline_run(db, "test-pipeline-1", {"purpose": "dashboard tests"})
     ingest_mimic3(db, DATA / "mimic3_demo", DATASET)
-    ingest_mtsamples(db, DATA / "mtsamples" / "mtsamples.csv.gz", limit=300)
+    ingest_mtsamples(db, DATA / "mtsamples" / "mtsamples.csv.gz", limit=120)
     con = connect(db)
     try:
         load_reference_tables(con, DATA)

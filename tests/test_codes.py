@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from medtx.codes import map_codes
-from medtx.codes.mapping import ATC3_PATTERN
+from medtx.codes.mapping import ATC3_PATTERN, adm_route_class, adm_route_sql
 from medtx.codes.ndc import ndc_sql, normalize_ndc
 from medtx.db import connect
 from tests.conftest import DATA
@@ -99,3 +99,56 @@ def test_unknown_and_malformed_ndcs_are_kept_and_counted(tmp_db):
     before = con.sql("SELECT count(*) FROM core.prescriptions_atc3").fetchall()
     map_codes(con, DATA, ["x"], reload_reference=False)
     assert con.sql("SELECT count(*) FROM core.prescriptions_atc3").fetchall() == before
+
+
+ROUTE_CASES = {"IV": "P", "iv drip ": "P", "IVPCA": "P", "SC": "P", "PO": "O", "PO/NG": "O", "G TUBE": "O",
+               "NG": "O", "IH": "Inhal", "NEB": "Inhal", "PR": "R", "TD": "TD", "SL": "SL", "NU": "N", "VG": "V",
+               "TP": None, "OU": None, "BOTH EYES": None, "DIALYS": None, None: None}
+
+
+def test_adm_route_class_sql_agrees_with_python():
+    assert {r: adm_route_class(r) for r in ROUTE_CASES} == ROUTE_CASES
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (v VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?)", [[v] for v in ROUTE_CASES])
+    assert dict(con.sql(f"SELECT v, {adm_route_sql('v')} FROM t").fetchall()) == ROUTE_CASES
+
+
+def test_one_atc3_per_prescription_by_documented_rules(tmp_db):
+    """Each rule decides at least once, on real NDCs whose candidates come from the bundled maps."""
+    con = connect(tmp_db)
+    insert_rows(con, "admissions", [{"dataset": "r", "subject_id": 1, "hadm_id": 10}])
+    rows = [  # (ndc, route, drug) -> expected (atc3, choice, n_candidates)
+        (("00338355248", "IV", "Vancomycin"), ("J01X", "adm_r", 3)),       # J01X parenteral, A07A oral, S01A eye
+        (("00338355248", "PO", "Vancomycin"), ("A07A", "adm_r", 3)),
+        (("00338011704", "IV", "LR"), ("B05X", "support", 6)),             # B05X backed by 4 ATC-5 codes
+        (("00338004903", "IV", "0.9% Sodium Chloride"), ("A12C", "alphabetical", 3)),  # A12C/B05C/B05X, 1 each
+        (("00517570425", "IV", "Furosemide"), ("C03C", "only", 1)),
+    ]
+    insert_rows(con, "prescriptions", [{"dataset": "r", "subject_id": 1, "hadm_id": 10, "ndc": n, "route": r,
+                                        "drug": d} for (n, r, d), _ in rows])
+    map_codes(con, DATA, ["r"])
+    got = con.sql("SELECT ndc, drug, atc3, choice, n_candidates, route FROM core.prescriptions_atc3").fetchall()
+    assert len(got) == len(rows)  # one row per prescription row
+    assert sorted((g[0], g[2], g[3], g[4]) for g in got) == sorted((n, *e) for (n, _, _), e in rows)
+    # the alternatives stay visible: every candidate of the NDC is listed, the chosen one among them
+    candidates = [a for (a,) in con.sql("SELECT atc3 FROM ref.ndc_atc3 WHERE ndc = '00338355248' ORDER BY 1")
+                  .fetchall()]
+    assert candidates == ["A07A", "J01X", "S01A"]
+
+
+def test_demo_one_row_per_mapped_prescription(demo_db):
+    con = connect(demo_db, read_only=True)
+    mapped = con.execute("SELECT n_rows FROM core.mapping_coverage WHERE dataset = ? AND kind = 'route' "
+                         "AND route = 'mapped'", [DEMO]).fetchall()[0][0]
+    n, bad_choice, not_candidate = con.execute("""
+        SELECT count(*),
+               count(*) FILTER (WHERE n_candidates < 1 OR (choice = 'only') <> (n_candidates = 1)
+                                OR choice NOT IN ('only', 'adm_r', 'support', 'alphabetical')),
+               count(*) FILTER (WHERE route <> 'name' AND (ndc, atc3) NOT IN (SELECT (ndc, atc3) FROM ref.ndc_atc3))
+        FROM core.prescriptions_atc3 WHERE dataset = ?""", [DEMO]).fetchall()[0]
+    assert n == mapped and bad_choice == 0 and not_candidate == 0
+    # most demo rows come from NDCs with several candidate classes: the rules matter
+    ambiguous = con.execute("SELECT avg((n_candidates > 1)::INT) FROM core.prescriptions_atc3 WHERE dataset = ?",
+                            [DEMO]).fetchall()[0][0]
+    assert 0.3 < ambiguous < 0.7

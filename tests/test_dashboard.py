@@ -106,7 +106,7 @@ def test_every_page_shows_an_empty_state_before_the_first_publish(tmp_path: Path
         {"id": "snapshot-present", "property": "data", "value": False},
     ])
     assert response.status_code == 200
-    text = response.get_data(as_text=True)
+    text = json.dumps(response.get_json())
     assert "No published warehouse yet" in text and str(missing) in text
     assert "Traceback" not in text
     assert queries.datasets(missing) == [] and queries.runs_index(missing).is_empty()
@@ -197,7 +197,7 @@ def test_run_detail_callback_rejects_a_bad_url_id(warehouse):
         {"id": "url", "property": "search", "value": "?run_id=%27%3B%20DROP%20TABLE%20ml.runs%3B--"},
         {"id": "snapshot-present", "property": "data", "value": True},
     ])
-    text = response.get_data(as_text=True)
+    text = json.dumps(response.get_json())
     assert response.status_code == 200 and "is not a valid run id" in text
 
 

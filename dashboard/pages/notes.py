@@ -100,20 +100,27 @@ def register(app: Dash, snapshot: Path) -> None:
     def top_tokens(run_id: str | None):
         if not run_id:
             return None
-        df = queries.top_tokens_per_class(snapshot, validate.run_id(run_id))
-        if not df.height:
-            return ui.card("Top-attended tokens per predicted class",
-                           ui.empty("This model stored no attention (only transformer text models do)."))
-        fig = px.bar(df, x="weight", y="token", facet_col="class", facet_col_wrap=4, orientation="h",
-                     hover_data=["n"], facet_row_spacing=0.06, facet_col_spacing=0.08)
-        fig.update_yaxes(matches=None, showticklabels=True, autorange="reversed", title=None)
-        fig.update_xaxes(matches=None, title=None)
-        fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1][:30]))
-        rows = (df["class"].n_unique() + 3) // 4
-        return ui.card("Top-attended tokens per predicted class ([CLS] → token, last layer, mean over heads)",
-                       ui.graph(fig, id="top-tokens-graph", height=60 + 230 * rows))
+        return top_tokens_view(snapshot, validate.run_id(run_id))
 
 
+@queries.cached_view
+def top_tokens_view(snapshot: Path, run_id: str):
+    """Bar charts of the tokens [CLS] attends to most, one panel per predicted class."""
+    df = queries.top_tokens_per_class(snapshot, run_id)
+    if not df.height:
+        return ui.card("Top-attended tokens per predicted class",
+                       ui.empty("This model stored no attention (only transformer text models do)."))
+    fig = px.bar(df, x="weight", y="token", facet_col="class", facet_col_wrap=4, orientation="h",
+                 hover_data=["n"], facet_row_spacing=0.06, facet_col_spacing=0.08)
+    fig.update_yaxes(matches=None, showticklabels=True, autorange="reversed", title=None)
+    fig.update_xaxes(matches=None, title=None)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1][:30]))
+    rows = (df["class"].n_unique() + 3) // 4
+    return ui.card("Top-attended tokens per predicted class ([CLS] → token, last layer, mean over heads)",
+                   ui.graph(fig, id="top-tokens-graph", height=60 + 230 * rows))
+
+
+@queries.cached_view
 def note_body(snapshot: Path, run_id: str, note_id: str, layer: int | None) -> html.Div:
     run = queries.run(snapshot, run_id) or {}
     if run.get("task") == "readmission_notes" and note_id.isdigit():

@@ -64,6 +64,7 @@ def register(app: Dash, snapshot: Path) -> None:
         return dataset_body(snapshot, dataset)
 
 
+@queries.cached_view
 def pipeline_card(snapshot: Path) -> dbc.Alert:
     last = queries.last_pipeline_run(snapshot)
     counts = queries.run_status_counts(snapshot)
@@ -87,6 +88,7 @@ def pipeline_card(snapshot: Path) -> dbc.Alert:
     return dbc.Alert(parts, color=color, id="pipeline-status")
 
 
+@queries.cached_view
 def dataset_body(snapshot: Path, dataset: str) -> html.Div:
     return html.Div(
         [

@@ -135,10 +135,9 @@ def register(app: Dash, snapshot: Path) -> None:
             hadm_id = validate.integer_id("hadm_id", hadm_id)
         except validate.InvalidParameter as exc:
             return ui.invalid(str(exc)), [], None
-        run = queries.run(snapshot, run_id) or {}
         modules = queries.attention_modules(snapshot, run_id, str(hadm_id))
         names = modules["module"].to_list() if modules.height else []
-        content = visit_body(snapshot, run, subject_id, hadm_id)
+        content = visit_body(snapshot, run_id, subject_id, hadm_id)
         return content, ui.options(names), module if module in names else (names[0] if names else None)
 
     @app.callback(
@@ -167,16 +166,24 @@ def register(app: Dash, snapshot: Path) -> None:
     def attention(module, layer, head, view, run_id, hadm_id):
         if not module or layer is None or not run_id or hadm_id is None:
             return ui.empty("No attention stored for this visit (only neural models store it, for a few test visits).")
-        df = queries.attention(snapshot, validate.run_id(run_id), str(validate.integer_id("hadm_id", hadm_id)), module)
-        names = queries.label_descriptions(snapshot, _tokens(df))
-        if view == "model":
-            return ui.graph(model_view(df, names), id="attention-model-view", height=_model_view_height(df))
-        if view == "heads":
-            return ui.graph(head_view(df, int(layer), names), id="attention-head-view", height=380)
-        return ui.graph(single_heatmap(df, int(layer), int(head), names), id="attention-heatmap", height=460)
+        sample = str(validate.integer_id("hadm_id", hadm_id))
+        return attention_view(snapshot, validate.run_id(run_id), sample, module, int(layer), int(head), view)
 
 
-def visit_body(snapshot: Path, run: dict, subject_id: int, hadm_id: int) -> html.Div:
+@queries.cached_view
+def attention_view(snapshot: Path, run_id: str, sample_id: str, module: str, layer: int, head: int, view: str):
+    df = queries.attention(snapshot, run_id, sample_id, module)
+    names = queries.label_descriptions(snapshot, _tokens(df))
+    if view == "model":
+        return ui.graph(model_view(df, names), id="attention-model-view", height=_model_view_height(df))
+    if view == "heads":
+        return ui.graph(head_view(df, layer, names), id="attention-head-view", height=380)
+    return ui.graph(single_heatmap(df, layer, head, names), id="attention-heatmap", height=460)
+
+
+@queries.cached_view
+def visit_body(snapshot: Path, run_id: str, subject_id: int, hadm_id: int) -> html.Div:
+    run = queries.run(snapshot, run_id) or {"run_id": run_id}
     dataset = run.get("dataset") or ""
     preds = queries.visit_predictions(snapshot, run["run_id"], str(hadm_id))
     names = queries.label_descriptions(snapshot, preds["label"].to_list() if preds.height else [])

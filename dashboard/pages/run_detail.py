@@ -66,14 +66,14 @@ def register(app: Dash, snapshot: Path) -> None:
             run_id = validate.run_id(run_id)
         except validate.InvalidParameter as exc:
             return ui.invalid(str(exc))
-        run = queries.run(snapshot, run_id)
-        if run is None:
-            return ui.invalid(f"run {run_id} is not in the published snapshot")
-        return run_body(snapshot, run)
+        return run_body(snapshot, run_id)
 
 
-def run_body(snapshot: Path, run: dict) -> html.Div:
-    run_id = run["run_id"]
+@queries.cached_view
+def run_body(snapshot: Path, run_id: str) -> html.Div:
+    run = queries.run(snapshot, run_id)
+    if run is None:
+        return ui.invalid(f"run {run_id} is not in the published snapshot")
     return html.Div(
         [
             _summary(run),

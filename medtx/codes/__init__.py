@@ -8,14 +8,15 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.codes.mapping import ATC3_PATTERN, coverage_summary, map_prescriptions
+from medtx.codes.mapping import ATC3_PATTERN, adm_route_class, coverage_summary, map_prescriptions
 from medtx.codes.ndc import normalize_ndc
 from medtx.codes.reference import load_reference_tables, reference_loaded
 
 log = logging.getLogger("medtx.codes")
 
 __all__ = [
-    "ATC3_PATTERN", "coverage_summary", "load_reference_tables", "map_codes", "map_prescriptions", "normalize_ndc",
+    "ATC3_PATTERN", "adm_route_class", "coverage_summary", "load_reference_tables", "map_codes", "map_prescriptions",
+    "normalize_ndc",
 ]
 
 
@@ -37,6 +38,6 @@ def map_codes(
         out[dataset] = coverage_summary(con, dataset)
         with_ndc = sum(v[1] for k, v in out[dataset].items() if k in ("mapped", "unmapped"))
         share = out[dataset].get("mapped", (0, 0, 0.0))[2]
-        log.info("map_codes [%s]: %d ATC-3 rows; %.1f%% of %d prescription rows with an NDC mapped",
+        log.info("map_codes [%s]: %d rows mapped (one ATC-3 each); %.1f%% of %d prescription rows with an NDC mapped",
                  dataset, mapped, 100 * share, with_ndc)
     return out

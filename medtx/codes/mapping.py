@@ -135,7 +135,9 @@ _INSERT_SQL = """
     WITH adm AS (
         SELECT hadm_id, any_value(subject_id) AS adm_subject FROM raw.admissions
         WHERE dataset = $dataset AND subject_id IS NOT NULL GROUP BY hadm_id
-    ), chosen AS (SELECT k.*, c.atc3, c.route, c.n_candidates, c.choice FROM _map_keys k JOIN _map_choice c USING (key_id))
+    ), chosen AS (
+        SELECT k.*, c.atc3, c.route, c.n_candidates, c.choice FROM _map_keys k JOIN _map_choice c USING (key_id)
+    )
     SELECT $dataset AS dataset, coalesce(p.subject_id, adm.adm_subject) AS subject_id, p.hadm_id, p.startdate,
            c.ndc, p.drug, c.atc3, c.route, c.n_candidates, c.choice
     FROM raw.prescriptions p

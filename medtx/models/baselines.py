@@ -9,11 +9,13 @@
   (the stronger, fairer variant). A first visit has nothing to copy: its set is empty. Not defined for
   readmission.
 - `logreg`: one-vs-rest logistic regression (scikit-learn, liblinear) on a binary bag of codes: every
-  code of the history per feature, plus the current visit's codes as separate features.
+  code of the history per feature, plus the current visit's codes as separate features. The inverse
+  regularisation C is chosen from (0.03, 0.1, 0.3, 1) by validation PR-AUC (AUPRC for readmission) unless
+  given: an untuned C=1 overfits small cohorts and would make the baseline look weaker than it is.
 - `oracle` (synthetic cohorts only): the generator's own label probabilities (raw.synth_oracle_<task>),
   the ceiling a model could reach on that data.
 
-Each baseline has `fit(train_frame) -> self`, `predict_proba(frame) -> [N, n_labels]`, `fixed_threshold`
+Each baseline has `fit(train_frame, val_frame=None) -> self`, `predict_proba(frame) -> [N, n_labels]`, `fixed_threshold`
 (None = tune on validation like the neural models) and `config` (stored as ml.runs.config).
 """
 
@@ -66,7 +68,7 @@ class MostFrequent:
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"rule": "top_k_train_mean"}
 
-    def fit(self, train: pl.DataFrame) -> MostFrequent:
+    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> MostFrequent:
         y = label_matrix(train, self.task, self.labels)
         self.freq = label_frequencies(y)
         if self.labels.binary:
@@ -93,7 +95,7 @@ class CopyLast:
         self.fixed_threshold: float | None = 0.5
         self.config: dict[str, Any] = {"source": self.SOURCE[task], "tie_break": "train_frequency"}
 
-    def fit(self, train: pl.DataFrame) -> CopyLast:
+    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> CopyLast:
         self.freq = label_frequencies(label_matrix(train, self.task, self.labels))
         return self
 
@@ -124,19 +126,18 @@ def bag_of_codes(frame: pl.DataFrame, task: str) -> list[list[str]]:
 
 
 class LogReg:
-    """One-vs-rest logistic regression on a binary bag of codes."""
+    """One-vs-rest logistic regression on a binary bag of codes; C chosen on validation by default."""
 
-    def __init__(self, task: str, labels: LabelSpace, C: float = 1.0, max_iter: int = 200) -> None:
+    C_GRID = (0.03, 0.1, 0.3, 1.0)
+
+    def __init__(self, task: str, labels: LabelSpace, C: float | str = "auto", max_iter: int = 200) -> None:
         self.task, self.labels = task, labels
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"C": C, "max_iter": max_iter, "solver": "liblinear",
                                        "features": "binary bag of history codes + current-visit codes"}
 
-    def fit(self, train: pl.DataFrame) -> LogReg:
-        y = label_matrix(train, self.task, self.labels)
-        self.vectorizer = CountVectorizer(analyzer=lambda doc: doc, binary=True, min_df=1)
-        x = self.vectorizer.fit_transform(bag_of_codes(train, self.task))
-        base = LogisticRegression(C=self.config["C"], max_iter=self.config["max_iter"], solver="liblinear")
+    def _fit_one(self, x, y: np.ndarray, C: float):
+        base = LogisticRegression(C=C, max_iter=self.config["max_iter"], solver="liblinear")
         with warnings.catch_warnings():
             # Labels present in every training sample become constant predictors: expected, not news.
             warnings.filterwarnings("ignore", message="Label .* is present in all training examples")
@@ -144,10 +145,33 @@ class LogReg:
             if self.labels.binary:
                 if len(np.unique(y[:, 0])) < 2:
                     raise ValueError("logreg: the training split has only one readmission class")
-                self.model = base.fit(x, y[:, 0])
-            else:
-                self.model = OneVsRestClassifier(base).fit(x, y)
+                return base.fit(x, y[:, 0])
+            return OneVsRestClassifier(base).fit(x, y)
+
+    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> LogReg:
+        """Fit on `train`; with C='auto', pick C from C_GRID by validation PR-AUC (AUPRC when binary)."""
+        from medtx.metrics.binary import binary_metrics
+        from medtx.metrics.multilabel import pr_auc_samples
+
+        y = label_matrix(train, self.task, self.labels)
+        self.vectorizer = CountVectorizer(analyzer=lambda doc: doc, binary=True, min_df=1)
+        x = self.vectorizer.fit_transform(bag_of_codes(train, self.task))
         self.config["n_features"] = int(x.shape[1])
+        if self.config["C"] != "auto":
+            self.model = self._fit_one(x, y, float(self.config["C"]))
+            return self
+        if val is None or val.height == 0:
+            raise ValueError("logreg: C='auto' needs a validation split to choose C on")
+        y_val = label_matrix(val, self.task, self.labels)
+        scores = {}
+        for C in self.C_GRID:
+            self.model = self._fit_one(x, y, C)
+            p = self.predict_proba(val)
+            scores[C] = (binary_metrics(y_val[:, 0], p[:, 0])["auprc"] if self.labels.binary
+                         else pr_auc_samples(y_val, p))
+        best = max(scores, key=lambda c: (scores[c], -abs(np.log(c))))
+        self.config.update(C_chosen=best, C_val_scores={str(c): round(v, 4) for c, v in scores.items()})
+        self.model = self._fit_one(x, y, best)
         return self
 
     def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
@@ -171,7 +195,7 @@ class Oracle:
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"source": f"raw.synth_oracle_{task}"}
 
-    def fit(self, train: pl.DataFrame) -> Oracle:
+    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> Oracle:
         return self  # nothing to learn: the generator's probabilities are the model
 
     def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:

@@ -150,3 +150,26 @@ class BertTextClassifier(nn.Module):
             attentions={"bert": tuple(layer[first] for layer in out.attentions)},
             attention_tokens={"bert": ([list(t) for t in tokens], [list(t) for t in tokens])},
         )
+
+
+class NoteVectorClassifier(nn.Module):
+    """The head alone, over fixed note vectors of a frozen encoder (`freeze_encoder`): dropout -> linear.
+
+    Batch keys: `features` [B, D], optional `labels`. Cheap enough on CPU to train many epochs.
+    """
+
+    def __init__(self, dim: int, n_outputs: int, *, dropout: float = 0.1, binary: bool = False,
+                 class_weights: Tensor | None = None) -> None:
+        super().__init__()
+        self.binary = binary
+        self.norm = nn.LayerNorm(dim)  # pooled states of a pretrained encoder are far from unit scale
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(dim, n_outputs)
+        self.register_buffer("class_weights", class_weights, persistent=False)
+
+    def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
+        logits = self.head(self.dropout(self.norm(batch["features"])))
+        loss = None
+        if "labels" in batch:
+            loss = classification_loss(logits, batch["labels"], binary=self.binary, weights=self.class_weights)
+        return ModelOutput(logits=logits, loss=loss)

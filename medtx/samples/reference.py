@@ -4,7 +4,9 @@ measure its speed-up. Deliberately simple and slow: dicts and loops, no SQL beyo
 
 Shared conventions with the builder (the definition leaves them open): codes are trimmed and deduplicated
 keeping the order of their first `seq_num` (ties by code); ATC-3 labels are sorted; visits are ordered by
-admittime (missing last), then hadm_id; one admission per hadm_id (the first by row_id).
+admittime (missing last), then hadm_id; one admission per hadm_id (the first by row_id). The drugs of a
+visit are the distinct ATC-3 of its rows in core.prescriptions_atc3, which holds ONE class per prescription
+row (medtx.codes.mapping), so a visit never has more label classes than mapped drugs.
 """
 
 from __future__ import annotations

@@ -102,3 +102,17 @@ def chunk_collate_for(tokenizer: PreTrainedTokenizerBase, *, with_tokens: bool =
         cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id, pad_id=tokenizer.pad_token_id or 0,
         tokenizer=tokenizer if with_tokens else None, **kwargs,
     )
+
+
+@dataclass
+class VectorCollate:
+    """Batches of fixed note vectors (items {sample_id, x, label}) for `NoteVectorClassifier`."""
+
+    binary: bool = False
+
+    def __call__(self, items: list[dict]) -> dict:
+        return {
+            "features": torch.stack([torch.as_tensor(it["x"], dtype=torch.float) for it in items]),
+            "labels": _labels(items, self.binary),
+            "sample_id": [it["sample_id"] for it in items],
+        }

@@ -55,6 +55,7 @@ class TextConfig:
     patience: int = 3
     weight_decay: float = 0.01
     device: str = "auto"
+    num_threads: int | None = None  # torch CPU threads; 1 avoids thread oversubscription on a shared, loaded CPU
     # class weighting of the CE loss: "none", "sqrt" (1/sqrt(freq), mean 1) or "balanced" (1/freq)
     class_weighting: str = "sqrt"
     dedupe: bool = True  # one row per (text group, label): exact duplicate notes count once
@@ -70,6 +71,9 @@ class TextConfig:
     stride: int = 32
     max_chunks: int | None = 4
     pooling: str = "mean"  # mean | max over chunk [CLS] vectors; clinicalbert for readmission_notes
+    # pretrained encoders on CPU: freeze the encoder and train only the head on note vectors (mean-pooled
+    # token states, averaged over the note's chunks) computed once and cached — a linear probe, not fine-tuning
+    freeze_encoder: bool = False
     # bert: a local checkpoint folder or a Hub id (online only)
     bert_path: str | None = None
     # bert_scratch: encoder size and MLM pre-training (once per data+config, cached, seed mlm_seed)
@@ -80,6 +84,7 @@ class TextConfig:
     mlm_lr: float = 1e-3
     mlm_batch_size: int = 32
     mlm_seed: int = 0
+    mlm_max_windows: int | None = None  # first N windows of 128 tokens per training note (None = all)
     # tfidf_logreg
     tfidf_C: float = 10.0
     tfidf_max_features: int = 50_000
@@ -298,7 +303,7 @@ def _pretrained_scratch_encoder(data: TextData, cfg: TextConfig, cache: Path):
 
     train_texts = data.split("train")["text"].to_list()
     key = text_hash(text_hash(*train_texts), cfg.vocab_size, cfg.hidden, cfg.layers, cfg.heads, cfg.max_len,
-                    cfg.mlm_epochs, cfg.mlm_lr, cfg.mlm_batch_size, cfg.mlm_seed)
+                    cfg.mlm_epochs, cfg.mlm_lr, cfg.mlm_batch_size, cfg.mlm_seed, cfg.mlm_max_windows)
     encoder_dir = cache / key / "encoder"
     if (encoder_dir / "config.json").exists():
         log.info("reusing MLM-pre-trained encoder %s", encoder_dir)
@@ -307,9 +312,10 @@ def _pretrained_scratch_encoder(data: TextData, cfg: TextConfig, cache: Path):
     bert_config = scratch_config(len(tokenizer), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
                                  max_len=cfg.max_len)
     train_cfg = TrainConfig(epochs=cfg.mlm_epochs, batch_size=cfg.mlm_batch_size, lr=cfg.mlm_lr, patience=cfg.mlm_epochs,
-                            monitor="loss", seed=cfg.mlm_seed, device=cfg.device)
+                            monitor="loss", seed=cfg.mlm_seed, device=cfg.device, num_threads=cfg.num_threads)
     encoder_dir, _ = pretrain_mlm(bert_config, tokenizer, train_texts, data.split("val")["text"].to_list(),
-                                  train_cfg, cache / key, MLMConfig(max_len=cfg.max_len))
+                                  train_cfg, cache / key,
+                                  MLMConfig(max_len=cfg.max_len, max_windows_per_note=cfg.mlm_max_windows))
     return tokenizer, encoder_dir
 
 
@@ -338,17 +344,65 @@ def attention_frame(attentions: list[dict], sample_ids: list[str], max_tokens: i
     return pl.concat(parts) if parts else pl.DataFrame()
 
 
+@torch.no_grad()
+def frozen_note_vectors(encoder, items: list[dict], collate, batch_size: int = 16) -> np.ndarray:
+    """[N, hidden] note vectors of a frozen encoder: masked mean of token states per chunk (the
+    sentence-transformers recipe MiniLM was trained with), then the mean over the note's chunks."""
+    encoder.eval()
+    out = []
+    for start in range(0, len(items), batch_size):
+        batch = collate(items[start : start + batch_size])
+        hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        chunks = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        owner, n = batch["chunk_note"], len(batch["sample_id"])
+        sums = torch.zeros(n, chunks.shape[1], dtype=chunks.dtype).index_add(0, owner, chunks)
+        out.append((sums / torch.bincount(owner, minlength=n)[:, None]).numpy())
+        if (start // batch_size) % 50 == 0:
+            log.info("frozen encoder: %d/%d notes encoded", start + len(batch["sample_id"]), len(items))
+    return np.concatenate(out) if out else np.empty((0, 0), dtype=np.float32)
+
+
+def _frozen_items(net, items: dict[str, list[dict]], make_collate, model: str, cfg: TextConfig, cache: Path):
+    """Per split, items {sample_id, x (note vector), label}; vectors cached on disk by (encoder, texts,
+    chunking), so the seeds of one benchmark encode the notes once."""
+    key = text_hash(model, str(cfg.bert_path), cfg.max_len, cfg.stride, cfg.max_chunks,
+                    *(f"{it['sample_id']}:{len(it['ids'])}:{sum(it['ids'])}" for s in items.values() for it in s))
+    path = cache / f"{key}.npz"
+    if path.exists():
+        log.info("reusing frozen note vectors %s", path)
+        saved = dict(np.load(path))
+    else:
+        torch.set_num_threads(cfg.num_threads or torch.get_num_threads())
+        saved = {s: frozen_note_vectors(net.encoder, rows, make_collate()) for s, rows in items.items()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, **saved)
+    return {s: [{"sample_id": it["sample_id"], "x": x, "label": it["label"]} for it, x in zip(rows, saved[s], strict=True)]
+            for s, rows in items.items()}
+
+
 def _fit_neural(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
+    from medtx.models.bert_text import NoteVectorClassifier
+    from medtx.text.data import VectorCollate
+
     tokenizer, net, make_collate, extra = _tokenizer_and_model(data, model, cfg, out_dir)
     items = {s: _encode(tokenizer, data.split(s)) for s in ("train", "val", "test")}
     train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, patience=cfg.patience,
-                            weight_decay=cfg.weight_decay, seed=seed, device=cfg.device,
+                            weight_decay=cfg.weight_decay, seed=seed, device=cfg.device, num_threads=cfg.num_threads,
                             monitor="auroc" if data.binary else "macro_f1")
-    result = fit(net, items["train"], items["val"], make_collate(), train_cfg, out_dir,
+    trained, fit_items, collate = net, items, make_collate()
+    if cfg.freeze_encoder:
+        if not hasattr(net, "encoder"):
+            raise ValueError(f"freeze_encoder applies to the BERT models, not {model!r}")
+        fit_items = _frozen_items(net, items, make_collate, model, cfg, out_dir.parent / "feature_cache")
+        trained = NoteVectorClassifier(net.encoder.config.hidden_size, net.config.n_outputs, dropout=cfg.dropout,
+                                       binary=data.binary, class_weights=net.class_weights)
+        collate = VectorCollate(binary=data.binary)
+    result = fit(trained, fit_items["train"], fit_items["val"], collate, train_cfg, out_dir,
                  score=_score_fn(data.binary, len(data.classes)), on_epoch=on_epoch)
     tokenizer.save_pretrained(result.best_dir)  # the checkpoint folder holds its tokenizer
     softmax = None if data.binary else (lambda m, b: m(b).logits.softmax(dim=-1))
-    test = predict(net, items["test"], make_collate(), result.device, predict_proba=softmax,
+    test = predict(trained, fit_items["test"], collate, result.device, predict_proba=softmax,
                    batch_size=2 * cfg.batch_size)
     attention = None
     showcase = sorted(items["test"], key=lambda it: it["sample_id"])[: cfg.n_showcase]

@@ -299,7 +299,7 @@ def _run_baseline(db: Path, dataset: str, task: str, model: str, parts: dict[str
     if model == "oracle":
         with open_warehouse(db, read_only=True) as con:
             oracle_rows = load_oracle_rows(con, dataset, task)
-    baseline = build_baseline(model, task, labels, oracle_rows, overrides).fit(parts["train"])
+    baseline = build_baseline(model, task, labels, oracle_rows, overrides).fit(parts["train"], parts["val"])
     return _Outcome(baseline.predict_proba(parts["val"]), baseline.predict_proba(parts["test"]),
                     baseline.fixed_threshold, dict(baseline.config))
 
