@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from medtx.db import open_warehouse  # noqa: E402
+from medtx.training.experiment import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
 
 log = logging.getLogger("medtx.benchmarks")
 
@@ -41,7 +41,7 @@ TASK_MODELS = {
 }
 # CPU budget (2 shared cores): few epochs, early stopping patience 2, batch 64. Stated in RESULTS.md.
 # One torch thread: on 2 shared cores, 2 threads per process measured ~4x slower (spin contention).
-TRAIN = {"epochs": 5, "patience": 2, "batch_size": 64, "lr": 2e-3, "num_threads": 1}
+TRAIN = {"epochs": 6, "patience": 2, "batch_size": 32, "lr": 3e-3, "num_threads": 1}
 _HISTORY = {"max_codes": 64}  # most recent 64 codes per feature: attention cost is O(L^2)
 MODEL_OVERRIDES = {name: _HISTORY for name in ("transformer", "transformer_rope", "rnn", "gru", "lstm")}
 MODEL_OVERRIDES["behrt"] = {"max_len": 96}

@@ -79,7 +79,7 @@ def parse_sets(pairs: list[str]) -> dict[str, dict]:
 
 
 def merge_runs(db: Path, sources: list[Path]) -> int:
-    """Copy every ml.* row of runs that `db` lacks from each source warehouse (same migrations); returns runs."""
+    """Copy every ml.* row of completed runs that `db` lacks from each source warehouse (same migrations); returns runs."""
     from medtx.db import transaction
 
     con = connect(db)
@@ -89,7 +89,7 @@ def merge_runs(db: Path, sources: list[Path]) -> int:
                                         "AND column_name = 'run_id' AND table_name <> 'runs' GROUP BY 1").fetchall()]
         for i, src in enumerate(sources):
             con.execute(f"ATTACH '{Path(src).as_posix()}' AS src{i} (READ_ONLY)")
-            new = [r for (r,) in con.sql(f"SELECT run_id FROM src{i}.ml.runs WHERE run_id NOT IN "
+            new = [r for (r,) in con.sql(f"SELECT run_id FROM src{i}.ml.runs WHERE status = 'completed' AND run_id NOT IN "
                                          "(SELECT run_id FROM ml.runs)").fetchall()]
             if new:
                 with transaction(con):
@@ -133,12 +133,31 @@ def specialty_table(con) -> list[str]:
         flag = "**COLLAPSED**" if collapsed else "ok"
         lines.append(f"| {model} | {seeds} | {_fmt(a, asd)} | {_fmt(f, fsd)} | {_fmt(w, wsd)} | "
                      f"{secs or 0:.0f} | {flag} |")
+    lines += ["", *config_lines(con)]
     missing = [m for m in SPECIALTY_MODELS if m not in {r[0] for r in rows}]
     if missing:
         lines += ["", f"Not measured yet in this table: {', '.join(missing)} (run `--run --models ...`)."]
     lines += ["", "Published anchors: CLiGNet 2026 (Bio_ClinicalBERT + label GCN, leakage-free) macro-F1 **0.279**; "
               "the PyHealth book's ClinicalBERT run (accuracy 0.254, macro-F1 0.0116) is a collapsed majority-class "
               "predictor, like `majority` above."]
+    return lines
+
+
+def config_lines(con) -> list[str]:
+    """One line per specialty model: the config fields its runs changed from the model's defaults."""
+    import dataclasses
+    import json
+
+    from medtx.text.experiment import text_config
+
+    rows = con.sql("""SELECT model, any_value(config) FROM ml.runs WHERE task = 'specialty' AND status = 'completed'
+                      GROUP BY model ORDER BY model""").fetchall()
+    lines = ["Configs (changes from the defaults in `medtx.text.experiment`; selection on validation macro-F1):"]
+    for model, config in rows:
+        used = json.loads(config)["text"]
+        base = dataclasses.asdict(text_config(model))
+        diff = {k: v for k, v in used.items() if k in base and base[k] != v}
+        lines.append(f"- `{model}`: " + (", ".join(f"{k}={v}" for k, v in sorted(diff.items())) or "defaults"))
     return lines
 
 

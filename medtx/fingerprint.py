@@ -8,15 +8,12 @@ source of the medtx packages the step calls (so editing the sample builder redoe
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import duckdb
 
 import medtx
-
-log = logging.getLogger("medtx.pipeline")
 
 # Columns that record *when* or *which run* wrote a row, not what it holds: two loads of the same file
 # must fingerprint the same, or every re-ingest would invalidate everything downstream.

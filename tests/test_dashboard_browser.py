@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
 
 from dashboard import create_app
 from tests.fixtures_dashboard import DATASET, real_warehouse
@@ -58,12 +57,19 @@ def _severe(logs: list[dict]) -> list[dict]:
 
 
 def _choose(dash_duo, dropdown_id: str, label: str) -> None:
-    """Pick an option of a dcc.Dropdown by typing its label, as a user would."""
+    """Open a dcc.Dropdown (Dash 4 markup) and click the option with this label, as a user would."""
+    driver = dash_duo.driver
     box = dash_duo.find_element(f"#{dropdown_id}")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
     box.click()
-    search = dash_duo.driver.switch_to.active_element
-    search.send_keys(label)
-    search.send_keys(Keys.ENTER)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        options = [o for o in driver.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip() == label]
+        if options:
+            options[0].click()
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{dropdown_id}: no option {label!r}")
 
 
 def _heatmap_title(dash_duo) -> str:
@@ -92,7 +98,8 @@ def test_patient_explorer_selectors_redraw_the_heatmap(dash_duo, snapshot):
     _choose(dash_duo, "pt-layer", "layer 0")
     dash_duo.wait_for_text_to_equal("#attention-heatmap .gtitle", "layer 0, head 0", timeout=20)
     # The model view draws one panel per (layer, head): 2 layers x 2 heads in the test model.
-    dash_duo.find_element("#pt-view input[value='model']").click()
+    model_view = dash_duo.find_element("#pt-view input[value='model']")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].click()", model_view)
     dash_duo.wait_for_element("#attention-model-view .heatmaplayer", timeout=20)
     panels = dash_duo.driver.execute_script(
         "return document.querySelectorAll('#attention-model-view .heatmaplayer .hm').length")
@@ -112,6 +119,7 @@ def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
         return [c.text for c in rows]
 
     header = dash_duo.find_element("#leaderboard-grid .ag-header-cell[col-id='run_id'] .ag-header-cell-label")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'})", header)
     header.click()
     deadline = time.monotonic() + 10
     while run_ids() != sorted(run_ids()) and time.monotonic() < deadline:

@@ -408,3 +408,33 @@ def test_models_train_under_cuda_bf16_autocast(name):
     assert torch.isfinite(out.loss) and out.logits.shape == batch["labels"].shape
     for layers in (out.attentions or {}).values():
         assert torch.isfinite(layers[0]).all()
+
+
+# ----------------------------------------------------------------------------------------------- real samples
+
+from tests.fixtures_samples import demo_db  # noqa: E402,F401  (session fixture: the demo built by the pipeline)
+
+
+def test_every_model_reads_the_real_demo_sample_tables(demo_db):  # noqa: F811
+    """Every (model, task) encodes the demo's samples.* rows with its samples.vocab and runs forward."""
+    from medtx.db import open_warehouse
+    from medtx.models.ehr_data import task_spec
+    from medtx.models.registry import label_feature
+    from medtx.samples.vocab import load_vocab
+
+    with open_warehouse(demo_db, read_only=True) as con:
+        for name, tasks in MODEL_TASKS.items():
+            for task in tasks:
+                frame = con.sql(f"SELECT * FROM samples.{task_spec(task).table} WHERE dataset = 'mimic3_demo'").pl()
+                assert frame.height > 0, task
+                vocabs = {f: load_vocab(con, "mimic3_demo", task, f) for f in required_features(name, task)}
+                label = label_feature(task)
+                bundle = build_ehr_model(name, task, vocabs, load_vocab(con, "mimic3_demo", task, label)
+                                         if label else None, tiny(name))
+                batch = bundle.collate(bundle.encode(frame))
+                bundle.model.eval()
+                with torch.no_grad():
+                    out = bundle.model(batch, output_attentions=True)
+                assert out.logits.shape == batch["labels"].shape == (frame.height, len(bundle.label_names))
+                assert torch.isfinite(out.loss), (name, task)
+                assert batch["labels"].sum() > 0, (name, task)  # labels really map onto the vocabulary

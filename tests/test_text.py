@@ -317,3 +317,26 @@ def test_bad_inputs_fail_clearly(specialty_db, tmp_path, monkeypatch):
         run_text_experiment(specialty_db, "specialty", "bert")
     failed = _runs(specialty_db).filter(pl.col("model") == "bert").row(0, named=True)
     assert failed["status"] == "failed" and "bert_path" in failed["error"]
+
+
+def test_frozen_encoder_trains_a_head_on_cached_note_vectors(specialty_db, tokenizer, tmp_path, monkeypatch):
+    """freeze_encoder: note vectors computed once per (encoder, notes, chunking), reused by the next seed."""
+    from medtx.text.experiment import run_text_experiment
+
+    folder = tmp_path / "tiny_bert"
+    _tiny_bert(tokenizer).encoder.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
+    cfg = {"bert_path": str(folder), "freeze_encoder": True, "epochs": 3, "max_len": 64, "stride": 8,
+           "max_chunks": 2, "n_showcase": 1, "attention_max_tokens": 8}
+    runs = [run_text_experiment(specialty_db, "specialty", "bert", seed=s, overrides=cfg) for s in (0, 1)]
+    assert len(list((tmp_path / "models" / "feature_cache").glob("*.npz"))) == 1
+    con = connect(specialty_db, read_only=True)
+    try:
+        for run_id in runs:
+            assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
+            assert con.sql(f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'").fetchall()[0][0] == 6 * 3
+            # the showcase attention comes from the (frozen) encoder: 1 layer x 2 heads x 8 x 8
+            assert con.sql(f"SELECT count(*) FROM ml.attention WHERE run_id = '{run_id}'").fetchall()[0][0] == 128
+    finally:
+        con.close()

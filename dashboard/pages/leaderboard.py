@@ -50,7 +50,6 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
                     dashGridOptions={
                         "animateRows": False,
                         "tooltipShowDelay": 300,
-                        "overlayNoRowsTemplate": "No runs for this task and dataset yet.",
                     },
                     getRowStyle={"styleConditions": [
                         {"condition": "params.data.collapsed", "style": {"backgroundColor": "#fff3cd"}},

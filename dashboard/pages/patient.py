@@ -225,7 +225,8 @@ def _truth_vs_prediction(preds: pl.DataFrame, names: dict[str, str]) -> object:
     badges = [dbc.Badge(f"{c} {names.get(c, '')}".strip(), color="success" if c in
                         preds.filter(pl.col("predicted"))["label"].to_list() else "secondary", className="me-1 mb-1")
               for c in true_set]
-    return html.Div([html.Div([html.Strong("True set: "), *badges], id="true-set"),
+    return html.Div([html.Div([html.Strong(f"True set ({len(true_set)}): "), *badges], id="true-set",
+                              className="scroll-box small-box"),
                      ui.graph(bars, id="prediction-graph", height=max(260, 22 * shown.height + 80)), legend])
 
 
@@ -235,8 +236,11 @@ def _ddi(snapshot: Path, recommended: list[str], names: dict[str, str]) -> objec
         return ui.empty(f"No known interacting pair among the {len(recommended)} recommended drugs.")
     rows = [html.Tr([html.Td(f"{a} {names.get(a, '')}"), html.Td(f"{b} {names.get(b, '')}")])
             for a, b in pairs.iter_rows()]
-    return dbc.Table([html.Thead(html.Tr([html.Th("drug"), html.Th("interacts with")])), html.Tbody(rows)],
-                     size="sm", striped=True, id="ddi-table")
+    table = dbc.Table([html.Thead(html.Tr([html.Th("drug"), html.Th("interacts with")])), html.Tbody(rows)],
+                      size="sm", striped=True, className="small mb-0")
+    summary = html.Div(f"{pairs.height} interacting pair(s) among {len(recommended)} recommended drugs",
+                       className="small fw-semibold mb-1")
+    return html.Div([summary, html.Div(table, className="scroll-box")], id="ddi-table")
 
 
 def _history(snapshot: Path, dataset: str, subject_id: int, hadm_id: int) -> object:
@@ -257,7 +261,8 @@ def _history(snapshot: Path, dataset: str, subject_id: int, hadm_id: int) -> obj
             className="table-primary" if visit == hadm_id else None,
         ))
     header = html.Thead(html.Tr([html.Th(h) for h in ("admitted", "hadm_id", "type", "ICD-9 diagnoses", "ATC-3 drugs")]))
-    return dbc.Table([header, html.Tbody(rows)], size="sm", bordered=True, responsive=True, id="history-table")
+    return html.Div(dbc.Table([header, html.Tbody(rows)], size="sm", bordered=True, className="mb-0"),
+                    id="history-table", className="scroll-box")
 
 
 def _tokens(df: pl.DataFrame) -> list[str]:
