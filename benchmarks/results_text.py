@@ -184,13 +184,51 @@ def faq_table(con) -> list[str]:
     return lines
 
 
-def write_section(db: Path, results: Path = RESULTS) -> str:
-    """Replace the text section of RESULTS.md (appending the markers when missing); returns the section."""
+def readmission_table(con) -> list[str]:
+    """30-day readmission on a synthetic cohort with notes: text models beside the EHR bag-of-codes LR and
+    the generator's oracle (the best reachable ranking on this cohort)."""
+    rows = con.sql("""
+        SELECT r.task, r.model, r.dataset, count(DISTINCT r.run_id), bool_or(r.collapsed),
+               avg(m.value) FILTER (WHERE metric = 'auroc'), CASE WHEN count(DISTINCT r.run_id) = 1 THEN avg(m.sd) FILTER (WHERE metric = 'auroc') ELSE stddev_pop(m.value) FILTER (WHERE metric = 'auroc') END,
+               avg(m.value) FILTER (WHERE metric = 'auprc'), CASE WHEN count(DISTINCT r.run_id) = 1 THEN avg(m.sd) FILTER (WHERE metric = 'auprc') ELSE stddev_pop(m.value) FILTER (WHERE metric = 'auprc') END,
+               avg(m.value) FILTER (WHERE metric = 'rp80'), CASE WHEN count(DISTINCT r.run_id) = 1 THEN avg(m.sd) FILTER (WHERE metric = 'rp80') ELSE stddev_pop(m.value) FILTER (WHERE metric = 'rp80') END
+        FROM ml.runs r JOIN ml.metrics m USING (run_id)
+        WHERE r.task IN ('readmission', 'readmission_notes') AND r.status = 'completed' AND m.split = 'test'
+        GROUP BY ALL ORDER BY 6 DESC""").fetchall()
+    if not rows:
+        return []
+    lines = [
+        f"### 30-day readmission from discharge notes (synthetic cohort `{rows[0][2]}`, templated NOTEEVENTS)",
+        "",
+        "Same patient split as the EHR readmission task; only admissions with a discharge summary. Mean ± sd over "
+        "training seeds of the per-run bootstrap means (one seed: the bootstrap sd). `oracle` scores the generator's true probabilities.",
+        "",
+        "| task | model | seeds | AUROC | AUPRC | RP80 | collapse guard |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task, model, _ds, seeds, collapsed, a, asd, p, psd, r, rsd in rows:
+        lines.append(f"| {task} | {model} | {seeds} | {_fmt(a, asd)} | {_fmt(p, psd)} | {_fmt(r, rsd)} | "
+                     f"{'**COLLAPSED**' if collapsed else 'ok'} |")
+    return lines
+
+
+def write_section(db: Path, results: Path = RESULTS, readmission_db: Path | None = None,
+                  notes: list[str] | None = None) -> str:
+    """Replace the text section of RESULTS.md (appending the markers when missing); returns the section.
+    `readmission_db`: a warehouse with readmission_notes runs; `notes`: extra markdown lines appended."""
     con = connect(db, read_only=True)
     try:
         body = "\n".join(["## Clinical text models", "", *specialty_table(con), "", *faq_table(con)])
     finally:
         con.close()
+    if readmission_db is not None:
+        con = connect(readmission_db, read_only=True)
+        try:
+            body += "\n\n" + "\n".join(readmission_table(con))
+        finally:
+            con.close()
+    if notes:
+        body += "\n\n" + "\n".join(notes)
     section = f"<!-- BEGIN text -->\n{body}\n<!-- END text -->"
     text = results.read_text() if results.exists() else "# medtx benchmark results\n"
     pattern = re.compile(r"<!-- BEGIN text -->.*?<!-- END text -->", re.S)
@@ -210,6 +248,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="MODEL.KEY=VALUE",
                         help="config overrides, e.g. bilstm.epochs=8 faq_seq2seq.epochs=30")
     parser.add_argument("--merge", nargs="+", type=Path, default=[], help="warehouses whose ml.* runs to copy in")
+    parser.add_argument("--readmission-db", type=Path, default=None, help="warehouse with readmission_notes runs")
+    parser.add_argument("--notes", type=Path, default=None, help="markdown file appended to the section")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.prepare:
@@ -218,7 +258,8 @@ def main() -> None:
         run_all(args.db, args.seeds, args.models, parse_sets(args.set), args.faq_models)
     if args.merge:
         print(f"merged {merge_runs(args.db, args.merge)} runs")
-    print(write_section(args.db))
+    notes = args.notes.read_text().splitlines() if args.notes else None
+    print(write_section(args.db, readmission_db=args.readmission_db, notes=notes))
 
 
 if __name__ == "__main__":

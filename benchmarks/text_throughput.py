@@ -41,8 +41,15 @@ def _steps_per_second(model, batch, steps: int) -> tuple[float, float]:
     return train, steps / (time.perf_counter() - started)
 
 
-def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cpu") -> list[dict]:
-    """Rows in benchmarks/train.py's format (samples = notes) for bilstm, bert_scratch and (if installed) minilm."""
+def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cpu",
+                         num_threads: int | None = None) -> list[dict]:
+    """Rows in benchmarks/train.py's format (samples = notes) for bilstm, bert_scratch and (if installed) minilm.
+
+    `num_threads` sets torch's CPU threads first: on a loaded shared CPU, 1 thread avoids the oversubscription
+    that made the BiLSTM's backward pass ~100x slower here with torch's default (2 threads on 2 cores).
+    """
+    if num_threads:
+        torch.set_num_threads(num_threads)
     from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, scratch_config
     from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
     from medtx.text.data import SequenceCollate, chunk_collate_for, encode_items
@@ -85,5 +92,11 @@ rows = text_throughput_rows  # the name benchmarks/train.py looks for
 
 
 if __name__ == "__main__":
-    for row in text_throughput_rows():
+    import argparse
+
+    parser = argparse.ArgumentParser(description="text model throughput (notes/s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    for row in text_throughput_rows(device=args.device, num_threads=args.threads):
         print(row)

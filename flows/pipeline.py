@@ -52,9 +52,9 @@ def retry_on_lock(task, task_run, state) -> bool:
     return isinstance(exc, duckdb.IOException) or (isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError))
 
 
-# pipeline_run_id and device change between runs without changing the result: keep them out of the key.
+# pipeline_run_id, device and thread count change between runs without changing the result: not in the key.
 _CACHED = dict(
-    cache_policy=INPUTS + TASK_SOURCE - "pipeline_run_id" - "device",
+    cache_policy=INPUTS + TASK_SOURCE - "pipeline_run_id" - "device" - "torch_threads",
     persist_result=True,
     retries=2,
     retry_delay_seconds=5,
@@ -88,8 +88,9 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
 
 
 @task(name="train", task_run_name="{name}", **_CACHED)
-def train_task(name: str, spec: dict, paths: dict, fingerprints: dict, pipeline_run_id: str, device: str) -> dict:
-    return steps.run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device)
+def train_task(name: str, spec: dict, paths: dict, fingerprints: dict, pipeline_run_id: str, device: str,
+               torch_threads: int | None) -> dict:
+    return steps.run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
 
 
 @task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
@@ -151,7 +152,7 @@ class _Run:
         options = dict(refresh_cache=refresh, result_storage=Path(self.settings.results_dir))
         args: dict[str, Any] = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
         if step.kind == "train":
-            args |= dict(pipeline_run_id=self.id, device=step.device)
+            args |= dict(pipeline_run_id=self.id, device=step.device, torch_threads=self.cfg.runner.torch_threads)
         return self.runner.submit(TASKS[step.kind].with_options(**options), parameters=args)
 
     def collect(self, step: Step, key: str, future: PrefectFuture, started: float) -> None:

@@ -77,12 +77,19 @@ def run_samples(spec: Spec, paths: Paths) -> dict[str, Any]:
     return {"samples": sum(counts.values())}
 
 
-def run_train(spec: Spec, paths: Paths, *, pipeline_run_id: str | None, device: str) -> dict[str, Any]:
+def run_train(
+    spec: Spec, paths: Paths, *, pipeline_run_id: str | None, device: str, torch_threads: int | None = None
+) -> dict[str, Any]:
     """Train and evaluate one (dataset, task, model, seed); returns the run ids it wrote to ml.runs.
 
     A failure is recorded in ml.runs (status 'failed', error text) and re-raised, so Prefect marks the task
-    failed while the flow carries on with the other models.
+    failed while the flow carries on with the other models. `torch_threads` caps torch's CPU threads (the
+    setting is per process; trainings in one process run one after another unless train_concurrency > 1).
     """
+    if torch_threads:
+        import torch
+
+        torch.set_num_threads(torch_threads)
     from medtx.text.experiment import run_text_experiment
     from medtx.training.experiment import EHR_TASKS, ExperimentOptions, run_ehr_experiment
 

@@ -113,24 +113,21 @@ def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
     dash_duo.driver.get(dash_duo.server_url + "/leaderboard")
     dash_duo.wait_for_element("#leaderboard-grid .ag-row", timeout=30)
 
-    def run_ids() -> list[str]:
-        cells = dash_duo.driver.find_elements(By.CSS_SELECTOR, "#leaderboard-grid .ag-center-cols-container [col-id='run_id']")
-        rows = sorted(cells, key=lambda c: c.location["y"])
-        return [c.text for c in rows]
+    def models() -> list[str]:
+        cells = dash_duo.driver.find_elements(By.CSS_SELECTOR, "#leaderboard-grid .ag-pinned-left-cols-container [col-id='model']")
+        return [c.text for c in sorted(cells, key=lambda c: c.location["y"])]
 
-    header = dash_duo.find_element("#leaderboard-grid .ag-header-cell[col-id='run_id'] .ag-header-cell-label")
-    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'})", header)
+    def wait_for_order(expected: list[str]) -> None:
+        deadline = time.monotonic() + 10
+        while models() != expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert models() == expected
+
+    header = dash_duo.find_element("#leaderboard-grid .ag-header-cell[col-id='model'] .ag-header-cell-label")
     header.click()
-    deadline = time.monotonic() + 10
-    while run_ids() != sorted(run_ids()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    ascending = run_ids()
-    assert len(ascending) == 2 and ascending == sorted(ascending)
+    wait_for_order(["logreg", "transformer"])
     header.click()
-    deadline = time.monotonic() + 10
-    while run_ids() != sorted(ascending, reverse=True) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert run_ids() == sorted(ascending, reverse=True)
+    wait_for_order(["transformer", "logreg"])
     assert _severe(dash_duo.get_logs()) == []
 
 

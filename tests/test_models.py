@@ -33,6 +33,7 @@ from medtx.models.registry import (
 from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
 from medtx.models.transformer_rope import RotaryEmbedding
 from medtx.samples.vocab import Vocab
+from tests.fixtures_samples import demo_db  # noqa: F401  (session fixture: the demo built by the real pipeline)
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}
 TINY_RNN = {"d_model": 16, "hidden": 16, "dropout": 0.0}
@@ -411,9 +412,6 @@ def test_models_train_under_cuda_bf16_autocast(name):
 
 
 # ----------------------------------------------------------------------------------------------- real samples
-
-from tests.fixtures_samples import demo_db  # noqa: E402,F401  (session fixture: the demo built by the pipeline)
-
 
 def test_every_model_reads_the_real_demo_sample_tables(demo_db):  # noqa: F811
     """Every (model, task) encodes the demo's samples.* rows with its samples.vocab and runs forward."""

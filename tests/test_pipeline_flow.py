@@ -80,6 +80,7 @@ TINY = """
         models: [{{model: majority}}, {{model: tfidf_logreg}}]
       faq:
         models: [{{model: retrieval}}]
+    runner: {{torch_threads: 1}}
     """
 
 
