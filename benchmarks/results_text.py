@@ -23,6 +23,7 @@ from medtx.db import connect
 from medtx.settings import BUNDLED_DATA
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+NOTES = Path(__file__).with_name("results_text_notes.md")  # how the recorded runs were made (CPU budget, configs)
 SPECIALTY_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert_scratch", "minilm")
 FAQ_MODELS = (("retrieval", {}), ("retrieval", {"embedding": "minilm"}), ("seq2seq", {}))
 
@@ -152,7 +153,8 @@ def config_lines(con) -> list[str]:
 
     rows = con.sql("""SELECT model, any_value(config) FROM ml.runs WHERE task = 'specialty' AND status = 'completed'
                       GROUP BY model ORDER BY model""").fetchall()
-    lines = ["Configs (changes from the defaults in `medtx.text.experiment`; selection on validation macro-F1):"]
+    lines = ["Configs recorded in `ml.runs.config` (changes from the defaults in `medtx.text.experiment`); neural "
+             "models keep their best epoch on validation macro-F1, test is scored once:"]
     for model, config in rows:
         used = json.loads(config)["text"]
         base = dataclasses.asdict(text_config(model))
@@ -248,8 +250,9 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="MODEL.KEY=VALUE",
                         help="config overrides, e.g. bilstm.epochs=8 faq_seq2seq.epochs=30")
     parser.add_argument("--merge", nargs="+", type=Path, default=[], help="warehouses whose ml.* runs to copy in")
-    parser.add_argument("--readmission-db", type=Path, default=None, help="warehouse with readmission_notes runs")
-    parser.add_argument("--notes", type=Path, default=None, help="markdown file appended to the section")
+    parser.add_argument("--readmission-db", type=Path, default=Path("var/bench/readm_notes.duckdb"),
+                        help="warehouse with readmission_notes runs (used when it exists)")
+    parser.add_argument("--notes", type=Path, default=NOTES, help="markdown appended to the section (how it was run)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.prepare:
@@ -258,8 +261,9 @@ def main() -> None:
         run_all(args.db, args.seeds, args.models, parse_sets(args.set), args.faq_models)
     if args.merge:
         print(f"merged {merge_runs(args.db, args.merge)} runs")
-    notes = args.notes.read_text().splitlines() if args.notes else None
-    print(write_section(args.db, readmission_db=args.readmission_db, notes=notes))
+    notes = args.notes.read_text().splitlines() if args.notes and args.notes.exists() else None
+    readmission_db = args.readmission_db if args.readmission_db and args.readmission_db.exists() else None
+    print(write_section(args.db, readmission_db=readmission_db, notes=notes))
 
 
 if __name__ == "__main__":

@@ -18,13 +18,13 @@ import typer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-# (file name, path + query, a CSS selector that appears once the page has real content)
+# (file name, path + query, CSS selectors that all appear once the page has drawn its real content)
 PAGES = (
-    ("overview", "/", "#cohort-card .stat-value"),
-    ("leaderboard", "/leaderboard", "#leaderboard-grid .ag-row"),
-    ("run_detail", "/run", "#run-summary"),
-    ("patient_explorer", "/patient", "#attention-heatmap .heatmaplayer, #history-table"),
-    ("note_explorer", "/notes", "#note-highlight, .note-text"),
+    ("overview", "/", ("#cohort-card .stat-value", "#coverage-graph .barlayer")),
+    ("leaderboard", "/leaderboard", ("#leaderboard-grid .ag-row",)),
+    ("run_detail", "/run", ("#run-summary", "#calibration-graph .scatterlayer")),
+    ("patient_explorer", "/patient", ("#prediction-graph .barlayer", "#attention-heatmap .heatmaplayer")),
+    ("note_explorer", "/notes", ("#note-probs .barlayer", "#note-top-tokens .card")),
 )
 
 
@@ -91,10 +91,11 @@ def main(
     out.mkdir(parents=True, exist_ok=True)
     driver = chromium(width)
     try:
-        for name, path, selector in PAGES:
+        for name, path, selectors in PAGES:
             driver.set_window_size(width, 1000)
             driver.get(f"http://127.0.0.1:{port}{path}")
-            wait_for(driver, selector)
+            for selector in selectors:
+                wait_for(driver, selector, timeout=60)
             time.sleep(2.0)  # let chained callbacks and Plotly finish drawing
             driver.set_window_size(width, min(full_height(driver) + 40, 4000))
             time.sleep(1.0)

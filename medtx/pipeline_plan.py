@@ -152,10 +152,10 @@ def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> li
     seed = cfg.seeds[0]  # the split seed: every model of a task sees the same split
     for task, tc in cfg.tasks.items():
         if task in EHR_TASKS:
-            if task == "readmission_notes" and "readmission" in cfg.tasks:
-                continue  # shares samples.readmission with the readmission task
-            built = "readmission" if task == "readmission_notes" else task
+            built = "readmission" if task == "readmission_notes" else task  # notes read samples.readmission
             for ds in cfg.datasets_for(task):
+                if any(s.name == f"samples.{built}.{ds.key}" for s in steps):
+                    continue  # readmission and readmission_notes share one sample table per dataset
                 steps.append(
                     Step(f"samples.{built}.{ds.key}", "samples", {"options": tc.samples, "seed": seed}, ds.key,
                          built, needs=(f"codes.{ds.key}", *ingest_steps_of(ingest, ds.key)), reads=RAW_MIMIC + CORE,

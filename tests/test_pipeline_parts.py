@@ -210,3 +210,16 @@ def test_serve_builds_a_scheduled_and_an_on_demand_deployment(tmp_path: Path) ->
     assert [(s.schedule.cron, s.schedule.timezone) for s in scheduled.schedules] == [("30 1 * * 1", "Europe/Paris")]
     assert not on_demand.schedules
     assert scheduled.parameters == {"config": str(cfg_path.resolve()), "db": str(tmp_path / "w.duckdb")}
+
+
+def test_readmission_notes_shares_the_readmission_samples(tmp_path: Path) -> None:
+    cfg_path = _write(tmp_path / "c.yaml", f"""
+        datasets: [{{source: {DATA / 'mimic3_demo'}}}, {{source: synth:10}}]
+        tasks:
+          readmission: {{datasets: [mimic3_demo], models: [{{model: logreg}}]}}
+          readmission_notes: {{models: [{{model: majority}}]}}
+        """)
+    plan = build_plan(load_config(cfg_path), tmp_path, DATA)
+    samples = [s for s in plan.names if s.startswith("samples.")]
+    assert samples == ["samples.readmission.mimic3_demo", "samples.readmission.synth_10"]
+    assert plan["train.readmission_notes.synth_10.majority.s42"].needs == ("samples.readmission.synth_10",)
