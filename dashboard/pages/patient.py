@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dash_bootstrap_components as dbc
@@ -173,7 +174,7 @@ def register(app: Dash, snapshot: Path) -> None:
 @queries.cached_view
 def attention_view(snapshot: Path, run_id: str, sample_id: str, module: str, layer: int, head: int, view: str):
     df = queries.attention(snapshot, run_id, sample_id, module)
-    names = queries.label_descriptions(snapshot, _tokens(df))
+    names = _token_names(snapshot, _tokens(df))
     if view == "model":
         return ui.graph(model_view(df, names), id="attention-model-view", height=_model_view_height(df))
     if view == "heads":
@@ -263,6 +264,13 @@ def _history(snapshot: Path, dataset: str, subject_id: int, hadm_id: int) -> obj
     header = html.Thead(html.Tr([html.Th(h) for h in ("admitted", "hadm_id", "type", "ICD-9 diagnoses", "ATC-3 drugs")]))
     return html.Div(dbc.Table([header, html.Tbody(rows)], size="sm", bordered=True, className="mb-0"),
                     id="history-table", className="scroll-box")
+
+
+def _token_names(snapshot: Path, tokens: list[str]) -> dict[str, str]:
+    """Descriptions for attention tokens; models may prefix codes with their visit ('v3:4280')."""
+    bare = {t: t.split(":", 1)[1] if re.match(r"^v\d+:", t) else t for t in tokens}
+    names = queries.label_descriptions(snapshot, sorted(set(bare.values())))
+    return {t: names[b] for t, b in bare.items() if b in names}
 
 
 def _tokens(df: pl.DataFrame) -> list[str]:
