@@ -122,6 +122,10 @@ def text_rows() -> list[dict]:
     return list(getattr(text_throughput, "rows", lambda: [])())
 
 
+def _rate(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| model | device | params | batch | train samples/s | infer samples/s | peak MB (kind) |",
              "|---|---|---:|---:|---:|---:|---|"]
@@ -130,7 +134,7 @@ def markdown(rows: list[dict]) -> str:
             lines.append(f"| {r['model']} | {r['device']} | — | — | failed: {r['error']} | | |")
             continue
         lines.append(f"| {r['model']} | {r['device']} | {r.get('params', 0):,} | {r.get('batch_size', '')} | "
-                     f"{r['train_samples_per_s']:.0f} | {r['infer_samples_per_s']:.0f} | "
+                     f"{_rate(r['train_samples_per_s'])} | {_rate(r['infer_samples_per_s'])} | "
                      f"{r['peak_mb']:.0f} ({r.get('peak_kind', '')}) |")
     return "\n".join(lines)
 

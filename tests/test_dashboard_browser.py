@@ -60,13 +60,13 @@ def _choose(dash_duo, dropdown_id: str, label: str) -> None:
     """Open a dcc.Dropdown (Dash 4 markup) and click the option with this label, as a user would."""
     driver = dash_duo.driver
     box = dash_duo.find_element(f"#{dropdown_id}")
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
-    box.click()
+    # JS clicks: a spinner overlay or the page layout must not make the test flaky (no hit-testing).
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].click()", box)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         options = [o for o in driver.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip() == label]
         if options:
-            options[0].click()
+            driver.execute_script("arguments[0].click()", options[0])
             return
         time.sleep(0.2)
     raise AssertionError(f"{dropdown_id}: no option {label!r}")

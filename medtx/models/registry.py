@@ -176,6 +176,8 @@ def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: An
                          f"(saved, current): {mismatch}")
     overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items()
                  if k in current and k not in derived and k not in ("features", "mask_id", "cell")}
+    if "pooling" in current and saved and "pooling" not in saved:
+        overrides["pooling"] = "mean"  # transformer checkpoints from before the option pooled by masked mean
     bundle = build_ehr_model(name, task, vocabs, label_vocab, overrides)
     load_weights(bundle.model, folder, device)
     return bundle

@@ -5,14 +5,21 @@ One embedding table and one self-attention encoder per feature (conditions, proc
     codes of visit 1 | codes of visit 2 | ... | codes of the current visit      (flattened history)
       -> [CLS] + code embeddings + sinusoidal position of each code's *visit*
       -> N pre-LayerNorm encoder layers with padding masks
-      -> masked mean over the sequence ([CLS] included, so an empty history still pools to something)
-    concat over features -> dropout -> linear -> one logit per label (BCE).
+      -> pooling, then one logit per label (BCE):
+         "label_attention" (default): every label has its own query per feature and attends over that
+             feature's token states ([CLS] included, so an empty history still pools to something);
+             logit = sum over features of <label weight, label's pooled state> + label bias
+         "mean": masked mean per feature, concat over features -> dropout -> linear
 
 Positions: all codes of a visit share one position, counted back from the current visit (0 = current
 visit, 1 = the one before, ...). Codes inside a visit are a set, so they get no order among themselves, and
 the current visit sits at the same position whatever the history length. Pooling: PyHealth 1.x takes the
-first position's output (its first visit, not a learned [CLS]); medtx takes the masked mean, which trains
-more reliably on small data.
+first position's output (its first visit, not a learned [CLS]). A single pooled vector per feature has to carry the whole multi-hot
+history through d_model dimensions: on the synthetic cohort (118 drug labels, d_model 64) mean pooling could
+not even learn "the previous visit's drugs recur" and stayed at the most-frequent baseline. Label-wise
+attention (CAML, Mullenbach et al. 2018; LAAT, Vu et al. 2020) gives each label its own view of the codes,
+so "drug a was given last visit" or "an indicator diagnosis of a is present" reaches label a's logit
+directly; see `LabelAttentionPooling`.
 
 The building blocks here (`MultiHeadAttention`, `FeedForward`, `EncoderLayer`, `Encoder`,
 `SinusoidalPositions`) are reused by transformer_rope.py, behrt.py and seq2seq.py. Attention is computed
@@ -47,6 +54,10 @@ class TransformerConfig:
     dropout: float = 0.2  # EHR label sets are small and noisy; regularise
     max_visits: int = 20  # keep the most recent visits of a long history
     max_codes: int = 128  # per feature, most recent codes kept after flattening (attention is O(L^2))
+    pooling: str = "label_attention"  # "label_attention" (one attention-pooled view per label) | "mean"
+
+
+POOLINGS = ("label_attention", "mean")
 
 
 # ----------------------------------------------------------------------------------------------- blocks
@@ -182,8 +193,34 @@ def multilabel_loss(logits: Tensor, labels: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------------------- model
 
 
+class LabelAttentionPooling(nn.Module):
+    """Label-wise attention pooling and output layer (CAML / LAAT) over several features' token states.
+
+    For feature f and label a: weights = softmax over real tokens of <query[f, a], state> / sqrt(d),
+    pooled[f, a] = weighted sum of states, logit_a = bias_a + sum_f <weight[f, a], pooled[f, a]>.
+    Cost is O(B * labels * L * d) per feature: small next to self-attention at these sizes.
+    """
+
+    def __init__(self, n_features: int, n_labels: int, d_model: int) -> None:
+        super().__init__()
+        scale = d_model ** -0.5
+        self.query = nn.Parameter(torch.randn(n_features, n_labels, d_model) * scale)
+        self.weight = nn.Parameter(torch.randn(n_features, n_labels, d_model) * scale)
+        self.bias = nn.Parameter(torch.zeros(n_labels))
+
+    def forward(self, states: list[Tensor], masks: list[Tensor]) -> Tensor:
+        """states: per feature [B, L_f, D]; masks: per feature [B, L_f] (True = real) -> logits [B, labels]."""
+        logits = self.bias.float()
+        for i, (s, mask) in enumerate(zip(states, masks, strict=True)):
+            scores = torch.einsum("bld,ad->bal", s, self.query[i].to(s.dtype)).float() / math.sqrt(s.shape[-1])
+            scores = scores.masked_fill(~mask[:, None, :], torch.finfo(torch.float32).min)
+            pooled = torch.einsum("bal,bld->bad", scores.softmax(dim=-1).to(s.dtype), s)
+            logits = logits + (pooled.float() * self.weight[i].float()).sum(-1)
+        return logits
+
+
 class FeatureEncoder(nn.Module):
-    """One feature's history: [CLS] + code embeddings (+ visit positions) -> encoder -> pooled vector."""
+    """One feature's history: [CLS] + code embeddings (+ visit positions) -> encoder -> token states."""
 
     def __init__(self, vocab_size: int, config: TransformerConfig, rotary: nn.Module | None = None) -> None:
         super().__init__()
@@ -195,7 +232,9 @@ class FeatureEncoder(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
 
-    def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor
+                ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+        """-> (states [B, 1 + L, D] with [CLS] first, mask [B, 1 + L], attention weights per layer)."""
         recency = (nvisits.unsqueeze(1) - 1 - visit).clamp(min=0)  # 0 = current visit
         x = self.embed(ids)
         if self.positions is not None:
@@ -205,35 +244,46 @@ class FeatureEncoder(nn.Module):
         mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
         recency = torch.cat([torch.zeros_like(recency[:, :1]), recency], dim=1)
         states, weights = self.encoder(self.dropout(x), mask, rotary=self.rotary, positions=recency)
-        return masked_mean(states, mask), weights
+        return states, mask, weights
 
 
 class TransformerModel(nn.Module):
-    """Per-feature encoders, pooled and concatenated, then a multi-label (or binary) linear head."""
+    """Per-feature encoders, then label-attention pooling (or mean pooling + linear head) -> logits."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         missing = [f for f in config.features if f not in config.vocab_sizes]
         if missing:
             raise ValueError(f"TransformerConfig.vocab_sizes has no size for feature(s) {missing}")
+        if config.pooling not in POOLINGS:
+            raise ValueError(f"TransformerConfig.pooling={config.pooling!r}; expected one of {list(POOLINGS)}")
         self.config = config
         self.encoders = nn.ModuleDict(
             {f: FeatureEncoder(config.vocab_sizes[f], config, self._rotary()) for f in config.features}
         )
         self.dropout = nn.Dropout(config.dropout)
-        self.head = nn.Linear(len(config.features) * config.d_model, config.n_labels)
+        n_features = len(config.features)
+        self.head: nn.Module = (LabelAttentionPooling(n_features, config.n_labels, config.d_model)
+                                if config.pooling == "label_attention"
+                                else nn.Linear(n_features * config.d_model, config.n_labels))
 
     def _rotary(self) -> nn.Module | None:
         """Absolute sinusoidal positions here; transformer_rope.TransformerRoPEModel returns a rotary module."""
         return None
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
-        pooled, attentions = [], {}
+        states, masks, attentions = [], [], {}
         for f, encoder in self.encoders.items():
-            vec, weights = encoder(batch[f"{f}_ids"], batch[f"{f}_visit"], batch[f"{f}_nvisits"], batch[f"{f}_mask"])
-            pooled.append(vec)
+            s, mask, weights = encoder(batch[f"{f}_ids"], batch[f"{f}_visit"], batch[f"{f}_nvisits"],
+                                       batch[f"{f}_mask"])
+            states.append(s)
+            masks.append(mask)
             attentions[f] = weights
-        logits = self.head(self.dropout(torch.cat(pooled, dim=-1)))
+        if self.config.pooling == "mean":
+            pooled = [masked_mean(s, mask) for s, mask in zip(states, masks, strict=True)]
+            logits = self.head(self.dropout(torch.cat(pooled, dim=-1)))
+        else:
+            logits = self.head([self.dropout(s) for s in states], masks)
         loss = multilabel_loss(logits, batch["labels"]) if "labels" in batch else None
         if not output_attentions:
             return ModelOutput(logits=logits, loss=loss)
