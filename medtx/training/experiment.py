@@ -342,6 +342,8 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
 
     bundle = build_ehr_model(model, task, vocabs, label_vocab, model_overrides or None)
     items = {name: bundle.encode(frame) for name, frame in parts.items()}
+    if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
+        bundle.init_from_train(items["train"])
     if bundle.pretrain is not None:
         pre_cfg = dataclasses.replace(cfg, monitor="loss", epochs=opts.pretrain_epochs or cfg.epochs)
         pre = bundle.pretrain(items["train"], items["val"], pre_cfg, out_dir / "pretrain")
