@@ -153,16 +153,15 @@ def _scalar(df: pl.DataFrame, default: object = None) -> object:
 
 
 def datasets(snapshot: Path) -> list[str]:
-    """Every dataset with raw data or runs, sorted."""
-    found: set[str] = set()
-    for sql in (
-        "SELECT DISTINCT dataset FROM raw.patients",
-        "SELECT DISTINCT dataset FROM ml.runs WHERE dataset IS NOT NULL",
+    """Every dataset with raw data or runs: EHR cohorts (with raw tables) first, then the others, each sorted."""
+    found: dict[str, set[str]] = {}
+    for kind, sql in (
+        ("ehr", "SELECT DISTINCT dataset FROM raw.patients"),
+        ("runs", "SELECT DISTINCT dataset FROM ml.runs WHERE dataset IS NOT NULL"),
     ):
         df = query(snapshot, sql)
-        if df.height:
-            found.update(v for v in df.to_series() if v)
-    return sorted(found)
+        found[kind] = {v for v in df.to_series() if v} if df.height else set()
+    return sorted(found["ehr"]) + sorted(found["runs"] - found["ehr"])
 
 
 def cohort_counts(snapshot: Path) -> pl.DataFrame:

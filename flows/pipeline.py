@@ -227,13 +227,15 @@ def pipeline(
             run = _Run(settings, cfg, run_id, set(refresh or []), runner)
             for layer in Plan(tuple(selected)).layers():
                 run.run_layer(layer)
+        # The run's status is written before publishing so the dashboard's snapshot shows how it ended;
+        # a failed publish below overwrites it with `failed` in the live warehouse.
+        failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]
+        runs.finish_pipeline_run(run.db, run.id, failed)
         publish_task(run.db, settings.snapshot)
         _publish_artifacts(run)
     except BaseException as exc:
         runs.finish_pipeline_run(settings.db, run_id, [f"pipeline: {type(exc).__name__}: {exc}"])
         raise
-    failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]
-    runs.finish_pipeline_run(run.db, run.id, failed)
     if failed:
         raise PipelineFailed(f"{len(failed)} step(s) failed or were skipped: {', '.join(failed)}")
     return {name: o.state for name, o in run.outcomes.items()}
