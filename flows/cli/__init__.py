@@ -33,12 +33,8 @@ def _prefect_defaults() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(f"flows.cli.{_name}")
-    except ModuleNotFoundError as exc:  # a stage not built yet
-        if exc.name != f"flows.cli.{_name}":
-            raise
+for _name in _COMMAND_MODULES:  # each module registers its commands on `app`
+    importlib.import_module(f"flows.cli.{_name}")
 
 
 def main() -> None:
