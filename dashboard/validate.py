@@ -7,6 +7,7 @@ empty page, and nothing unexpected (huge strings, odd characters) travels furthe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from dashboard.queries import TASKS
@@ -51,6 +52,20 @@ def sample_id(value: object) -> str:
     if not isinstance(value, str) or not _SAMPLE_ID.match(value):
         raise InvalidParameter(f"sample id {str(value)[:40]!r} is not valid")
     return value
+
+
+def url_params(
+    params: dict[str, str], checks: dict[str, Callable[[object], object]]
+) -> tuple[dict[str, object], list[str]]:
+    """Check the URL parameters a page knows: (valid values by key, one message per invalid parameter)."""
+    valid, problems = {}, []
+    for key, check in checks.items():
+        if key in params:
+            try:
+                valid[key] = check(params[key])
+            except InvalidParameter as exc:
+                problems.append(str(exc))
+    return valid, problems
 
 
 def query_params(search: str | None) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,14 +85,32 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration] | None =
     return latest
 
 
-def connect(db: Path | str, *, read_only: bool = False, migrate_schema: bool = True) -> duckdb.DuckDBPyConnection:
+def _duckdb_connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """duckdb.connect, retried with backoff for up to `wait_s` seconds while another process holds the
+    file lock (DuckDB locks the whole file across processes, see STACK.md)."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.2
+    while True:
+        try:
+            return duckdb.connect(str(db), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def connect(
+    db: Path | str, *, read_only: bool = False, migrate_schema: bool = True, wait_s: float = 0.0
+) -> duckdb.DuckDBPyConnection:
     """Open the warehouse. Read-write connections create the file and apply pending migrations;
-    read-only ones refuse a missing file and a schema newer than this code."""
+    read-only ones refuse a missing file and a schema newer than this code. `wait_s` > 0 waits out
+    another process's lock on the file instead of failing at once."""
     db = Path(db)
     if read_only:
         if not db.exists():
             raise FileNotFoundError(f"warehouse {db} does not exist yet: run `medtx pipeline` first")
-        con = duckdb.connect(str(db), read_only=True)
+        con = _duckdb_connect(db, True, wait_s)
         latest = max((m.version for m in load_migrations()), default=0)
         if schema_version(con) > latest:
             con.close()
@@ -100,7 +119,7 @@ def connect(db: Path | str, *, read_only: bool = False, migrate_schema: bool = T
             )
     else:
         db.parent.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect(str(db))
+        con = _duckdb_connect(db, False, wait_s)
         if migrate_schema:
             try:
                 migrate(con)
@@ -112,9 +131,11 @@ def connect(db: Path | str, *, read_only: bool = False, migrate_schema: bool = T
 
 
 @contextmanager
-def open_warehouse(db: Path | str, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Short-lived connection: open, yield, always close."""
-    con = connect(db, read_only=read_only)
+def open_warehouse(
+    db: Path | str, *, read_only: bool = False, wait_s: float = 0.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Short-lived connection: open (waiting up to `wait_s` for another process's lock), yield, always close."""
+    con = connect(db, read_only=read_only, wait_s=wait_s)
     try:
         yield con
     finally:

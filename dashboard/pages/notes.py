@@ -20,17 +20,11 @@ _SPECIAL = {"[CLS]", "[SEP]", "[PAD]", "<pad>", "<cls>", "<sep>", "<s>", "</s>"}
 
 
 def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
-    initial, problems = {}, []
-    for key, check in (("run_id", validate.run_id), ("note_id", validate.sample_id)):
-        if key in params:
-            try:
-                initial[key] = check(params[key])
-            except validate.InvalidParameter as exc:
-                problems.append(ui.invalid(str(exc)))
+    initial, problems = validate.url_params(params, {"run_id": validate.run_id, "note_id": validate.sample_id})
     return html.Div(
         [
             html.H3("Note explorer"),
-            *problems,
+            *map(ui.invalid, problems),
             dbc.Row(
                 [
                     dbc.Col([dbc.Label("Run"), dcc.Dropdown(id="note-run", clearable=False,

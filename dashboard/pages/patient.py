@@ -22,21 +22,15 @@ SHOWN_PREDICTIONS = 25
 
 
 def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
-    initial, problems = {}, []
-    for key, check in (
-        ("run_id", validate.run_id),
-        ("subject_id", lambda v: validate.integer_id("subject_id", v)),
-        ("hadm_id", lambda v: validate.integer_id("hadm_id", v)),
-    ):
-        if key in params:
-            try:
-                initial[key] = check(params[key])
-            except validate.InvalidParameter as exc:
-                problems.append(ui.invalid(str(exc)))
+    initial, problems = validate.url_params(params, {
+        "run_id": validate.run_id,
+        "subject_id": lambda v: validate.integer_id("subject_id", v),
+        "hadm_id": lambda v: validate.integer_id("hadm_id", v),
+    })
     return html.Div(
         [
             html.H3("Patient explorer"),
-            *problems,
+            *map(ui.invalid, problems),
             dbc.Row(
                 [
                     dbc.Col([dbc.Label("Run"), dcc.Dropdown(id="pt-run", clearable=False,

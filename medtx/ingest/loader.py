@@ -24,7 +24,8 @@ import duckdb
 
 from medtx.db import connect, transaction
 from medtx.ingest.schema import TableSpec, guess_table
-from medtx.ingest.sources import SourceFile, sha256_file
+from medtx.fingerprint import file_sha256
+from medtx.ingest.sources import SourceFile
 
 log = logging.getLogger("medtx.ingest")
 
@@ -231,7 +232,7 @@ def ingest_file(
     plan = plan_load(spec, header, label, others, index_column=index_column)
     # Hash local files while DuckDB loads them: both release the GIL, and the hash is needed only for the log.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        digest = pool.submit(sha256_file, source.path) if source.sha256 is None else None
+        digest = pool.submit(file_sha256, source.path) if source.sha256 is None else None
         con = connect(db)
         try:
             with transaction(con):

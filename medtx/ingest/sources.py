@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from medtx.fingerprint import file_sha256
+
 log = logging.getLogger("medtx.ingest")
 
 _CHUNK = 1 << 20  # 1 MiB reads: large enough for throughput, small enough for smooth progress
@@ -53,15 +55,6 @@ class SourceFile:
 
 def is_url(source: str | os.PathLike[str]) -> bool:
     return str(source).lower().startswith(("http://", "https://"))
-
-
-def sha256_file(path: Path) -> str:
-    """Streaming SHA-256 of a file (hashlib releases the GIL, so this can run beside a DuckDB load)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def dataset_name(source: str | os.PathLike[str]) -> str:
@@ -125,7 +118,7 @@ def _valid_cache(final: Path, meta: dict, expected_sha256: str | None) -> bool:
     """The cached file exists and still hashes to what was recorded (and expected, when given)."""
     if not final.is_file() or "sha256" not in meta:
         return False
-    actual = sha256_file(final)
+    actual = file_sha256(final)
     if actual != meta["sha256"]:
         log.warning("cached %s is corrupt (sha256 %s, recorded %s): downloading again", final, actual, meta["sha256"])
         return False
@@ -184,7 +177,7 @@ def download(
         log.warning("%s: %s; retry %d/%d in %.1fs", url, error, attempt, retries, delay)
         time.sleep(delay)
 
-    digest = sha256_file(part)
+    digest = file_sha256(part)
     if expected_sha256 and digest != expected_sha256.lower():
         part.unlink()
         raise ChecksumError(f"{url}: sha256 {digest} does not match the expected {expected_sha256}")

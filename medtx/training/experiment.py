@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from medtx.db import open_warehouse as _open_once
+from medtx.db import open_warehouse as _open_warehouse
 from medtx.fingerprint import code_version, tables_fingerprint
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
@@ -77,30 +75,11 @@ class ExperimentOptions:
 LOCK_WAIT_S = 120.0  # another process (a parallel run, a reader) may hold the DuckDB file for a moment
 
 
-@contextmanager
-def open_warehouse(db: Path | str, *, read_only: bool = False, wait_s: float = LOCK_WAIT_S) -> Iterator:
-    """`medtx.db.open_warehouse`, retried while another process holds the file lock (DuckDB locks the
-    whole file across processes, see STACK.md); connections are short, so the wait is too."""
-    deadline = time.monotonic() + wait_s
-    delay = 0.2
-    while True:
-        try:
-            manager = _open_once(db, read_only=read_only)
-            con = manager.__enter__()
-            break
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    try:
-        yield con
-    except BaseException:
-        if not manager.__exit__(*sys.exc_info()):
-            raise
-    else:
-        manager.__exit__(None, None, None)
-
+def open_warehouse(
+    db: Path | str, *, read_only: bool = False, wait_s: float = LOCK_WAIT_S
+) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+    """`medtx.db.open_warehouse` waiting out another process's lock: connections are short, so the wait is too."""
+    return _open_warehouse(db, read_only=read_only, wait_s=wait_s)
 
 
 def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) -> dict[str, pl.DataFrame]:
