@@ -11,16 +11,25 @@ process (so the peak RSS printed is that of mapping + builders alone). Then, in 
   B. task function only, from the same in-memory per-visit input (the visits table built once; set-based:
      DRUG_REC_SQL over it; reference: `drug_recommendation_fn` over the same visits fetched into Python).
   Both sides' samples are checked equal. Target >= 20x.
+- optionally (`--pyhealth-python PY`, an interpreter with PyHealth 1.1.6, see benchmarks/pyhealth_drug_rec.py):
+  C. end to end from the same plain CSV files: medtx (ingest the five tables + reference tables + map codes +
+     build drug_rec, in a fresh child process and warehouse) against PyHealth 1.1.6 itself (`MIMIC3Dataset` +
+     `drug_recommendation_mimic3_fn`, without its NDC->ATC mapping, which needs the network: a lower bound).
 
     .venv/bin/python benchmarks/samples.py [--patients 46520] [--seed 0] [--workdir var/bench-samples]
+                                           [--pyhealth-python /tmp/pyhealth-venv/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import multiprocessing
 import os
 import resource
+import shutil
+import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +37,7 @@ from pathlib import Path
 from medtx.codes.mapping import map_prescriptions
 from medtx.codes.reference import load_reference_tables
 from medtx.db import connect
+from medtx.ingest import CORE_MIMIC3_TABLES
 from medtx.samples import build_samples
 from medtx.samples.common import VISITS_TABLE, create_visits
 from medtx.samples.drug_rec import DRUG_REC_SQL
@@ -111,11 +121,61 @@ def speedup(con) -> None:
     con.execute("DROP TABLE IF EXISTS _bench_drug_rec")
 
 
+def plain_csv(source: Path, target: Path) -> Path:
+    """The cohort's five core tables as plain CSV files (PyHealth 1.1.6 reads only `.csv`); untimed."""
+    target.mkdir(parents=True, exist_ok=True)
+    for table in CORE_MIMIC3_TABLES:
+        out = target / f"{table.upper()}.csv"
+        if not out.exists():
+            with gzip.open(source / f"{table.upper()}.csv.gz", "rb") as src, out.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+    return target
+
+
+def medtx_from_csv(csv_dir: Path, db: Path, results) -> None:
+    """Comparison C, medtx side (child process): CSV files -> samples.drug_rec in a fresh warehouse."""
+    from medtx.ingest import ingest_mimic3
+
+    db.unlink(missing_ok=True)
+    start = time.perf_counter()
+    ingest_mimic3(db, csv_dir, DATASET, db.parent / "cache-c", tables=CORE_MIMIC3_TABLES)
+    con = connect(db)
+    load_reference_tables(con, BUNDLED_DATA)
+    map_prescriptions(con, DATASET)
+    built = build_samples(con, BUNDLED_DATA, ["drug_rec"], [DATASET])
+    con.close()
+    results.put({"total_s": time.perf_counter() - start, "samples": sum(built.values()),
+                 "peak_rss_gb": peak_rss_gb()})
+
+
+def versus_pyhealth(source: Path, workdir: Path, python: str) -> None:
+    """Comparison C: medtx and PyHealth 1.1.6, each end to end from the same CSV files, one after the other."""
+    csv_dir = plain_csv(source, workdir / f"{source.name}_csv")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=medtx_from_csv, args=(csv_dir, workdir / "bench_c.duckdb", queue))
+    child.start()
+    ours = queue.get()
+    child.join()
+    script = Path(__file__).with_name("pyhealth_drug_rec.py")
+    done = subprocess.run([python, str(script), str(csv_dir)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"PyHealth run failed ({python}):\n{done.stderr[-2000:]}")
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"C. end to end from the same CSV files: medtx (ingest + reference + map + drug_rec) {ours['total_s']:.1f}s "
+          f"({ours['samples']} samples, peak RSS {ours['peak_rss_gb']:.2f} GB); PyHealth 1.1.6 (parse "
+          f"{theirs['parse_s']:.1f}s + task {theirs['task_s']:.1f}s, no ATC mapping) {theirs['total_s']:.1f}s "
+          f"({theirs['samples']} samples, peak RSS {theirs['peak_rss_gb']:.2f} GB); "
+          f"speed-up {theirs['total_s'] / ours['total_s']:.1f}x (load average {os.getloadavg()[0]:.1f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patients", type=int, default=46_520)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=Path("var/bench-samples"))
+    parser.add_argument("--pyhealth-python", default=None,
+                        help="interpreter with PyHealth 1.1.6 installed: adds comparison C")
     args = parser.parse_args()
 
     source = args.workdir / f"synth_{args.patients}_s{args.seed}"
@@ -143,11 +203,13 @@ def main() -> None:
                                                  [DATASET]))
     print(f"map_prescriptions: {map_s:.1f}s ({mapped:,} rows, one per mapped prescription; "
           f"{100 * pct:.1f}% of rows with an NDC mapped)")
-    print(f"build_samples: {build_s:.1f}s {dict((k[0], v) for k, v in built.items())}")
+    print(f"build_samples: {build_s:.1f}s { {k[0]: v for k, v in built.items()} }")
     print(f"TOTAL mapping + builders: {map_s + build_s:.1f}s (target < 60 s; with the reference tables "
           f"{ref_s + map_s + build_s:.1f}s); peak RSS {peak_rss_gb():.2f} GB (target < 4 GB)")
     speedup(con)
     con.close()
+    if args.pyhealth_python:
+        versus_pyhealth(source, args.workdir, args.pyhealth_python)
 
 
 if __name__ == "__main__":

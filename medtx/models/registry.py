@@ -27,6 +27,7 @@ from medtx.models.ehr_data import (
     MASK,
     N_TARGET_SPECIALS,
     SEQ2SEQ_SOURCE,
+    CodeIndex,
     LabelSpace,
     behrt_codec,
     history_codec,
@@ -62,6 +63,18 @@ class EHRModelBundle:
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+# Transformer / Transformer+RoPE config defaults per task (overrides win). drug_rec: the COGNet-style copy
+# gate from the previous visit's drugs (medtx.models.transformer.DrugCopyGate), chosen on validation.
+TRANSFORMER_TASK_DEFAULTS: dict[str, dict[str, Any]] = {"drug_rec": {"copy_feature": "drugs_hist"}}
+
+
+def _copy_targets(vocabs: dict[str, Any], labels: LabelSpace, copy_feature: str | None) -> list[int] | None:
+    """Label index of each code id of `copy_feature` (-1: not a label), in the history codec's id order."""
+    if copy_feature is None or copy_feature not in vocabs:
+        return None  # the model raises a clear error when it was asked to copy from a missing feature
+    return [labels.index.get(token, -1) for token in CodeIndex(vocabs, [copy_feature]).labels]
 
 
 def required_features(name: str, task: str) -> tuple[str, ...]:
@@ -120,17 +133,17 @@ def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: A
         if name in ("rnn", "gru", "lstm"):
             config = _config(RNNConfig, {**fixed, "cell": name}, overrides)
             model: nn.Module = RNNModel(config)
-        elif name == "transformer":
-            config = _config(TransformerConfig, fixed, overrides)
-            model = TransformerModel(config)
         else:
-            config = _config(TransformerRoPEConfig, fixed, overrides)
-            model = TransformerRoPEModel(config)
+            cls, config_cls = ((TransformerModel, TransformerConfig) if name == "transformer"
+                               else (TransformerRoPEModel, TransformerRoPEConfig))
+            config = _config(config_cls, fixed, {**TRANSFORMER_TASK_DEFAULTS.get(task, {}), **(overrides or {})})
+            model = cls(config, _copy_targets(vocabs, labels, config.copy_feature))
         codec = history_codec(task, vocabs, labels, config.max_visits, config.max_codes)
         init = None
         if isinstance(model, TransformerModel):
             def init(train_items: list[dict]) -> None:
-                model.init_output_bias(labels.multi_hot([it["target"] for it in train_items]))
+                chunks = range(0, len(train_items), 1024)  # bounded memory at full-MIMIC scale
+                model.init_from_train(codec.collate(train_items[i: i + 1024]) for i in chunks)
         return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names,
                               init_from_train=init)
 
@@ -186,6 +199,8 @@ def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: An
                  if k in current and k not in derived and k not in ("features", "mask_id", "cell")}
     if "pooling" in current and saved and "pooling" not in saved:
         overrides["pooling"] = "mean"  # transformer checkpoints from before the option pooled by masked mean
+    if "copy_feature" in current and saved and "copy_feature" not in saved:
+        overrides["copy_feature"] = None  # checkpoints from before the copy gate have none
     bundle = build_ehr_model(name, task, vocabs, label_vocab, overrides)
     load_weights(bundle.model, folder, device)
     return bundle

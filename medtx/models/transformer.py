@@ -21,6 +21,21 @@ attention (CAML, Mullenbach et al. 2018; LAAT, Vu et al. 2020) gives each label 
 so "drug a was given last visit" or "an indicator diagnosis of a is present" reaches label a's logit
 directly; see `LabelAttentionPooling`.
 
+Copy gate (optional, `copy_feature`): COGNet (Wu et al. 2022, "Conditional Generation Net for Medication
+Recommendation", WWW '22) copies drugs from earlier visits, because a patient's previous medication is the
+best single predictor of the next. Label attention can learn "a was given last visit" only through a query
+that finds a's token among the history, which a small model trained for a few CPU epochs does not get
+right for every label (on synth_10000 the Transformer stayed below copy-previous-visit). `DrugCopyGate` adds
+the copy path directly: logit_a += sum_r w[r, a] * [label a among the copy feature's codes r visits back]
+(r = 1: the previous visit), one learned weight per (recency, label), started at each label's training
+log-odds ratio. It is `len(copy_recencies) * n_labels` parameters beside the attention encoders, which stay
+the model's core (they carry every diagnosis/procedure effect and how much the history matters beyond the
+copy). Off by default; the registry turns it on for drug_rec (`drugs_hist` -> `drugs` labels). Measured on
+synth_10000 drug_rec validation, seed 0 (PR-AUC): 0.765 without the gate, 0.777 with it; the gate + output
+bias alone, before training, 0.774 (logistic regression 0.772, copy-previous-visit 0.771) -- so most of the
+gain is the copy path, and the attention encoders add the rest. The copy path has no attention weights: the
+stored/dashboard attention shows only what the encoders and label queries do.
+
 The building blocks here (`MultiHeadAttention`, `FeedForward`, `EncoderLayer`, `Encoder`,
 `SinusoidalPositions`) are reused by transformer_rope.py, behrt.py and seq2seq.py. Attention is computed
 explicitly so that every layer's weights [B, heads, queries, keys] can be returned.
@@ -33,6 +48,7 @@ Batch keys (from `medtx.models.ehr_data.collate_ehr`): per feature f: `f_ids` [B
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -59,6 +75,10 @@ class TransformerConfig:
     max_visits: int = 20  # keep the most recent visits of a long history
     max_codes: int = 128  # per feature, most recent codes kept after flattening (attention is O(L^2))
     pooling: str = "label_attention"  # "label_attention" (one attention-pooled view per label) | "mean"
+    # Copy gate (COGNet-style, see the module docstring): the feature whose codes name labels (drug_rec:
+    # "drugs_hist"), None = off; and which visits count, as recency (0 = current visit, 1 = the previous one).
+    copy_feature: str | None = None
+    copy_recencies: tuple[int, ...] = (1,)
 
 
 POOLINGS = ("label_attention", "mean")
@@ -223,6 +243,56 @@ class LabelAttentionPooling(nn.Module):
         return logits
 
 
+class DrugCopyGate(nn.Module):
+    """Per-label copy logits from the labels found in the copy feature's recent visits (COGNet-style).
+
+    `code_to_label[id]` is the label index of the copy feature's code id (-1: not a label, e.g. <pad>/<unk>).
+    logit_a = sum_k weight[k, a] * present[k, a], present[k, a] = 1 when label a is among the codes at
+    recency `recencies[k]`. Weights start at 0; `init_weights` sets them from training data.
+    """
+
+    def __init__(self, code_to_label: Tensor, n_labels: int, recencies: tuple[int, ...]) -> None:
+        super().__init__()
+        if not recencies or min(recencies) < 0:
+            raise ValueError(f"copy_recencies must be non-empty visit recencies >= 0, got {recencies}")
+        self.register_buffer("code_to_label", code_to_label.long(), persistent=False)  # rebuilt from vocabs
+        self.n_labels, self.recencies = n_labels, tuple(recencies)
+        self.weight = nn.Parameter(torch.zeros(len(self.recencies), n_labels))
+
+    def present(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor) -> Tensor:
+        """-> [B, len(recencies), n_labels] 0/1: label a is among the codes `recencies[k]` visits back."""
+        recency = nvisits.unsqueeze(1) - 1 - visit
+        target = self.code_to_label[ids]
+        out = torch.zeros(ids.shape[0], len(self.recencies), self.n_labels + 1, device=ids.device)
+        for k, r in enumerate(self.recencies):
+            hit = mask & (recency == r) & (target >= 0)
+            # codes that are not labels (or not at this recency) land in a spare last column, dropped below
+            out[:, k].scatter_(1, torch.where(hit, target, self.n_labels), 1.0)
+        return out[..., : self.n_labels]
+
+    def forward(self, present: Tensor) -> Tensor:
+        return (present * self.weight.float()).sum(1)
+
+    @torch.no_grad()
+    def init_weights(self, present: Tensor, labels: Tensor) -> Tensor:
+        """Set w[k, a] = logit P(a | copied at k) - logit P(a | copied nowhere); return that base logit.
+
+        With one recency this is the maximum-likelihood logistic regression of label a on "a was given
+        last visit" (add-half smoothed), so training starts at a calibrated copy-previous-visit + label
+        frequency model instead of spending its few CPU epochs growing the copy weights from 0.
+        """
+        labels = labels.float()
+        def log_odds(hits: Tensor, n: Tensor) -> Tensor:
+            p = (hits + 0.5) / (n + 1.0)
+            return torch.log(p / (1.0 - p))
+        nowhere = 1.0 - present.amax(1)  # [N, labels]
+        base = log_odds((labels * nowhere).sum(0), nowhere.sum(0))
+        for k in range(len(self.recencies)):
+            copied = present[:, k]
+            self.weight[k] = log_odds((labels * copied).sum(0), copied.sum(0)) - base
+        return base
+
+
 class FeatureEncoder(nn.Module):
     """One feature's history: [CLS] + code embeddings (+ visit positions) -> encoder -> token states."""
 
@@ -254,13 +324,15 @@ class FeatureEncoder(nn.Module):
 class TransformerModel(nn.Module):
     """Per-feature encoders, then label-attention pooling (or mean pooling + linear head) -> logits."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, copy_targets: Sequence[int] | None = None) -> None:
+        """`copy_targets[id]`: label index of `config.copy_feature`'s code id, -1 when it is no label."""
         super().__init__()
         missing = [f for f in config.features if f not in config.vocab_sizes]
         if missing:
             raise ValueError(f"TransformerConfig.vocab_sizes has no size for feature(s) {missing}")
         if config.pooling not in POOLINGS:
             raise ValueError(f"TransformerConfig.pooling={config.pooling!r}; expected one of {list(POOLINGS)}")
+        self.copy = self._copy_gate(config, copy_targets)
         self.config = config
         self.encoders = nn.ModuleDict(
             {f: FeatureEncoder(config.vocab_sizes[f], config, self._rotary()) for f in config.features}
@@ -270,6 +342,39 @@ class TransformerModel(nn.Module):
         self.head: nn.Module = (LabelAttentionPooling(n_features, config.n_labels, config.d_model)
                                 if config.pooling == "label_attention"
                                 else nn.Linear(n_features * config.d_model, config.n_labels))
+
+    @staticmethod
+    def _copy_gate(config: TransformerConfig, copy_targets: Sequence[int] | None) -> DrugCopyGate | None:
+        if config.copy_feature is None:
+            return None
+        if config.copy_feature not in config.features:
+            raise ValueError(f"TransformerConfig.copy_feature={config.copy_feature!r} is not one of the "
+                             f"model's features {list(config.features)}")
+        size = config.vocab_sizes[config.copy_feature]
+        if copy_targets is None or len(copy_targets) != size:
+            raise ValueError(f"copy_feature={config.copy_feature!r} needs copy_targets (label index per code id) "
+                             f"of length {size}, got {None if copy_targets is None else len(copy_targets)}")
+        return DrugCopyGate(torch.tensor(list(copy_targets)), config.n_labels, tuple(config.copy_recencies))
+
+    def copy_presence(self, batch: dict) -> Tensor:
+        """[B, len(copy_recencies), n_labels]: which labels the copy feature holds at each recency."""
+        f = self.config.copy_feature
+        return self.copy.present(batch[f"{f}_ids"], batch[f"{f}_visit"], batch[f"{f}_nvisits"], batch[f"{f}_mask"])
+
+    @torch.no_grad()
+    def init_from_train(self, batches: Iterable[dict]) -> None:
+        """Data-dependent start from collated training batches: output bias, and the copy gate when on."""
+        labels, present = [], []
+        for batch in batches:
+            labels.append(batch["labels"].float())
+            if self.copy is not None:
+                present.append(self.copy_presence(batch))
+        labels_all = torch.cat(labels)
+        if self.copy is None:
+            self.init_output_bias(labels_all)
+            return
+        base = self.copy.init_weights(torch.cat(present), labels_all)
+        self.head.bias.copy_(base.to(self.head.bias.dtype))
 
     @torch.no_grad()
     def init_output_bias(self, labels: Tensor) -> None:
@@ -299,6 +404,8 @@ class TransformerModel(nn.Module):
             logits = self.head(self.dropout(torch.cat(pooled, dim=-1)))
         else:
             logits = self.head([self.dropout(s) for s in states], masks)
+        if self.copy is not None:
+            logits = logits + self.copy(self.copy_presence(batch))
         loss = multilabel_loss(logits, batch["labels"]) if "labels" in batch else None
         if not output_attentions:
             return ModelOutput(logits=logits, loss=loss)

@@ -39,7 +39,7 @@ from medtx.models.baselines import BASELINE_MODELS, build_baseline, label_matrix
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.samples.vocab import Vocab, load_vocab
 from medtx.training import records
-from medtx.training.trainer import Predictions, TrainConfig, fit, predict, resolve_device
+from medtx.training.trainer import Predictions, TrainConfig, fit, predict, resolve_device, set_seed
 
 log = logging.getLogger("medtx.training")
 
@@ -319,6 +319,9 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
                 model_overrides: dict[str, Any], opts: ExperimentOptions, out_dir: Path) -> _Outcome:
     from medtx.models.registry import build_ehr_model  # the models stage; imported late to keep baselines light
 
+    # Seed before the model exists: its initial weights must depend on the run's seed alone, not on whatever
+    # this process drew before (fit() seeds again for shuffling and dropout).
+    set_seed(cfg.seed)
     bundle = build_ehr_model(model, task, vocabs, label_vocab, model_overrides or None)
     items = {name: bundle.encode(frame) for name, frame in parts.items()}
     if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
