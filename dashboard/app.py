@@ -33,8 +33,12 @@ def resolve_snapshot(db: Path) -> Path:
     return db if db.name.endswith(".snapshot.duckdb") else snapshot_path(db)
 
 
-def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = None) -> Dash:
-    """A Dash app reading only `snapshot`; with `credentials` (user, password) every request needs basic auth."""
+def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = None, warm: bool = False) -> Dash:
+    """A Dash app reading only `snapshot`; with `credentials` (user, password) every request needs basic auth.
+
+    With `warm`, a background thread fills the caches for every page as soon as a snapshot version
+    appears (`dashboard.warm`), so the first visitor after a publish does not wait.
+    """
     snapshot = Path(snapshot)
     app = Dash(
         __name__,
@@ -52,6 +56,10 @@ def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = No
         from dashboard.security import install_basic_auth
 
         install_basic_auth(app.server, *credentials)
+    if warm:
+        from dashboard.warm import Warmer
+
+        app.server.extensions["medtx_warmer"] = Warmer(app, snapshot, credentials).start()
     log.info("dashboard reads snapshot %s", snapshot)
     return app
 

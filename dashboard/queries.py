@@ -1,24 +1,29 @@
 """Every SQL statement the dashboard runs, in one place.
 
 Rules this module keeps so the dashboard stays up and safe while flows write:
-- Only the published snapshot is read, each query through its own short-lived read-only connection, so the
-  writer never waits on us and a newly published snapshot is picked up by the next query. The connection is
-  a private in-memory DuckDB that ATTACHes the snapshot READ_ONLY: `duckdb.connect(path)` would reuse
-  DuckDB's per-process instance for that path, which can still be the *old* file for a moment after a
-  publish renamed the new one into place; ATTACH always opens what the path names now.
+- Only the published snapshot is read, read-only, so the writer never waits on us, and a newly published
+  snapshot is picked up by the next query. The reader of each snapshot version is a private in-memory
+  DuckDB that ATTACHes the file READ_ONLY (`duckdb.connect(path)` would reuse DuckDB's per-process instance
+  for that path, which can still be the *old* file for a moment after a publish renamed the new one into
+  place; ATTACH always opens what the path names now); each query runs on its own cursor of it, so a
+  request does not pay for re-opening the file's catalog.
 - User input only ever travels as bound parameters (`?`); SQL text is constant. The few identifiers that
   vary (sample tables per task) come from the fixed `_SAMPLE_TABLES` mapping, never from a request.
 - Results are cached per snapshot *version* (inode, mtime, size): repeated callbacks are fast, and a publish
   (an `os.replace` of the file) changes the key, so nobody sees stale data after it.
 - A table that does not exist yet (a stage that has not run) reads as an empty frame: the pages then show
   an empty state instead of a traceback.
+- Aggregations over millions of rows are not run per request: they read the `dash.*` marts that publishing
+  materialises into the snapshot (`medtx.marts`), or, for a snapshot published before they existed, the
+  same SELECT inline.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import functools
+import threading
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +33,8 @@ import duckdb
 import polars as pl
 
 from medtx.db import WarehouseVersionError, load_migrations
+from medtx.marts import MARTS
+from medtx.marts import SCHEMA as MART_SCHEMA
 
 log = logging.getLogger("medtx.dashboard")
 
@@ -69,7 +76,7 @@ def _freeze(params: Sequence[object]) -> tuple[object, ...]:
 
 
 def open_snapshot(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """A short-lived read-only connection to the snapshot file as it is now (see the module docstring).
+    """A read-only connection to the snapshot file as it is now (see the module docstring).
 
     Refuses a snapshot written by a newer medtx, like `medtx.db.connect(read_only=True)`.
     """
@@ -96,12 +103,37 @@ def _supported_version() -> int:
     return max((m.version for m in load_migrations()), default=0)
 
 
+# snapshot path -> (version, attached connection): the reader of the newest version seen.
+_ATTACHED: dict[str, tuple[Signature, duckdb.DuckDBPyConnection]] = {}
+_ATTACH_LOCK = threading.Lock()
+
+
+def _cursor(path: str, signature: Signature) -> duckdb.DuckDBPyConnection:
+    """A cursor (own connection, shared database) on the snapshot version `signature`.
+
+    A new version (a publish renamed a new file into place) gets a fresh ATTACH. The previous reader is
+    dropped, not closed: closing it would close the cursors of queries still running on it; they finish
+    on the old (unlinked) file, which is released with the last of them.
+    """
+    with _ATTACH_LOCK:
+        known = _ATTACHED.get(path)
+        if known is None or known[0] != signature:
+            _ATTACHED[path] = (signature, open_snapshot(path))
+        cursor = _ATTACHED[path][1].cursor()
+    cursor.execute("USE snapshot")
+    return cursor
+
+
+def _forget_connections() -> None:
+    with _ATTACH_LOCK:
+        _ATTACHED.clear()  # dropped, not closed: see `_cursor`
+
+
 @lru_cache(maxsize=1024)
 def _cached_query(path: str, signature: Signature, sql: str, params: tuple[object, ...]) -> pl.DataFrame:
-    # `signature` is unused in the body: it is part of the cache key so a new publish misses the cache.
     bound = [list(p) if isinstance(p, tuple) else p for p in params]
     try:
-        con = open_snapshot(path)
+        con = _cursor(path, signature)
     except (FileNotFoundError, duckdb.IOException) as exc:
         log.warning("snapshot %s not readable right now: %s", path, exc)
         return pl.DataFrame()
@@ -113,6 +145,22 @@ def _cached_query(path: str, signature: Signature, sql: str, params: tuple[objec
         return pl.DataFrame()
     finally:
         con.close()
+
+
+def _mart(snapshot: Path, name: str) -> str:
+    """FROM-clause text of a mart: its materialised table when this snapshot has one, else its SELECT.
+
+    Both come from the constant `medtx.marts.MARTS`; no request data reaches SQL text.
+    """
+    if name in _snapshot_marts(snapshot):
+        return f"{MART_SCHEMA}.{name}"
+    return f"({MARTS[name].select}) AS {name}"
+
+
+def _snapshot_marts(snapshot: Path) -> set[str]:
+    df = query(snapshot, "SELECT table_name FROM duckdb_tables() WHERE database_name = 'snapshot' "
+               "AND schema_name = ?", [MART_SCHEMA])
+    return set(df.to_series().to_list()) if df.height else set()
 
 
 _VIEW_CACHES: list = []
@@ -135,8 +183,9 @@ def cached_view(build: Callable[..., T]) -> Callable[..., T]:
 
 
 def clear_cache() -> None:
-    """Forget cached results and views (benchmarks measure cold latency with it)."""
+    """Forget cached results, views and open readers (benchmarks measure cold latency with it)."""
     _cached_query.cache_clear()
+    _forget_connections()
     for cache in _VIEW_CACHES:
         cache.cache_clear()
 
@@ -166,46 +215,22 @@ def datasets(snapshot: Path) -> list[str]:
 
 def cohort_counts(snapshot: Path) -> pl.DataFrame:
     """Patients, admissions, diagnoses and prescriptions per dataset."""
-    frames = []
-    for name, table in (
-        ("patients", "raw.patients"),
-        ("admissions", "raw.admissions"),
-        ("diagnoses", "raw.diagnoses_icd"),
-        ("prescriptions", "raw.prescriptions"),
-    ):
-        # `table` comes from the constant tuple above.
-        df = query(snapshot, f"SELECT dataset, count(*) AS n FROM {table} GROUP BY dataset")
-        if df.height:
-            frames.append(df.with_columns(pl.lit(name).alias("table")))
-    if not frames:
+    df = query(snapshot, f"SELECT dataset, table_name, n FROM {_mart(snapshot, 'cohort_counts')} "
+               "ORDER BY dataset, table_name")
+    if not df.height:
         return pl.DataFrame()
-    return pl.concat(frames).pivot(on="table", index="dataset", values="n").sort("dataset")
+    return df.pivot(on="table_name", index="dataset", values="n").sort("dataset")
 
 
 def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
     """Samples per task and split for one EHR dataset, plus the MTSamples specialty task."""
-    frames = []
-    for task, table in _SAMPLE_TABLES.items():
-        df = query(
-            snapshot,
-            f"SELECT ? AS task, coalesce(s.split, 'unassigned') AS split, count(*) AS n "
-            f"FROM {table} x LEFT JOIN samples.splits s "
-            "ON s.dataset = x.dataset AND s.subject_id = x.subject_id AND s.task = ? "
-            "WHERE x.dataset = ? GROUP BY ALL",
-            [task, task, dataset],
-        )
-        if df.height:
-            frames.append(df)
-    specialty = query(
+    df = query(
         snapshot,
-        "SELECT 'specialty' AS task, coalesce(split, 'unassigned') AS split, count(*) AS n "
-        "FROM samples.specialty GROUP BY ALL",
+        f"SELECT task, split, n FROM {_mart(snapshot, 'sample_counts')} "
+        "WHERE dataset = ? OR task = 'specialty' ORDER BY task, split",
+        [dataset],
     )
-    if specialty.height:
-        frames.append(specialty)
-    if not frames:
-        return pl.DataFrame()
-    return pl.concat(frames).with_columns(pl.col("n").cast(pl.Int64)).sort("task", "split")
+    return df.with_columns(pl.col("n").cast(pl.Int64)) if df.height else pl.DataFrame()
 
 
 def ingest_rejects(snapshot: Path, dataset: str) -> pl.DataFrame:
@@ -368,14 +393,12 @@ def run_confusion(snapshot: Path, run_id: str, split: str = "test") -> pl.DataFr
     )
 
 
-def run_calibration(snapshot: Path, run_id: str, bins: int = 10) -> pl.DataFrame:
-    """Reliability diagram: predicted probability vs observed frequency, pooled over labels."""
+def run_calibration(snapshot: Path, run_id: str) -> pl.DataFrame:
+    """Reliability diagram: predicted probability vs observed frequency, pooled over labels (10 bins)."""
     return query(
         snapshot,
-        "SELECT least(floor(prob * ?), ? - 1)::INTEGER AS bin, avg(prob) AS mean_prob, "
-        "avg(y_true::INTEGER) AS observed, count(*) AS n FROM ml.predictions "
-        "WHERE run_id = ? AND prob IS NOT NULL AND y_true IS NOT NULL GROUP BY bin ORDER BY bin",
-        [bins, bins, run_id],
+        f"SELECT bin, mean_prob, observed, n FROM {_mart(snapshot, 'calibration')} WHERE run_id = ? ORDER BY bin",
+        [run_id],
     )
 
 
@@ -386,11 +409,9 @@ def explorer_runs(snapshot: Path, tasks: Sequence[str]) -> pl.DataFrame:
     """Completed runs of the given tasks that stored predictions; runs with attention first."""
     return query(
         snapshot,
-        "SELECT r.run_id, r.task, r.model, coalesce(r.dataset, '') AS dataset, r.seed, "
-        "EXISTS (SELECT 1 FROM ml.attention a WHERE a.run_id = r.run_id) AS has_attention "
-        "FROM ml.runs r WHERE list_contains(?, r.task) AND r.status = 'completed' "
-        "AND EXISTS (SELECT 1 FROM ml.predictions p WHERE p.run_id = r.run_id) "
-        "ORDER BY has_attention DESC, r.started_at DESC",
+        "SELECT run_id, task, model, dataset, seed, has_attention "
+        f"FROM {_mart(snapshot, 'explorer_runs')} WHERE list_contains(?, task) "
+        "ORDER BY has_attention DESC, started_at DESC",
         [list(tasks)],
     )
 
@@ -399,11 +420,10 @@ def run_patients(snapshot: Path, run_id: str) -> pl.DataFrame:
     """Patients with test predictions in a run; those with stored attention first."""
     return query(
         snapshot,
-        "SELECT p.subject_id, count(DISTINCT p.hadm_id) AS visits, "
-        "bool_or(p.sample_id IN (SELECT DISTINCT sample_id FROM ml.attention WHERE run_id = ?)) AS has_attention "
-        "FROM ml.predictions p WHERE p.run_id = ? AND p.subject_id IS NOT NULL "
-        "GROUP BY p.subject_id ORDER BY has_attention DESC, p.subject_id",
-        [run_id, run_id],
+        "SELECT subject_id, count(DISTINCT hadm_id) AS visits, bool_or(has_attention) AS has_attention "
+        f"FROM {_mart(snapshot, 'run_visits')} WHERE run_id = ? "
+        "GROUP BY subject_id ORDER BY has_attention DESC, subject_id",
+        [run_id],
     )
 
 
@@ -411,34 +431,19 @@ def patient_visits(snapshot: Path, run_id: str, subject_id: int) -> pl.DataFrame
     """The patient's visits that have predictions in the run, in time order."""
     return query(
         snapshot,
-        "SELECT DISTINCT p.hadm_id, p.sample_id, a.admittime FROM ml.predictions p "
-        "LEFT JOIN raw.admissions a ON a.hadm_id = p.hadm_id "
-        "AND a.dataset = (SELECT dataset FROM ml.runs WHERE run_id = ?) "
-        "WHERE p.run_id = ? AND p.subject_id = ? ORDER BY a.admittime NULLS LAST, p.hadm_id",
-        [run_id, run_id, subject_id],
+        f"SELECT hadm_id, sample_id, admittime FROM {_mart(snapshot, 'run_visits')} "
+        "WHERE run_id = ? AND subject_id = ? ORDER BY admittime NULLS LAST, hadm_id",
+        [run_id, subject_id],
     )
 
 
-def visit_history(snapshot: Path, dataset: str, subject_id: int) -> pl.DataFrame:
-    """Every admission of a patient with diagnosis codes and descriptions, in time order."""
+def patient_history(snapshot: Path, dataset: str, subject_id: int) -> pl.DataFrame:
+    """Every admission of a patient, in time order, with its diagnoses and ATC-3 drugs as 'code name' lists."""
     return query(
         snapshot,
-        "SELECT a.hadm_id, a.admittime, a.dischtime, a.admission_type, d.seq_num, d.icd9_code, "
-        "dd.short_title AS description FROM raw.admissions a "
-        "LEFT JOIN raw.diagnoses_icd d ON d.dataset = a.dataset AND d.hadm_id = a.hadm_id "
-        "LEFT JOIN ref.icd9_diagnoses dd ON dd.icd9_code = d.icd9_code "
-        "WHERE a.dataset = ? AND a.subject_id = ? ORDER BY a.admittime, a.hadm_id, d.seq_num",
-        [dataset, subject_id],
-    )
-
-
-def visit_drugs(snapshot: Path, dataset: str, subject_id: int) -> pl.DataFrame:
-    """ATC-3 drugs per admission of a patient with their names."""
-    return query(
-        snapshot,
-        "SELECT DISTINCT p.hadm_id, p.atc3, n.atc_name AS description FROM core.prescriptions_atc3 p "
-        "LEFT JOIN ref.atc n ON n.atc_code = p.atc3 "
-        "WHERE p.dataset = ? AND p.subject_id = ? AND p.atc3 IS NOT NULL ORDER BY p.hadm_id, p.atc3",
+        "SELECT hadm_id, admittime, dischtime, admission_type, diagnoses, drugs "
+        f"FROM {_mart(snapshot, 'patient_history')} WHERE dataset = ? AND subject_id = ? "
+        "ORDER BY admittime, hadm_id",
         [dataset, subject_id],
     )
 
@@ -507,12 +512,9 @@ def run_notes(snapshot: Path, run_id: str) -> pl.DataFrame:
     """Notes with predictions in a text run, those with attention first, then by id."""
     return query(
         snapshot,
-        "SELECT p.sample_id, max(CASE WHEN p.y_true THEN p.label END) AS true_label, "
-        "max(CASE WHEN p.predicted THEN p.label END) AS pred_label, "
-        "bool_or(p.sample_id IN (SELECT DISTINCT sample_id FROM ml.attention WHERE run_id = ?)) AS has_attention "
-        "FROM ml.predictions p WHERE p.run_id = ? GROUP BY p.sample_id "
-        "ORDER BY has_attention DESC, TRY_CAST(p.sample_id AS BIGINT) NULLS LAST, p.sample_id",
-        [run_id, run_id],
+        f"SELECT sample_id, true_label, pred_label, has_attention FROM {_mart(snapshot, 'run_notes')} "
+        "WHERE run_id = ? ORDER BY has_attention DESC, TRY_CAST(sample_id AS BIGINT) NULLS LAST, sample_id",
+        [run_id],
     )
 
 
@@ -549,17 +551,9 @@ def top_tokens_per_class(snapshot: Path, run_id: str, per_class: int = 8) -> pl.
     """Tokens that [CLS] attends to most (last layer, mean over heads and notes), per predicted class."""
     return query(
         snapshot,
-        "WITH last AS (SELECT max(layer) AS layer FROM ml.attention WHERE run_id = ?), "
-        "cls AS (SELECT sample_id, key_token AS token, avg(weight) AS weight FROM ml.attention "
-        "  WHERE run_id = ? AND query_pos = 0 AND layer = (SELECT layer FROM last) "
-        "  AND key_token NOT IN ('[CLS]', '[SEP]', '[PAD]', '<pad>', '<cls>', '<sep>') "
-        "  AND regexp_matches(key_token, '[A-Za-z]{3,}') GROUP BY sample_id, key_pos, key_token), "
-        "pred AS (SELECT sample_id, label FROM ml.predictions WHERE run_id = ? AND predicted), "
-        "ranked AS (SELECT pred.label AS class, cls.token, avg(cls.weight) AS weight, count(*) AS n, "
-        "  row_number() OVER (PARTITION BY pred.label ORDER BY avg(cls.weight) DESC, cls.token) AS rank "
-        "  FROM cls JOIN pred USING (sample_id) GROUP BY pred.label, cls.token) "
-        "SELECT class, token, weight, n, rank FROM ranked WHERE rank <= ? ORDER BY class, rank",
-        [run_id, run_id, run_id, per_class],
+        f"SELECT class, token, weight, n, rank FROM {_mart(snapshot, 'top_tokens')} "
+        "WHERE run_id = ? AND rank <= ? ORDER BY class, rank",
+        [run_id, per_class],
     )
 
 

@@ -74,6 +74,17 @@ def wait_for(driver, selector: str, timeout: float = 30.0) -> None:
     WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, selector)))
 
 
+def wait_idle(driver, timeout: float = 30.0) -> None:
+    """Wait until no callback is pending. Dash shows `._dash-loading-callback` while any callback runs, and a
+    dcc.Loading hides its children (visibility: hidden) meanwhile: a capture then shows blank graphs even
+    though they are in the DOM (where a presence wait already finds them)."""
+    deadline = time.monotonic() + timeout
+    while driver.execute_script("return document.querySelector('._dash-loading-callback') !== null"):
+        if time.monotonic() > deadline:
+            raise TimeoutError("callbacks still pending after the wait")
+        time.sleep(0.2)
+
+
 def full_height(driver) -> int:
     return int(driver.execute_script("return document.documentElement.scrollHeight"))
 
@@ -96,9 +107,11 @@ def main(
             driver.get(f"http://127.0.0.1:{port}{path}")
             for selector in selectors:
                 wait_for(driver, selector, timeout=60)
-            time.sleep(2.0)  # let chained callbacks and Plotly finish drawing
+            wait_idle(driver, timeout=60)
+            time.sleep(1.0)  # let Plotly finish drawing
             driver.set_window_size(width, min(full_height(driver) + 40, 4000))
-            time.sleep(1.0)
+            time.sleep(1.0)  # the resize redraws responsive graphs
+            wait_idle(driver, timeout=60)
             driver.save_screenshot(str(out / f"{name}.png"))
             typer.echo(f"saved {out / f'{name}.png'}")
     finally:

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from medtx.db import connect
+from medtx.marts import build_marts
 
 log = logging.getLogger("medtx.publish")
 
@@ -45,7 +46,8 @@ def _remove_stale(tmp: Path) -> None:
 
 
 def publish_snapshot(db: Path | str, snapshot: Path | str) -> Snapshot:
-    """Copy the live warehouse `db` to `snapshot` atomically (ATTACH tmp, COPY FROM DATABASE, rename).
+    """Copy the live warehouse `db` to `snapshot` atomically (ATTACH tmp, COPY FROM DATABASE, build the
+    dashboard's `dash.*` marts in the copy, rename).
 
     Opens `db` read-write (the same configuration the pipeline's own tasks use, so it works inside the
     pipeline process), which means no other process may hold `db` at that moment.
@@ -63,6 +65,8 @@ def publish_snapshot(db: Path | str, snapshot: Path | str) -> Snapshot:
         con.execute(f"ATTACH '{tmp}' AS medtx_snapshot")
         try:
             con.execute(f'COPY FROM DATABASE "{source}" TO medtx_snapshot')
+            # Read models for the dashboard, in the snapshot only (see medtx.marts).
+            build_marts(con, "medtx_snapshot")
             tables = con.sql(
                 "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'medtx_snapshot'"
             ).fetchall()[0][0]

@@ -169,8 +169,9 @@ def test_explorer_queries_reach_attention_of_real_runs(warehouse):
     weights = queries.attention(snap, transformer["run_id"], sample_ids[0], "conditions")
     row_sums = weights.group_by("layer", "head", "query_pos").agg(w=pl.col("weight").sum())
     assert row_sums["w"].min() > 0.5  # softmax rows (truncated to the stored key window) carry real mass
-    history = queries.visit_history(snap, DATASET, subject)
-    assert history["description"].drop_nulls().len() > 0  # ICD-9 descriptions joined
+    history = queries.patient_history(snap, DATASET, subject)
+    diagnoses = [d for visit in history["diagnoses"] for d in visit]
+    assert any(" " in d for d in diagnoses)  # "code description": ICD-9 descriptions joined
     notes = queries.explorer_runs(snap, queries.NOTE_TASKS)
     bert = notes.filter(model="bert_scratch").row(0, named=True)
     assert bert["has_attention"]
@@ -218,3 +219,116 @@ def test_new_publish_is_picked_up_without_restart(warehouse, tmp_path: Path):
     assert last["pipeline_run_id"] == "test-pipeline-2" and last["status"] == "running"
     assert json.loads(queries.query(copy_snap, "SELECT config FROM ml.pipeline_runs WHERE pipeline_run_id = ?",
                                     ["test-pipeline-2"]).item())["purpose"] == "second publish"
+
+
+# --- publish-time marts and cache warm-up -------------------------------------------------------------
+
+
+def test_published_marts_equal_their_definitions_on_the_base_tables(warehouse):
+    """Every `dash.*` mart in the snapshot holds exactly what its SELECT computes from the copied tables."""
+    from medtx.marts import MARTS
+
+    _, snap = warehouse
+    con = duckdb.connect(str(snap), read_only=True)
+    try:
+        for name, mart in MARTS.items():
+            stored = con.sql(f"SELECT count(*) FROM dash.{name}").fetchall()[0][0]
+            assert stored > 0, f"mart {name} is empty on a warehouse with real runs"
+            for a, b in ((f"dash.{name}", f"({mart.select})"), (f"({mart.select})", f"dash.{name}")):
+                diff = con.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchall()
+                assert diff[0][0] == 0, f"mart {name} differs from its definition"
+    finally:
+        con.close()
+
+
+def test_a_snapshot_without_marts_gives_the_same_answers(warehouse, tmp_path: Path):
+    """A snapshot published before the marts existed: the dashboard computes them inline, same results."""
+    _, snap = warehouse
+    old = tmp_path / "old.snapshot.duckdb"
+    old.write_bytes(snap.read_bytes())
+    con = duckdb.connect(str(old))
+    con.execute("DROP SCHEMA dash CASCADE")
+    con.close()
+    run = queries.explorer_runs(snap, queries.EHR_TASKS).filter(model="transformer")["run_id"][0]
+    note_run = queries.explorer_runs(snap, queries.NOTE_TASKS).filter(model="bert_scratch")["run_id"][0]
+    subject = queries.run_patients(snap, run)["subject_id"][0]
+    for read in (
+        lambda s: queries.cohort_counts(s), lambda s: queries.sample_counts(s, DATASET),
+        lambda s: queries.explorer_runs(s, queries.EHR_TASKS), lambda s: queries.run_patients(s, run),
+        lambda s: queries.patient_visits(s, run, subject), lambda s: queries.patient_history(s, DATASET, subject),
+        lambda s: queries.run_calibration(s, run), lambda s: queries.run_notes(s, note_run),
+        lambda s: queries.top_tokens_per_class(s, note_run),
+    ):
+        new, inline = read(snap), read(old)
+        assert new.height > 0 and new.equals(inline)
+
+
+def test_warm_up_fills_the_caches_every_page_reads(warehouse, tmp_path: Path):
+    """After `warm`, loading every page again runs no SQL: the first visitor after a publish does not wait."""
+    from dashboard.warm import PAGE_CALLBACKS, load_page, warm
+
+    _, snap = warehouse
+    copy = tmp_path / "w.snapshot.duckdb"
+    copy.write_bytes(snap.read_bytes())
+    app = create_app(copy)
+    queries.clear_cache()
+    assert warm(app, copy) > 0
+    misses = queries._cached_query.cache_info().misses
+    client = app.server.test_client()
+    for page in PAGE_CALLBACKS:
+        assert all(seconds >= 0 for _, seconds, _ in load_page(app, client, page, copy))
+    assert queries._cached_query.cache_info().misses == misses
+
+
+def test_patient_dropdown_ships_a_bounded_list_and_searches_the_rest():
+    from dashboard.pages import patient
+
+    many = pl.DataFrame({"subject_id": list(range(1000, 1000 + 3 * patient.MAX_PATIENT_OPTIONS)),
+                         "visits": 2, "has_attention": False})
+    first = patient.patient_choices(many, current=1000)
+    assert len(first) == patient.MAX_PATIENT_OPTIONS and first[0]["value"] == 1000
+    last = int(many["subject_id"][-1])
+    assert [o["value"] for o in patient.patient_choices(many, current=None, search=str(last))] == [last]
+    kept = patient.patient_choices(many, current=last, search="1")  # the selected patient stays selectable
+    assert kept[0]["value"] == last and len(kept) == patient.MAX_PATIENT_OPTIONS + 1
+
+
+def test_the_app_warms_itself_when_a_new_snapshot_appears(warehouse, tmp_path: Path):
+    """`create_app(warm=True)` (what `medtx dashboard` uses) warms at start and again after each publish."""
+    import os
+    import time
+
+    _, snap = warehouse
+    path = tmp_path / "w.snapshot.duckdb"
+    path.write_bytes(snap.read_bytes())
+    queries.clear_cache()
+    warmer = create_app(path, warm=True).server.extensions["medtx_warmer"]
+    try:
+        def warmed(timeout: float = 60.0):
+            deadline = time.monotonic() + timeout
+            while warmer.version != queries.snapshot_signature(path) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert warmer.version == queries.snapshot_signature(path), "the warmer did not warm this version"
+            return warmer.version
+
+        first = warmed()
+        staged = tmp_path / "w.snapshot.duckdb.tmp"
+        staged.write_bytes(snap.read_bytes())
+        os.replace(staged, path)  # what publish_snapshot does
+        assert warmed() != first
+    finally:
+        warmer.stop()
+
+
+def test_marts_of_missing_tables_are_skipped_not_fatal(tmp_path: Path):
+    """Publishing a warehouse where a stage has not run yet still succeeds: that mart is just absent."""
+    from medtx.marts import build_marts
+
+    con = duckdb.connect(str(tmp_path / "partial.duckdb"))
+    con.execute("CREATE SCHEMA raw")  # ingested, nothing else yet
+    for table in ("patients", "admissions", "diagnoses_icd", "prescriptions"):
+        con.execute(f"CREATE TABLE raw.{table} AS SELECT 'demo' AS dataset, range AS subject_id FROM range(3)")
+    rows = build_marts(con, "partial")
+    assert rows == {"cohort_counts": 4}  # every other mart reads samples.* / ml.*, absent here
+    assert con.sql("SELECT sum(n) FROM dash.cohort_counts").fetchall() == [(12,)]
+    con.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import dash_bootstrap_components as dbc
-import plotly.express as px
 import polars as pl
 from dash import Dash, Input, Output, State, dcc, html
 
@@ -104,12 +103,15 @@ def top_tokens_view(snapshot: Path, run_id: str):
     if not df.height:
         return ui.card("Top-attended tokens per predicted class",
                        ui.empty("This model stored no attention (only transformer text models do)."))
-    fig = px.bar(df, x="weight", y="token", facet_col="class", facet_col_wrap=4, orientation="h",
-                 hover_data=["n"], facet_row_spacing=0.06, facet_col_spacing=0.08)
-    fig.update_yaxes(matches=None, showticklabels=True, autorange="reversed", title=None)
-    fig.update_xaxes(matches=None, title=None)
-    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1][:30]))
-    rows = (df["class"].n_unique() + 3) // 4
+    bar = {"type": "bar", "orientation": "h", "marker": {"color": ui.COLORS[0]},
+           "hovertemplate": "%{y}: %{x:.4f} (%{customdata} notes)<extra></extra>"}
+    panels = [(name[:30], [{**bar, "x": part["weight"].to_list(), "y": part["token"].to_list(),
+                            "customdata": part["n"].to_list()}])
+              for (name,), part in df.group_by("class", maintain_order=True)]
+    fig = ui.facets(panels, cols=4, gap=(0.12, 0.1), layout={"showlegend": False})
+    for key in [k for k in fig["layout"] if k.startswith("yaxis")]:
+        fig["layout"][key].update(autorange="reversed", type="category")
+    rows = (len(panels) + 3) // 4
     return ui.card("Top-attended tokens per predicted class ([CLS] → token, last layer, mean over heads)",
                    ui.graph(fig, id="top-tokens-graph", height=60 + 230 * rows))
 
@@ -135,10 +137,12 @@ def note_body(snapshot: Path, run_id: str, note_id: str, layer: int | None) -> h
         className="mb-2",
     )
     probs = preds.head(TOP_CLASSES)
-    prob_fig = px.bar(probs, x="prob", y="label", orientation="h") if probs.height else None
-    if prob_fig is not None:
-        prob_fig.update_yaxes(autorange="reversed", title=None, type="category")
-        prob_fig.update_xaxes(range=[0, 1], title="probability")
+    prob_fig = {
+        "data": [{"type": "bar", "orientation": "h", "x": probs["prob"].to_list(), "y": probs["label"].to_list(),
+                  "marker": {"color": ui.COLORS[0]}}],
+        "layout": {"yaxis": {"autorange": "reversed", "type": "category"},
+                   "xaxis": {"range": [0, 1], "title": {"text": "probability"}}},
+    } if probs.height else None
     attention = queries.note_token_attention(snapshot, run_id, note_id, layer)
     text_view = highlighted_tokens(attention) if attention.height else _plain_text(note)
     title = f"Note {note_id}" + (f" — {note['description']}" if note and note.get("description") else "")

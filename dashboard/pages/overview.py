@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import dash_bootstrap_components as dbc
-import plotly.express as px
 import polars as pl
 from dash import Dash, Input, Output, State, dcc, html
 
@@ -129,11 +128,11 @@ def _samples(snapshot: Path, dataset: str) -> object:
     if not df.height:
         return ui.empty("No task samples built yet (`medtx samples`).")
     order = {"train": 0, "val": 1, "test": 2}
-    fig = px.bar(
-        df, x="task", y="n", color="split", barmode="group", text="n",
-        category_orders={"split": sorted(df["split"].unique().to_list(), key=lambda s: order.get(s, 9))},
-    )
-    fig.update_traces(textposition="outside", cliponaxis=False)
+    df = df.sort(pl.col("split").replace_strict(order, default=9, return_dtype=pl.Int64), "task")
+    bar = {"type": "bar", "textposition": "outside", "cliponaxis": False}
+    bars = ui.series(df, "split", bar, "task", "n", text="n")
+    fig = {"data": bars, "layout": {"barmode": "group", "xaxis": {"title": {"text": "task"}, "type": "category"},
+                                    "yaxis": {"title": {"text": "samples"}}, "legend": {"title": {"text": "split"}}}}
     return ui.graph(fig, id="samples-graph", height=300)
 
 
@@ -155,9 +154,13 @@ def _coverage(snapshot: Path, dataset: str) -> object:
     df = queries.mapping_coverage(snapshot, dataset)
     if not df.height:
         return ui.empty("No NDC → ATC coverage report yet (`medtx samples`).")
-    fig = px.bar(df.filter(pl.col("route") != "mapped"), x="route", y="n_rows", text="pct_rows",
-                 hover_data=["n_ndc"], labels={"n_rows": "prescription rows"})
-    fig.update_traces(texttemplate="%{text:.1%}", textposition="outside", cliponaxis=False)
+    routes = df.filter(pl.col("route") != "mapped")
+    bar = {"type": "bar", "x": routes["route"].to_list(), "y": routes["n_rows"].to_list(),
+           "text": routes["pct_rows"].to_list(), "customdata": routes["n_ndc"].to_list(),
+           "texttemplate": "%{text:.1%}", "textposition": "outside", "cliponaxis": False,
+           "hovertemplate": "%{x}: %{y} rows, %{customdata} NDCs<extra></extra>", "marker": {"color": ui.COLORS[0]}}
+    fig = {"data": [bar], "layout": {"xaxis": {"title": {"text": "route"}},
+                                     "yaxis": {"title": {"text": "prescription rows"}}}}
     return html.Div([ui.graph(fig, id="coverage-graph", height=240),
                      ui.grid(df, id="coverage-grid", height=170)])
 
@@ -167,6 +170,8 @@ def _unmapped(snapshot: Path, dataset: str) -> object:
     if not df.height:
         return ui.empty("No unmapped drugs (or no prescriptions mapped yet).")
     df = df.with_columns(pl.coalesce(pl.col("drug"), pl.lit("?")).alias("drug") + " (" + pl.col("ndc") + ")")
-    fig = px.bar(df, x="prescriptions", y="drug", orientation="h")
-    fig.update_yaxes(autorange="reversed", title=None)
+    bar = {"type": "bar", "orientation": "h", "x": df["prescriptions"].to_list(), "y": df["drug"].to_list(),
+           "marker": {"color": ui.COLORS[0]}}
+    fig = {"data": [bar], "layout": {"yaxis": {"autorange": "reversed", "type": "category"},
+                                     "xaxis": {"title": {"text": "prescriptions"}}}}
     return ui.graph(fig, id="unmapped-graph", height=300)

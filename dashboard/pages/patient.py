@@ -6,10 +6,8 @@ import re
 from pathlib import Path
 
 import dash_bootstrap_components as dbc
-import plotly.graph_objects as go
 import polars as pl
-from dash import Dash, Input, Output, State, dcc, html
-from plotly.subplots import make_subplots
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from dashboard import components as ui
 from dashboard import queries, validate
@@ -19,6 +17,7 @@ NAME = "Patient explorer"
 MEAN_HEAD = -1  # head selector value for "mean over heads"
 MAX_MODEL_VIEW = 48  # layer x head panels drawn in the model view before it gets unreadable
 SHOWN_PREDICTIONS = 25
+MAX_PATIENT_OPTIONS = 200  # the rest are found by typing an id (searched on the server)
 
 
 def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
@@ -36,6 +35,7 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
                     dbc.Col([dbc.Label("Run"), dcc.Dropdown(id="pt-run", clearable=False,
                                                             value=initial.get("run_id"))], md=5),
                     dbc.Col([dbc.Label("Patient"), dcc.Dropdown(id="pt-patient", clearable=False,
+                                                                placeholder="type a subject id to search",
                                                                 value=initial.get("subject_id"))], md=3),
                     dbc.Col([dbc.Label("Visit"), dcc.Dropdown(id="pt-visit", clearable=False,
                                                               value=initial.get("hadm_id"))], md=4),
@@ -93,10 +93,20 @@ def register(app: Dash, snapshot: Path) -> None:
         patients = queries.run_patients(snapshot, validate.run_id(run_id))
         if not patients.height:
             return [], None
-        ids = patients["subject_id"].to_list()
-        labels = [f"{r['subject_id']} · {r['visits']} visit(s)" + (" · attention" if r["has_attention"] else "")
-                  for r in patients.iter_rows(named=True)]
-        return ui.options(ids, labels), current if current in ids else ids[0]
+        value = current if current in set(patients["subject_id"].to_list()) else patients["subject_id"][0]
+        return patient_choices(patients, value), value
+
+    @app.callback(
+        Output("pt-patient", "options", allow_duplicate=True),
+        Input("pt-patient", "search_value"), State("pt-run", "value"), State("pt-patient", "value"),
+        prevent_initial_call=True,
+    )
+    def search_patients(search: str | None, run_id: str | None, current: int | None):
+        """Typed digits search all of the run's patients on the server (the list holds the first few only)."""
+        if not search or not run_id:
+            return no_update
+        patients = queries.run_patients(snapshot, validate.run_id(run_id))
+        return patient_choices(patients, current, search.strip()) if patients.height else no_update
 
     @app.callback(
         Output("pt-visit", "options"), Output("pt-visit", "value"),
@@ -165,6 +175,17 @@ def register(app: Dash, snapshot: Path) -> None:
         return attention_view(snapshot, validate.run_id(run_id), sample, module, int(layer), int(head), view)
 
 
+def patient_choices(patients: pl.DataFrame, current: int | None, search: str = "") -> list[dict]:
+    """Dropdown options: patients whose id starts with `search`, at most MAX_PATIENT_OPTIONS of them (a
+    readmission run has ~8k test patients: ~0.5 MB of options per page load), plus the current one."""
+    shown = patients.filter(pl.col("subject_id").cast(pl.String).str.starts_with(search)).head(MAX_PATIENT_OPTIONS)
+    if current is not None and current not in set(shown["subject_id"].to_list()):
+        shown = pl.concat([patients.filter(pl.col("subject_id") == current), shown])
+    labels = [f"{r['subject_id']} · {r['visits']} visit(s)" + (" · attention" if r["has_attention"] else "")
+              for r in shown.iter_rows(named=True)]
+    return ui.options(shown["subject_id"].to_list(), labels)
+
+
 @queries.cached_view
 def attention_view(snapshot: Path, run_id: str, sample_id: str, module: str, layer: int, head: int, view: str):
     df = queries.attention(snapshot, run_id, sample_id, module)
@@ -205,16 +226,14 @@ def _truth_vs_prediction(preds: pl.DataFrame, names: dict[str, str]) -> object:
     shown = preds.filter(pl.col("y_true") | pl.col("predicted")).head(SHOWN_PREDICTIONS)
     if not shown.height:
         shown = preds.head(10)
-    bars = go.Figure(
-        go.Bar(
-            x=shown["prob"].to_list(), y=shown["label"].to_list(), orientation="h",
-            marker_color=["#198754" if t and p else "#0d6efd" if p else "#adb5bd" for t, p in
-                          zip(shown["y_true"].to_list(), shown["predicted"].to_list(), strict=True)],
-            hovertext=[names.get(x, "") for x in shown["label"].to_list()],
-        )
-    )
-    bars.update_yaxes(autorange="reversed", type="category")
-    bars.update_xaxes(range=[0, 1], title="probability")
+    bar = {
+        "type": "bar", "orientation": "h", "x": shown["prob"].to_list(), "y": shown["label"].to_list(),
+        "marker": {"color": ["#198754" if t and p else "#0d6efd" if p else "#adb5bd" for t, p in
+                             zip(shown["y_true"].to_list(), shown["predicted"].to_list(), strict=True)]},
+        "hovertext": [names.get(x, "") for x in shown["label"].to_list()],
+    }
+    bars = {"data": [bar], "layout": {"yaxis": {"autorange": "reversed", "type": "category"},
+                                      "xaxis": {"range": [0, 1], "title": {"text": "probability"}}}}
     legend = html.Div("green = recommended and true · blue = recommended only · grey = true but missed",
                       className="small text-muted")
     badges = [dbc.Badge(f"{c} {names.get(c, '')}".strip(), color="success" if c in
@@ -239,22 +258,18 @@ def _ddi(snapshot: Path, recommended: list[str], names: dict[str, str]) -> objec
 
 
 def _history(snapshot: Path, dataset: str, subject_id: int, hadm_id: int) -> object:
-    history = queries.visit_history(snapshot, dataset, subject_id)
+    history = queries.patient_history(snapshot, dataset, subject_id)
     if not history.height:
         return ui.empty("No admissions of this patient in the snapshot.")
-    drugs = queries.visit_drugs(snapshot, dataset, subject_id)
-    rows = []
-    for (visit, admittime, admission_type), group in history.group_by(
-        ["hadm_id", "admittime", "admission_type"], maintain_order=True
-    ):
-        diagnoses = [f"{c} {d or ''}".strip() for c, d in group.select("icd9_code", "description").iter_rows() if c]
-        atc = drugs.filter(pl.col("hadm_id") == visit) if drugs.height else pl.DataFrame()
-        drug_list = [f"{c} {d or ''}".strip() for c, d in atc.select("atc3", "description").iter_rows()] if atc.height else []
-        rows.append(html.Tr(
-            [html.Td(f"{admittime:%Y-%m-%d}" if admittime else "—"), html.Td(str(visit)), html.Td(admission_type or ""),
-             html.Td("; ".join(diagnoses), className="small"), html.Td("; ".join(drug_list), className="small")],
-            className="table-primary" if visit == hadm_id else None,
-        ))
+    rows = [
+        html.Tr(
+            [html.Td(f"{visit['admittime']:%Y-%m-%d}" if visit["admittime"] else "—"), html.Td(str(visit["hadm_id"])),
+             html.Td(visit["admission_type"] or ""), html.Td("; ".join(visit["diagnoses"]), className="small"),
+             html.Td("; ".join(visit["drugs"]), className="small")],
+            className="table-primary" if visit["hadm_id"] == hadm_id else None,
+        )
+        for visit in history.iter_rows(named=True)
+    ]
     header = html.Thead(html.Tr([html.Th(h) for h in ("admitted", "hadm_id", "type", "ICD-9 diagnoses", "ATC-3 drugs")]))
     return html.Div(dbc.Table([header, html.Tbody(rows)], size="sm", bordered=True, className="mb-0"),
                     id="history-table", className="scroll-box")
@@ -289,54 +304,56 @@ def _matrix(df: pl.DataFrame, layer: int, head: int) -> tuple[list[list[float]],
     return matrix, [t or "?" for t in queries_["query_token"].to_list()], [t or "?" for t in keys["key_token"].to_list()]
 
 
-def _heatmap_trace(matrix, q_tokens, k_tokens, names, *, showscale: bool) -> go.Heatmap:
+def _heatmap_trace(matrix, q_tokens, k_tokens, names, *, showscale: bool) -> dict:
     # Positions on the axes (not token text): the same code can appear twice and must stay two cells.
     hover = [[f"{q_tokens[i]} {names.get(q_tokens[i], '')} → {k_tokens[j]} {names.get(k_tokens[j], '')}"
               for j in range(len(k_tokens))] for i in range(len(q_tokens))]
-    return go.Heatmap(z=matrix, x=list(range(len(k_tokens))), y=list(range(len(q_tokens))), text=hover,
-                      hovertemplate="%{text}<br>weight %{z:.3f}<extra></extra>", colorscale="Blues",
-                      zmin=0, showscale=showscale)
+    return {"type": "heatmap", "z": matrix, "x": list(range(len(k_tokens))), "y": list(range(len(q_tokens))),
+            "text": hover, "hovertemplate": "%{text}<br>weight %{z:.3f}<extra></extra>", "colorscale": ui.BLUES,
+            "zmin": 0, "showscale": showscale}
 
 
-def single_heatmap(df: pl.DataFrame, layer: int, head: int, names: dict[str, str]) -> go.Figure:
+def single_heatmap(df: pl.DataFrame, layer: int, head: int, names: dict[str, str]) -> dict:
     matrix, q_tokens, k_tokens = _matrix(df, layer, head)
-    fig = go.Figure(_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=True))
     which = "mean of heads" if head == MEAN_HEAD else f"head {head}"
-    fig.update_layout(title=f"layer {layer}, {which}")
-    fig.update_xaxes(tickvals=list(range(len(k_tokens))), ticktext=k_tokens, tickangle=-60, title="attended code (key)")
-    fig.update_yaxes(tickvals=list(range(len(q_tokens))), ticktext=q_tokens, autorange="reversed", title="query")
+    return {
+        "data": [_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=True)],
+        "layout": {
+            "title": {"text": f"layer {layer}, {which}"},
+            "xaxis": {"tickvals": list(range(len(k_tokens))), "ticktext": k_tokens, "tickangle": -60,
+                      "title": {"text": "attended code (key)"}},
+            "yaxis": {"tickvals": list(range(len(q_tokens))), "ticktext": q_tokens, "autorange": "reversed",
+                      "title": {"text": "query"}},
+        },
+    }
+
+
+def _thumbnails(fig: dict) -> dict:
+    """Small-multiple heatmaps: no tick labels, queries top-down like the single view."""
+    for key, axis in fig["layout"].items():
+        if key.startswith(("xaxis", "yaxis")):
+            axis.update(showticklabels=False, **({"autorange": "reversed"} if key.startswith("yaxis") else {}))
     return fig
 
 
-def head_view(df: pl.DataFrame, layer: int, names: dict[str, str]) -> go.Figure:
+def head_view(df: pl.DataFrame, layer: int, names: dict[str, str]) -> dict:
     """BertViz head view: every head of one layer side by side."""
     heads = sorted(df.filter(pl.col("layer") == layer)["head"].unique().to_list())
-    fig = make_subplots(rows=1, cols=max(1, len(heads)), subplot_titles=[f"head {h}" for h in heads],
-                        horizontal_spacing=0.02)
-    for col, head in enumerate(heads, start=1):
-        matrix, q_tokens, k_tokens = _matrix(df, layer, head)
-        fig.add_trace(_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=False), row=1, col=col)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(title=f"layer {layer}: all heads")
-    return fig
+    panels = [(f"head {h}", [_heatmap_trace(*_matrix(df, layer, h), names, showscale=False)]) for h in heads]
+    fig = ui.facets(panels, cols=max(1, len(heads)), gap=(0.02, 0.0),
+                    layout={"title": {"text": f"layer {layer}: all heads"}, "showlegend": False})
+    return _thumbnails(fig)
 
 
-def model_view(df: pl.DataFrame, names: dict[str, str]) -> go.Figure:
+def model_view(df: pl.DataFrame, names: dict[str, str]) -> dict:
     """BertViz model view: a thumbnail per (layer, head)."""
     layers = sorted(df["layer"].unique().to_list())
     heads = sorted(df["head"].unique().to_list())
     if len(layers) * len(heads) > MAX_MODEL_VIEW:
         layers = layers[-max(1, MAX_MODEL_VIEW // max(1, len(heads))):]
-    fig = make_subplots(rows=len(layers), cols=len(heads), horizontal_spacing=0.01, vertical_spacing=0.02,
-                        row_titles=[f"L{x}" for x in layers], column_titles=[f"H{h}" for h in heads])
-    for r, layer in enumerate(layers, start=1):
-        for c, head in enumerate(heads, start=1):
-            matrix, q_tokens, k_tokens = _matrix(df, layer, head)
-            fig.add_trace(_heatmap_trace(matrix, q_tokens, k_tokens, names, showscale=False), row=r, col=c)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    return fig
+    panels = [(f"L{layer} H{head}", [_heatmap_trace(*_matrix(df, layer, head), names, showscale=False)])
+              for layer in layers for head in heads]
+    return _thumbnails(ui.facets(panels, cols=len(heads), gap=(0.01, 0.04), layout={"showlegend": False}))
 
 
 def _model_view_height(df: pl.DataFrame) -> int:

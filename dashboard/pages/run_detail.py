@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import dash_bootstrap_components as dbc
-import plotly.express as px
-import plotly.graph_objects as go
 import polars as pl
 from dash import Dash, Input, Output, State, dcc, html
 
@@ -126,10 +124,10 @@ def _curves(snapshot: Path, run_id: str) -> object:
     if not df.height:
         return ui.empty("No per-epoch curves (baselines are fitted in one step).")
     metrics = df["metric"].unique().sort().to_list()
-    fig = px.line(df, x="epoch", y="value", color="split", facet_col="metric", facet_col_wrap=3, markers=True,
-                  category_orders={"metric": metrics})
-    fig.update_yaxes(matches=None, showticklabels=True)
-    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    line = {"type": "scatter", "mode": "lines+markers"}
+    panels = [(m, ui.series(df.filter(pl.col("metric") == m).sort("split", "epoch"), "split", line, "epoch", "value"))
+              for m in metrics]
+    fig = ui.facets(panels, cols=3, layout={"legend": {"title": {"text": "split"}}})
     rows = (len(metrics) + 2) // 3
     return ui.graph(fig, id="curves-graph", height=260 * rows)
 
@@ -146,10 +144,13 @@ def _labels(snapshot: Path, run_id: str) -> object:
     if not df.height:
         return ui.empty("No per-label scores recorded for this run.")
     top = df.select("label", "support").unique().sort("support", descending=True, nulls_last=True).head(MAX_LABELS)
-    df = df.join(top.select("label"), on="label")
-    fig = px.bar(df, x="label", y="value", color="metric", barmode="group", hover_data=["support"],
-                 category_orders={"label": top["label"].to_list()})
-    fig.update_xaxes(tickangle=-45, title=None)
+    df = top.select("label").join(df, on="label", how="left", maintain_order="left")  # most supported first
+    bar = {"type": "bar", "hovertemplate": "%{x} %{y:.3f} (support %{customdata})"}
+    fig = {"data": ui.series(df.sort("metric", maintain_order=True), "metric", bar, "label", "value",
+                             customdata="support"),
+           "layout": {"barmode": "group", "xaxis": {"tickangle": -45, "type": "category",
+                                                    "categoryorder": "array", "categoryarray": top["label"].to_list()},
+                      "legend": {"title": {"text": "metric"}}}}
     return ui.graph(fig, id="labels-graph", height=360)
 
 
@@ -157,15 +158,17 @@ def _calibration(snapshot: Path, run_id: str) -> object:
     df = queries.run_calibration(snapshot, run_id)
     if not df.height:
         return ui.empty("No stored test predictions with probabilities for this run.")
-    fig = go.Figure(
-        [
-            go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect", line=dict(dash="dash", color="grey")),
-            go.Scatter(x=df["mean_prob"].to_list(), y=df["observed"].to_list(), mode="lines+markers", name="model",
-                       text=[f"n={n}" for n in df["n"].to_list()], hovertemplate="p=%{x:.2f} obs=%{y:.2f} %{text}"),
-        ]
-    )
-    fig.update_layout(xaxis_title="mean predicted probability", yaxis_title="observed frequency",
-                      xaxis_range=[0, 1], yaxis_range=[0, 1])
+    fig = {
+        "data": [
+            {"type": "scatter", "x": [0, 1], "y": [0, 1], "mode": "lines", "name": "perfect",
+             "line": {"dash": "dash", "color": "grey"}},
+            {"type": "scatter", "x": df["mean_prob"].to_list(), "y": df["observed"].to_list(), "mode": "lines+markers",
+             "name": "model", "text": [f"n={n}" for n in df["n"].to_list()],
+             "hovertemplate": "p=%{x:.2f} obs=%{y:.2f} %{text}"},
+        ],
+        "layout": {"xaxis": {"title": {"text": "mean predicted probability"}, "range": [0, 1]},
+                   "yaxis": {"title": {"text": "observed frequency"}, "range": [0, 1]}},
+    }
     return ui.graph(fig, id="calibration-graph", height=360)
 
 
@@ -178,6 +181,12 @@ def _confusion(snapshot: Path, run_id: str) -> object:
     matrix = [[0] * len(labels) for _ in labels]
     for true, pred, n in df.iter_rows():
         matrix[index[true]][index[pred]] = n
-    fig = px.imshow(matrix, x=labels, y=labels, labels=dict(x="predicted", y="true", color="n"),
-                    color_continuous_scale="Blues", text_auto=len(labels) <= 15, aspect="auto")
+    heatmap = {"type": "heatmap", "z": matrix, "x": labels, "y": labels, "colorscale": ui.BLUES,
+               "colorbar": {"title": {"text": "n"}},
+               "hovertemplate": "true %{y}<br>predicted %{x}<br>n %{z}<extra></extra>"}
+    if len(labels) <= 15:
+        heatmap["texttemplate"] = "%{z}"
+    fig = {"data": [heatmap], "layout": {"xaxis": {"title": {"text": "predicted"}, "type": "category"},
+                                         "yaxis": {"title": {"text": "true"}, "type": "category",
+                                                   "autorange": "reversed"}}}
     return ui.graph(fig, id="confusion-graph", height=max(360, 18 * len(labels) + 150))

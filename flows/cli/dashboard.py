@@ -36,7 +36,7 @@ def dashboard(
     snapshot = resolve_snapshot(get_settings(db=db).db)
     if not snapshot.exists():
         log.warning("no snapshot at %s yet: the dashboard shows an empty state until a flow publishes", snapshot)
-    web = create_app(snapshot, credentials=credentials)
+    web = create_app(snapshot, credentials=credentials, warm=True)
     log.info("dashboard on http://%s:%d/ (snapshot %s%s)", host, port, snapshot,
              ", basic auth on" if credentials else "")
     serve(web.server, host=host, port=port, threads=threads)
