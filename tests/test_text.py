@@ -340,3 +340,75 @@ def test_frozen_encoder_trains_a_head_on_cached_note_vectors(specialty_db, token
             assert con.sql(f"SELECT count(*) FROM ml.attention WHERE run_id = '{run_id}'").fetchall()[0][0] == 128
     finally:
         con.close()
+
+
+# ------------------------------------------------------------------------- partial fine-tuning (top K layers)
+
+
+def _saved_tiny_bert(tokenizer, folder, layers: int = 3):
+    """A random tiny BERT written to a local folder with its tokenizer (no network), loaded back as `local`."""
+    load_encoder("scratch", config=scratch_config(len(tokenizer), hidden=32, layers=layers, heads=2,
+                                                  max_len=64)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_encoder("local", folder)
+
+
+@pytest.mark.parametrize(("dtype", "atol"), [(torch.float32, 1e-6), (torch.float16, 2e-2)])
+def test_cached_lower_states_give_the_live_logits(tokenizer, notes, tmp_path, dtype, atol):
+    """Top-1-of-3 fine-tuning: logits from cached lower-layer states equal the live encoder's on 2 notes."""
+    from medtx.text.data import CachedStateCollate
+    from medtx.text.experiment import _lower_state_tensors, _split_items
+
+    torch.manual_seed(0)
+    encoder = _saved_tiny_bert(tokenizer, tmp_path / "tiny")
+    net = BertTextClassifier(encoder, BertTextConfig(n_outputs=3, finetune_layers=1, chunk_vector="mean",
+                                                     head_norm=True)).eval()
+    # different lengths, 2 chunks each: padding and chunk grouping must not change anything
+    items = encode_items(tokenizer, ["a", "b"], [notes["text"][0][:400], notes["text"][1][:250]], [0, 2])
+    live_collate = chunk_collate_for(tokenizer, max_len=32, stride=4, max_chunks=2)
+    tensors = _lower_state_tensors(net, items, live_collate, "test", max_len=32, dtype=dtype)
+    assert tensors["test.hidden"].dtype == dtype and tensors["test.hidden"].shape == (4, 32, 32)
+    cached = CachedStateCollate()(_split_items(items, tensors, "test"))
+    with torch.no_grad():
+        live_logits, cached_logits = net(live_collate(items)).logits, net(cached).logits
+    assert live_logits.shape == (2, 3)
+    torch.testing.assert_close(cached_logits, live_logits, atol=atol, rtol=0)
+    # frozen = embeddings + 2 lower layers: no gradients, and kept in eval mode (no dropout) while training
+    net.train()
+    assert not any(p.requires_grad for m in net.frozen_modules() for p in m.parameters())
+    assert all(p.requires_grad for p in net.encoder.encoder.layer[2].parameters())
+    assert not any(m.training for m in net.frozen_modules()) and net.encoder.encoder.layer[2].training
+    with pytest.raises(ValueError, match="finetune_layers must be in 1..3"):
+        BertTextClassifier(encoder, BertTextConfig(n_outputs=3, finetune_layers=4))
+
+
+def test_partial_finetuning_run_caches_lower_states_and_trains_only_the_top(specialty_db, tokenizer, tmp_path,
+                                                                            monkeypatch):
+    """finetune_layers=1 of 2 with LP-FT: one cache entry shared by two seeds, lower layers unchanged."""
+    from safetensors.torch import load_file
+
+    from medtx.text.experiment import run_text_experiment
+
+    folder = tmp_path / "tiny_bert"
+    before = {k: v.clone() for k, v in _saved_tiny_bert(tokenizer, folder, layers=2).state_dict().items()}
+    monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
+    cfg = {"bert_path": str(folder), "finetune_layers": 1, "chunk_vector": "mean", "probe_init_epochs": 2,
+           "epochs": 2, "lr": 1e-3, "max_len": 64, "stride": 8, "max_chunks": 2, "n_showcase": 1,
+           "attention_max_tokens": 8}
+    runs = [run_text_experiment(specialty_db, "specialty", "bert", seed=s, overrides=cfg) for s in (0, 1)]
+    assert len(list((tmp_path / "models" / "feature_cache").glob("*.safetensors"))) == 1
+    best = load_file(tmp_path / "models" / runs[0] / "best" / "model.safetensors")
+    for name in ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.weight"):
+        torch.testing.assert_close(best[f"encoder.{name}"], before[name], atol=0, rtol=0)
+    assert not torch.equal(best["encoder.encoder.layer.1.output.dense.weight"], before["encoder.layer.1.output.dense.weight"])
+    con = connect(specialty_db, read_only=True)
+    try:
+        for run_id in runs:
+            assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
+            assert con.sql(f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'").fetchall()[0][0] == 6 * 3
+            # showcase attention through the live encoder: 2 layers x 2 heads x 8 x 8
+            assert con.sql(f"SELECT count(*) FROM ml.attention WHERE run_id = '{run_id}'").fetchall()[0][0] == 256
+        config = con.sql(f"SELECT config FROM ml.runs WHERE run_id = '{runs[0]}'").fetchall()[0][0]
+        assert '"finetune_layers": 1' in config
+    finally:
+        con.close()

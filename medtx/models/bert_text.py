@@ -13,9 +13,18 @@ encoded, its [CLS] vector taken, and chunks are pooled per note:
 - `clinicalbert` (binary only): per-chunk probabilities p_i combined as
   (max p + mean p * n/c) / (1 + n/c), n = number of chunks, c = 2 (ClinicalBERT's readmission rule).
 
-Batch keys: `input_ids` / `attention_mask` [C, L] over all chunks of the batch, `chunk_note` [C] (index of
-each chunk's note in 0..B-1), optional `labels` [B], optional `tokens` (token strings of each note's first
-chunk). Attention (eager mode) is returned for each note's first chunk as module "bert".
+A chunk's vector is its [CLS] state (`chunk_vector="cls"`, BERT's fine-tuning recipe) or the masked mean of
+its token states (`"mean"`, the sentence-transformers recipe MiniLM was trained with).
+
+Partial fine-tuning (`finetune_layers=K`): the embeddings and the lower N-K layers are frozen and always run in
+eval mode (no dropout), so their output is a fixed function of the note. It can then be computed once and
+cached (`lower_states`); a batch carrying those cached `hidden` states runs only the top K layers
+(`upper_states`) and gives the same logits as the live path (tested). K = None or N is full fine-tuning.
+
+Batch keys: `input_ids` / `attention_mask` [C, L] over all chunks of the batch — or, instead of `input_ids`,
+`hidden` [C, L, H] cached states after the frozen layers — `chunk_note` [C] (index of each chunk's note in
+0..B-1), optional `labels` [B], optional `tokens` (token strings of each note's first chunk). Attention (eager
+mode, live path only) is returned for each note's first chunk as module "bert".
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoModel, BertConfig, BertModel, PreTrainedModel
+from transformers.masking_utils import create_bidirectional_mask
 
 from medtx.models.base import ModelOutput
 
 log = logging.getLogger("medtx.text")
 
 POOLINGS = ("mean", "max", "clinicalbert")
+CHUNK_VECTORS = ("cls", "mean")
 
 
 def classification_loss(logits: Tensor, labels: Tensor, *, binary: bool, weights: Tensor | None = None) -> Tensor:
@@ -90,13 +101,68 @@ def load_encoder(source: str, path_or_id: str | Path | None = None, *, config: B
         ) from exc
 
 
+def n_encoder_layers(encoder: PreTrainedModel) -> int:
+    """Number of transformer layers of a BERT-architecture encoder."""
+    return len(encoder.encoder.layer)
+
+
+def n_frozen_layers(encoder: PreTrainedModel, finetune_layers: int | None) -> int:
+    """How many lower layers stay frozen when the top `finetune_layers` are trained (None = all trained)."""
+    n = n_encoder_layers(encoder)
+    if finetune_layers is None:
+        return 0
+    if not 1 <= finetune_layers <= n:
+        raise ValueError(f"finetune_layers must be in 1..{n} for this {n}-layer encoder, got {finetune_layers}")
+    return n - finetune_layers
+
+
+def _extended_mask(encoder: PreTrainedModel, hidden: Tensor, attention_mask: Tensor):
+    """The additive/boolean mask the encoder's attention implementation expects (what BertModel builds)."""
+    return create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=attention_mask)
+
+
+@torch.no_grad()
+def lower_states(encoder: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor, n_frozen: int) -> Tensor:
+    """[C, L, H] hidden states after the embeddings and the first `n_frozen` layers, in eval mode.
+
+    The same modules and calls as `BertModel.forward`, stopped early: what the top layers receive live.
+    """
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        hidden = encoder.embeddings(input_ids=input_ids)
+        mask = _extended_mask(encoder, hidden, attention_mask)
+        for layer in encoder.encoder.layer[:n_frozen]:
+            hidden = layer(hidden, mask)
+    finally:
+        encoder.train(was_training)
+    return hidden
+
+
+def upper_states(encoder: PreTrainedModel, hidden: Tensor, attention_mask: Tensor, n_frozen: int) -> Tensor:
+    """Run layers n_frozen.. of `encoder` on `hidden` (cached `lower_states`): the final token states."""
+    mask = _extended_mask(encoder, hidden, attention_mask)
+    for layer in encoder.encoder.layer[n_frozen:]:
+        hidden = layer(hidden, mask)
+    return hidden
+
+
+def masked_token_mean(states: Tensor, attention_mask: Tensor) -> Tensor:
+    """[C, H] mean of each chunk's real (unpadded) token states."""
+    mask = attention_mask.unsqueeze(-1).to(states.dtype)
+    return (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
 @dataclass
 class BertTextConfig:
     n_outputs: int  # classes, or 1 for binary
-    pooling: str = "mean"
+    pooling: str = "mean"  # over a note's chunks: mean | max | clinicalbert
     dropout: float = 0.1
     binary: bool = False
     clinicalbert_c: float = 2.0  # ClinicalBERT's scaling constant for n/c
+    chunk_vector: str = "cls"  # cls | mean (masked token mean: how sentence-transformers like MiniLM pool)
+    head_norm: bool = False  # LayerNorm before the head (as NoteVectorClassifier; lets a probe initialise it)
+    finetune_layers: int | None = None  # train only the top K layers (lower frozen, eval mode); None = all
 
 
 class BertTextClassifier(nn.Module):
@@ -106,16 +172,40 @@ class BertTextClassifier(nn.Module):
             raise ValueError(f"pooling must be one of {POOLINGS}, got {config.pooling!r}")
         if config.pooling == "clinicalbert" and not config.binary:
             raise ValueError("clinicalbert pooling combines binary probabilities: use it for readmission only")
+        if config.chunk_vector not in CHUNK_VECTORS:
+            raise ValueError(f"chunk_vector must be one of {CHUNK_VECTORS}, got {config.chunk_vector!r}")
         self.encoder = encoder
         self.config = config
+        self.n_frozen = n_frozen_layers(encoder, config.finetune_layers)
         self.dropout = nn.Dropout(config.dropout)
+        self.norm = nn.LayerNorm(encoder.config.hidden_size) if config.head_norm else nn.Identity()
         self.head = nn.Linear(encoder.config.hidden_size, config.n_outputs)
         self.register_buffer("class_weights", class_weights, persistent=False)
+        for module in self.frozen_modules():
+            module.requires_grad_(False)
+
+    def frozen_modules(self) -> list[nn.Module]:
+        """Embeddings and lower layers that partial fine-tuning never updates (empty for full fine-tuning)."""
+        if self.n_frozen == 0:
+            return []
+        return [self.encoder.embeddings, *self.encoder.encoder.layer[: self.n_frozen]]
+
+    def train(self, mode: bool = True) -> BertTextClassifier:
+        """Frozen layers stay in eval mode (no dropout): their output must equal the cached states."""
+        super().train(mode)
+        for module in self.frozen_modules():
+            module.eval()
+        return self
+
+    def _chunk_vectors(self, states: Tensor, attention_mask: Tensor) -> Tensor:
+        if self.config.chunk_vector == "mean":
+            return masked_token_mean(states, attention_mask)
+        return states[:, 0]
 
     def _note_logits(self, cls: Tensor, chunk_note: Tensor, n_notes: int) -> Tensor:
         index = chunk_note[:, None].expand_as(cls)
         if self.config.pooling == "clinicalbert":
-            p = torch.sigmoid(self.head(self.dropout(cls))).squeeze(-1)
+            p = torch.sigmoid(self.head(self.dropout(self.norm(cls)))).squeeze(-1)
             p_max = torch.zeros(n_notes, device=p.device, dtype=p.dtype).scatter_reduce(0, chunk_note, p, "amax", include_self=False)
             p_sum = torch.zeros(n_notes, device=p.device, dtype=p.dtype).index_add(0, chunk_note, p)
             n = torch.bincount(chunk_note, minlength=n_notes).to(p.dtype)
@@ -125,15 +215,44 @@ class BertTextClassifier(nn.Module):
         reduce = "mean" if self.config.pooling == "mean" else "amax"
         pooled = torch.zeros(n_notes, cls.shape[1], device=cls.device, dtype=cls.dtype)
         pooled = pooled.scatter_reduce(0, index, cls, reduce, include_self=False)
-        return self.head(self.dropout(pooled))
+        return self.head(self.dropout(self.norm(pooled)))
+
+    def final_states(self, batch: dict) -> Tensor:
+        """[C, L, H] last-layer token states, from cached `hidden` (top layers only) or `input_ids` (live)."""
+        if "hidden" in batch:
+            return upper_states(self.encoder, batch["hidden"], batch["attention_mask"], self.n_frozen)
+        return self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+
+    @torch.no_grad()
+    def note_vectors(self, batch: dict) -> Tensor:
+        """[B, H] what the head reads (before its LayerNorm): chunk vectors pooled per note (mean/max pooling).
+
+        Used to train a linear probe whose weights initialise the head before fine-tuning (LP-FT).
+        """
+        if self.config.pooling == "clinicalbert":
+            raise ValueError("note vectors need mean or max pooling over chunks, not clinicalbert")
+        chunk_note = batch["chunk_note"]
+        vectors = self._chunk_vectors(self.final_states(batch), batch["attention_mask"])
+        pooled = torch.zeros(int(chunk_note.max().item()) + 1, vectors.shape[1], dtype=vectors.dtype, device=vectors.device)
+        reduce = "mean" if self.config.pooling == "mean" else "amax"
+        return pooled.scatter_reduce(0, chunk_note[:, None].expand_as(vectors), vectors, reduce, include_self=False)
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
         chunk_note = batch["chunk_note"]
         n_notes = int(chunk_note.max().item()) + 1
+        if "hidden" in batch:  # cached lower-layer states: only the trainable top layers run
+            if output_attentions:
+                raise ValueError("attention needs the live path (input_ids), not cached hidden states")
+            states = self.final_states(batch)
+            logits = self._note_logits(self._chunk_vectors(states, batch["attention_mask"]), chunk_note, n_notes)
+            loss = None
+            if "labels" in batch:
+                loss = classification_loss(logits, batch["labels"], binary=self.config.binary, weights=self.class_weights)
+            return ModelOutput(logits=logits, loss=loss)
         out = self.encoder(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_attentions=output_attentions
         )
-        logits = self._note_logits(out.last_hidden_state[:, 0], chunk_note, n_notes)
+        logits = self._note_logits(self._chunk_vectors(out.last_hidden_state, batch["attention_mask"]), chunk_note, n_notes)
         loss = None
         if "labels" in batch:
             loss = classification_loss(logits, batch["labels"], binary=self.config.binary, weights=self.class_weights)

@@ -116,3 +116,23 @@ class VectorCollate:
             "labels": _labels(items, self.binary),
             "sample_id": [it["sample_id"] for it in items],
         }
+
+
+@dataclass
+class CachedStateCollate:
+    """Batches of cached lower-layer states (items {sample_id, hidden [c, L, H], mask [c, L], label}) for the
+    top layers of a partly fine-tuned BERT: chunks concatenated and cut to the longest real chunk of the batch,
+    the width `ChunkCollate` would pad the same notes to, so both paths see identical inputs."""
+
+    binary: bool = False
+
+    def __call__(self, items: list[dict]) -> dict:
+        mask = torch.cat([it["mask"] for it in items])
+        width = max(1, int(mask.sum(1).max()))
+        return {
+            "hidden": torch.cat([it["hidden"] for it in items])[:, :width].float(),
+            "attention_mask": mask[:, :width].long(),
+            "chunk_note": torch.cat([torch.full((len(it["mask"]),), n, dtype=torch.long) for n, it in enumerate(items)]),
+            "labels": _labels(items, self.binary),
+            "sample_id": [it["sample_id"] for it in items],
+        }

@@ -34,7 +34,7 @@ from medtx.metrics.classification import classification_metrics, confusion_count
 from medtx.metrics.collapse import is_collapsed
 from medtx.settings import get_settings
 from medtx.training import records
-from medtx.training.trainer import TrainConfig, fit, predict
+from medtx.training.trainer import TrainConfig, fit, predict, set_seed
 
 log = logging.getLogger("medtx.text")
 
@@ -74,6 +74,16 @@ class TextConfig:
     # pretrained encoders on CPU: freeze the encoder and train only the head on note vectors (mean-pooled
     # token states, averaged over the note's chunks) computed once and cached — a linear probe, not fine-tuning
     freeze_encoder: bool = False
+    # partial fine-tuning on CPU: train only the top K encoder layers (+ head); the embeddings and lower layers
+    # are frozen and their output is computed once per note and cached (exact, see medtx.models.bert_text).
+    # None = every layer is trained (full fine-tuning, the GPU path)
+    finetune_layers: int | None = None
+    cache_dtype: str = "float16"  # storage of the cached lower-layer states (float32: bit-exact, twice the disk)
+    chunk_vector: str = "cls"  # cls | mean (masked token mean, how sentence-transformers pool): see bert_text
+    # LP-FT (Kumar et al. 2022): first train a linear probe on the initial note vectors for up to this many
+    # epochs (lr 1e-3, batch 32, patience 10, validation-selected) and start fine-tuning from its head, so a
+    # few fine-tuning epochs need not also learn a 40-class head from scratch. 0 = random head.
+    probe_init_epochs: int = 0
     # bert: a local checkpoint folder or a Hub id (online only)
     bert_path: str | None = None
     # bert_scratch: encoder size and MLM pre-training (once per data+config, cached, seed mlm_seed)
@@ -98,7 +108,8 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "bilstm": {"lr": 2e-3, "batch_size": 32, "epochs": 15},
     "bert_scratch": {"lr": 5e-4, "epochs": 10},
     # Pretrained encoders: small lr, few epochs (a 6-layer MiniLM epoch is minutes on 2 cores).
-    "minilm": {"lr": 5e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1},
+    # MiniLM was trained with mean pooling (sentence-transformers), so its chunk vector is the token mean.
+    "minilm": {"lr": 5e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1, "chunk_vector": "mean"},
     "bert": {"lr": 3e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1},
 }
 
@@ -283,7 +294,11 @@ def _tokenizer_and_model(data: TextData, model: str, cfg: TextConfig, out_dir: P
     else:
         raise ValueError(f"unknown text model {model!r}; choose one of {TEXT_MODELS}")
     net = BertTextClassifier(
-        encoder, BertTextConfig(n_outputs=n_out, pooling=cfg.pooling, dropout=cfg.dropout, binary=data.binary),
+        encoder,
+        BertTextConfig(n_outputs=n_out, pooling=cfg.pooling, dropout=cfg.dropout, binary=data.binary,
+                       chunk_vector=cfg.chunk_vector, finetune_layers=cfg.finetune_layers,
+                       # mean-pooled states of a pretrained encoder are far from unit scale (as the probe's)
+                       head_norm=cfg.chunk_vector == "mean"),
         class_weights=weights,
     )
 
@@ -381,16 +396,121 @@ def _frozen_items(net, items: dict[str, list[dict]], make_collate, model: str, c
             for s, rows in items.items()}
 
 
+def _ids_fingerprint(items: dict[str, list[dict]]) -> str:
+    """Hash of every split's (sample id, token ids): a cache entry belongs to exactly these tokenised notes."""
+    return text_hash(*(f"{s}/{it['sample_id']}:{','.join(map(str, it['ids']))}" for s, rows in items.items() for it in rows))
+
+
+def _split_items(rows: list[dict], tensors: dict[str, torch.Tensor], split: str) -> list[dict]:
+    """Cached items {sample_id, label, hidden, mask} of one split; chunks of a note are contiguous rows."""
+    counts = torch.bincount(tensors[f"{split}.owner"], minlength=len(rows)).tolist()
+    ends = np.cumsum(counts).tolist()
+    hidden, mask = tensors[f"{split}.hidden"], tensors[f"{split}.mask"]
+    return [{"sample_id": it["sample_id"], "label": it["label"], "hidden": hidden[end - n : end], "mask": mask[end - n : end]}
+            for it, n, end in zip(rows, counts, ends, strict=True)]
+
+
+@torch.no_grad()
+def _lower_state_tensors(net, rows: list[dict], collate, split: str, max_len: int, dtype: torch.dtype,
+                         batch_size: int = 16) -> dict[str, torch.Tensor]:
+    """One split's frozen-layer states, every chunk padded to max_len: {split.hidden, split.mask, split.owner}."""
+    from medtx.models.bert_text import lower_states
+
+    hidden, mask, owner = [], [], []
+    for start in range(0, len(rows), batch_size):
+        batch = collate(rows[start : start + batch_size])
+        states = lower_states(net.encoder, batch["input_ids"], batch["attention_mask"], net.n_frozen)
+        pad = max_len - states.shape[1]
+        hidden.append(torch.nn.functional.pad(states, (0, 0, 0, pad)).to(dtype))
+        mask.append(torch.nn.functional.pad(batch["attention_mask"], (0, pad)).to(torch.int8))
+        owner.append(batch["chunk_note"] + start)
+        if (start // batch_size) % 25 == 0:
+            log.info("lower-layer cache %s: %d/%d notes", split, start + len(batch["sample_id"]), len(rows))
+    return {f"{split}.hidden": torch.cat(hidden), f"{split}.mask": torch.cat(mask), f"{split}.owner": torch.cat(owner)}
+
+
+def _cached_lower_items(net, items: dict[str, list[dict]], make_collate, model: str, cfg: TextConfig,
+                        cache: Path) -> dict[str, list[dict]]:
+    """Per split, items carrying the frozen layers' output instead of token ids, computed once and cached on
+    disk by (model, frozen depth, chunking, dtype, tokenised notes): the seeds of a benchmark share one pass."""
+    from safetensors.torch import load_file, save_file
+
+    if cfg.cache_dtype not in ("float16", "float32"):
+        raise ValueError(f"cache_dtype must be float16 or float32, got {cfg.cache_dtype!r}")
+    key = text_hash("lower_states", model, str(cfg.bert_path), net.n_frozen, cfg.max_len, cfg.stride,
+                    cfg.max_chunks, cfg.cache_dtype, _ids_fingerprint(items))
+    path = cache / f"{key}.safetensors"
+    if path.exists():
+        log.info("reusing cached lower-layer states %s", path)
+        tensors = load_file(path)
+    else:
+        started = time.perf_counter()
+        torch.set_num_threads(cfg.num_threads or torch.get_num_threads())
+        tensors = {}
+        for split, rows in items.items():
+            tensors.update(_lower_state_tensors(net, rows, make_collate(), split, cfg.max_len, getattr(torch, cfg.cache_dtype)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        save_file(tensors, str(tmp))
+        tmp.replace(path)  # atomic: a killed run never leaves a half-written cache entry behind
+        log.info("cached lower-layer states of %d notes in %.0f s: %s",
+                 sum(len(r) for r in items.values()), time.perf_counter() - started, path)
+    return {split: _split_items(rows, tensors, split) for split, rows in items.items()}
+
+
+def _init_head_from_probe(net, fit_items: dict[str, list[dict]], collate, cfg: TextConfig, seed: int,
+                          binary: bool, out_dir: Path, batch_size: int = 32) -> None:
+    """LP-FT: train a linear probe (NoteVectorClassifier) on the network's initial note vectors, selected on
+    validation, and copy its LayerNorm + linear weights into the network's head."""
+    from medtx.models.bert_text import NoteVectorClassifier
+    from medtx.text.data import VectorCollate
+
+    if not isinstance(net.norm, torch.nn.LayerNorm):
+        raise ValueError("probe_init_epochs needs chunk_vector='mean' (a head with a LayerNorm, like the probe's)")
+    net.eval()
+    vectors = {}
+    for split in ("train", "val"):
+        rows = fit_items[split]
+        parts = [net.note_vectors(collate(rows[i : i + batch_size])) for i in range(0, len(rows), batch_size)]
+        vectors[split] = [{"sample_id": it["sample_id"], "x": x, "label": it["label"]}
+                          for it, x in zip(rows, torch.cat(parts), strict=True)]
+    probe = NoteVectorClassifier(net.head.in_features, net.head.out_features, dropout=net.dropout.p, binary=binary,
+                                 class_weights=net.class_weights)
+    probe_cfg = TrainConfig(epochs=cfg.probe_init_epochs, batch_size=32, lr=1e-3, patience=10, seed=seed,
+                            device=cfg.device, num_threads=cfg.num_threads, monitor="auroc" if binary else "macro_f1")
+    result = fit(probe, vectors["train"], vectors["val"], VectorCollate(binary=binary), probe_cfg, out_dir,
+                 score=_score_fn(binary, net.head.out_features))
+    log.info("probe head for LP-FT: best validation %s %.4f at epoch %d", probe_cfg.monitor, result.best_value,
+             result.best_epoch)
+    net.norm.load_state_dict(probe.norm.state_dict())
+    net.head.load_state_dict(probe.head.state_dict())
+
+
 def _fit_neural(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
     from medtx.models.bert_text import NoteVectorClassifier
     from medtx.text.data import VectorCollate
 
+    set_seed(seed)  # initial weights (head, BiLSTM) from the run's seed alone, not from what this process drew before
     tokenizer, net, make_collate, extra = _tokenizer_and_model(data, model, cfg, out_dir)
     items = {s: _encode(tokenizer, data.split(s)) for s in ("train", "val", "test")}
     train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, patience=cfg.patience,
                             weight_decay=cfg.weight_decay, seed=seed, device=cfg.device, num_threads=cfg.num_threads,
                             monitor="auroc" if data.binary else "macro_f1")
     trained, fit_items, collate = net, items, make_collate()
+    if cfg.finetune_layers is not None and not hasattr(net, "encoder"):
+        raise ValueError(f"finetune_layers applies to the BERT models, not {model!r}")
+    if cfg.finetune_layers is not None and cfg.freeze_encoder:
+        raise ValueError("freeze_encoder (linear probe) and finetune_layers (partial fine-tuning) exclude each other")
+    if getattr(net, "n_frozen", 0) > 0:
+        from medtx.text.data import CachedStateCollate
+
+        fit_items = _cached_lower_items(net, items, make_collate, model, cfg, out_dir.parent / "feature_cache")
+        collate = CachedStateCollate(binary=data.binary)
+        log.info("fine-tuning the top %d of %d layers: %d of %d parameters trainable", cfg.finetune_layers,
+                 net.n_frozen + cfg.finetune_layers, sum(p.numel() for p in net.parameters() if p.requires_grad),
+                 sum(p.numel() for p in net.parameters()))
+    if cfg.probe_init_epochs:
+        _init_head_from_probe(net, fit_items, collate, cfg, seed, data.binary, out_dir / "probe")
     if cfg.freeze_encoder:
         if not hasattr(net, "encoder"):
             raise ValueError(f"freeze_encoder applies to the BERT models, not {model!r}")
