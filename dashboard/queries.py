@@ -320,12 +320,21 @@ def averaging_options(snapshot: Path, task: str, dataset: str) -> list[str]:
     return df.to_series().to_list() if df.height else []
 
 
+# How a run used its model when one model name covers several trainings (the text encoders: a frozen encoder with a
+# linear probe vs fine-tuning the top K layers), so that the leaderboard never shows them as the same thing.
+RUN_VARIANT_SQL = """CASE
+    WHEN json_extract_string(config, '$.text.freeze_encoder') = 'true' THEN 'frozen encoder + linear probe'
+    WHEN json_extract_string(config, '$.text.finetune_layers') IS NOT NULL
+        THEN 'top ' || json_extract_string(config, '$.text.finetune_layers') || ' layers fine-tuned'
+    END"""
+
+
 def leaderboard_runs(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
     """Every run of a task on a dataset, newest first."""
     return query(
         snapshot,
-        "SELECT run_id, model, seed, status, is_synthetic, collapsed, collapse_reason, threshold, "
-        "threshold_source, n_params, best_epoch, train_seconds, started_at, error "
+        "SELECT run_id, model, " + RUN_VARIANT_SQL + " AS variant, seed, status, is_synthetic, collapsed, "
+        "collapse_reason, threshold, threshold_source, n_params, best_epoch, train_seconds, started_at, error "
         "FROM ml.runs WHERE task = ? AND coalesce(dataset, '') = ? ORDER BY started_at DESC",
         [task, dataset],
     )

@@ -332,3 +332,25 @@ def test_marts_of_missing_tables_are_skipped_not_fatal(tmp_path: Path):
     assert rows == {"cohort_counts": 4}  # every other mart reads samples.* / ml.*, absent here
     assert con.sql("SELECT sum(n) FROM dash.cohort_counts").fetchall() == [(12,)]
     con.close()
+
+
+def test_leaderboard_names_how_a_text_encoder_was_trained():
+    """Two `minilm` runs (linear probe vs top-2 fine-tuning) must not look like the same model."""
+    import duckdb
+    import polars as pl
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE r (run_id VARCHAR, config JSON)")
+    con.execute("INSERT INTO r VALUES ('a', '{\"text\": {\"freeze_encoder\": true}}'), "
+                "('b', '{\"text\": {\"finetune_layers\": 2, \"freeze_encoder\": false}}'), ('c', '{\"epochs\": 3}')")
+    variants = dict(con.sql(f"SELECT run_id, {queries.RUN_VARIANT_SQL} FROM r").fetchall())
+    assert variants == {"a": "frozen encoder + linear probe", "b": "top 2 layers fine-tuned", "c": None}
+    runs = pl.DataFrame({"run_id": list(variants), "model": ["minilm", "minilm", "tfidf_logreg"],
+                         "variant": list(variants.values()), "seed": [0, 0, 0], "status": ["completed"] * 3,
+                         "is_synthetic": [False] * 3, "collapsed": [False] * 3, "collapse_reason": [None] * 3,
+                         "threshold": [None] * 3, "n_params": [1, 1, 1], "train_seconds": [1.0] * 3,
+                         "error": [None] * 3})
+    rows, _ = leaderboard.leaderboard_rows(runs, pl.DataFrame())
+    labels = [r["model"] for r in rows]
+    assert labels[0].endswith("(frozen encoder + linear probe)") and labels[1].endswith("(top 2 layers fine-tuned)")
+    assert labels[2] == "[tfidf_logreg](/run?run_id=c)"

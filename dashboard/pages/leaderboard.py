@@ -164,7 +164,8 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame) -> tuple[list[di
         rows.append(
             {
                 "run_id": run["run_id"],
-                "model": f"[{run['model']}](/run?{urlencode({'run_id': run['run_id']})})",
+                "model": f"[{run['model']}](/run?{urlencode({'run_id': run['run_id']})})"
+                         + (f" ({run['variant']})" if run.get("variant") else ""),
                 "seed": run["seed"],
                 "status": run["status"],
                 "collapsed": bool(run["collapsed"]),
