@@ -65,9 +65,14 @@ def test_logreg_learns_a_code_to_drug_rule():
         rows.append((100 + i, [codes], [[]], drugs))
     frame = drug_rec_frame(rows)
     model = LogReg("drug_rec", LABELS).fit(frame.head(90), frame.slice(90, 10))
-    assert model.config["C_chosen"] in LogReg.C_GRID and len(model.config["C_val_scores"]) == 4
+    assert model.config["C_chosen"] in LogReg.C_GRID and len(model.config["C_val_scores"]) == len(LogReg.C_GRID)
     probs = model.predict_proba(frame.tail(20))
     assert ((probs >= 0.5) == (label_matrix(frame.tail(20), "drug_rec", LABELS) > 0)).mean() > 0.95
+    # The grid's fit is kept (no refit): it must be the model a fresh fit at the chosen C gives, and the
+    # global random state (what a training seed would change) must not move it.
+    np.random.seed(123)
+    fresh = LogReg("drug_rec", LABELS, C=model.config["C_chosen"]).fit(frame.head(90))
+    np.testing.assert_array_equal(fresh.predict_proba(frame.tail(20)), probs)
 
 
 def test_oracle_aligns_generator_probabilities_to_label_order():

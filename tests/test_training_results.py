@@ -19,9 +19,54 @@ def test_results_section_rendered_and_other_sections_kept(tiny_db: Path, tmp_pat
     body = render(cells, DATASET, [0, 1])
     assert "| logreg | 2 |" in body and "| most_frequent | 2 |" in body
     assert "transformer vs logreg" in body  # the missing transformer is said to be missing, not hidden
+    not_run = next(line for line in body.splitlines() if line.startswith("- Not run for all 2 seeds"))
+    assert "transformer (0/2)" in not_run and "seq2seq (0/2)" in not_run and "oracle (0/2)" in not_run
+    assert "logreg (" not in not_run and "most_frequent (" not in not_run  # complete rows are not listed
     out = tmp_path / "RESULTS.md"
     out.write_text("# medtx results\n\n<!-- BEGIN text -->\ntext table\n<!-- END text -->\n\n"
                    "<!-- BEGIN ehr -->\nold\n<!-- END ehr -->\n")
     write_results(out, body)
     text = out.read_text()
     assert "text table" in text and "\nold\n" not in text and text.count("<!-- BEGIN ehr -->") == 1
+
+
+def test_runs_under_an_older_config_are_not_counted():
+    from benchmarks.results import config_matches
+
+    recorded = '{"model": {"max_codes": 64, "copy_recencies": [0]}, "train": {"epochs": 6, "lr": 0.003, "num_threads": 2}}'
+    assert config_matches(recorded, {"epochs": 6, "lr": 3e-3, "num_threads": 1, "copy_recencies": (0,)})
+    assert not config_matches(recorded, {"epochs": 20, "lr": 3e-3})  # the trainer setting changed
+    assert not config_matches(recorded, {"epochs": 6, "copy_feature": "visits"})  # a model field it never had
+    assert config_matches('{"C": "auto"}', {})  # baselines have no overrides
+
+
+def test_paired_check_compares_two_runs_on_the_same_test_visits(tiny_db: Path):  # noqa: F811
+    import numpy as np
+    from sklearn.metrics import average_precision_score
+
+    from benchmarks.results import paired_ahead_share, paired_lines, per_visit_scores
+
+    runs = {}
+    for model in ("logreg", "copy_last"):
+        runs[model] = run_id_for("drug_rec", model, DATASET, 0)
+        run_ehr_experiment(tiny_db, DATASET, "drug_rec", model, 0, {"C": 0.3} if model == "logreg" else None,
+                           options=ExperimentOptions(run_id=runs[model]))
+    ids, logreg = per_visit_scores(tiny_db, runs["logreg"])
+    ids_copy, copy_last = per_visit_scores(tiny_db, runs["copy_last"])
+    assert np.array_equal(ids, ids_copy) and len(ids) == len(logreg["pr_auc_samples"]) > 0
+    assert ((0 <= copy_last["jaccard_samples"]) & (copy_last["jaccard_samples"] <= 1)).all()
+    from medtx.db import connect
+
+    con = connect(tiny_db, read_only=True)
+    try:  # visit 0's PR-AUC recomputed with scikit-learn from the stored predictions
+        rows = con.execute("SELECT prob, y_true FROM ml.predictions WHERE run_id = ? AND hadm_id = ? ORDER BY label",
+                           [runs["logreg"], int(ids[0, 0])]).fetchall()
+    finally:
+        con.close()
+    y, p = np.array([r[1] for r in rows]), np.array([r[0] for r in rows])
+    assert y.any()  # every tiny visit has drugs
+    assert abs(logreg["pr_auc_samples"][0] - average_precision_score(y, p)) < 1e-9
+    patients = ids[:, 1]
+    assert paired_ahead_share(np.ones(len(patients)), patients) == 1.0
+    assert paired_ahead_share(-np.ones(len(patients)), patients) == 0.0
+    assert paired_lines(tiny_db, DATASET) == []  # no transformer runs: nothing to pair, nothing claimed
