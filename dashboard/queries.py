@@ -415,13 +415,15 @@ def run_calibration(snapshot: Path, run_id: str) -> pl.DataFrame:
 
 
 def explorer_runs(snapshot: Path, tasks: Sequence[str]) -> pl.DataFrame:
-    """Completed runs of the given tasks that stored predictions; runs with attention first."""
+    """Completed runs of the given tasks that stored predictions; runs with attention first, then in the order
+    of `tasks` with the Transformer first (so the default selection is the headline model on the headline task),
+    newest first."""
     return query(
         snapshot,
         "SELECT run_id, task, model, dataset, seed, has_attention "
         f"FROM {_mart(snapshot, 'explorer_runs')} WHERE list_contains(?, task) "
-        "ORDER BY has_attention DESC, started_at DESC",
-        [list(tasks)],
+        "ORDER BY has_attention DESC, list_position(?, task), model = 'transformer' DESC, started_at DESC",
+        [list(tasks), list(tasks)],
     )
 
 
