@@ -517,6 +517,83 @@ def test_checkpoint_from_before_the_copy_gate_loads_without_it(tmp_path):
     assert load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir).model.copy is None
 
 
+# ----------------------------------------------------------------------------------------------- BEHRT head
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "label_attention"])
+def test_behrt_poolings_overfit_and_ignore_padding(pooling):
+    bundle = bundle_for("behrt", "next_visit", pooling=pooling, copy_recencies=())
+    items = bundle.encode(next_visit_frame(6))
+    first, last = overfit(bundle, bundle.collate(items), steps=120)
+    assert last < 0.1 * first, (pooling, first, last)
+    bundle.model.eval()
+    short, long = min(items, key=lambda it: len(it["input_ids"])), max(items, key=lambda it: len(it["input_ids"]))
+    with torch.no_grad():
+        torch.testing.assert_close(bundle.model(bundle.collate([short])).logits,
+                                   bundle.model(bundle.collate([short, long])).logits[:1], atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="pooling"):
+        bundle_for("behrt", "next_visit", pooling="max")
+
+
+def test_behrt_copy_gate_marks_the_current_visits_codes_and_starts_at_the_copy_log_odds():
+    """next_visit rows whose label IS the current visit's diagnoses: the copy gate finds them (recency 0 =
+    the last visit of the BEHRT sequence) and, from training data alone, ranks them first on unseen rows."""
+    from medtx.metrics.multilabel import pr_auc_samples
+
+    def frame(n: int, seed: int) -> pl.DataFrame:
+        rows = next_visit_frame(n, seed).to_dicts()
+        return pl.DataFrame([{**r, "label": sorted(r["visits"][-1])} for r in rows])
+
+    bundle = bundle_for("behrt", "next_visit", copy_recencies=(0, 1))
+    train = frame(24, seed=3)
+    batch = batch_of(bundle, train)
+    present = bundle.model.copy_presence(batch)
+    for row, visits in enumerate(train["visits"].to_list()):
+        assert {CONDS[j] for j in present[row, 0].nonzero().flatten().tolist()} == set(visits[-1])
+        assert {CONDS[j] for j in present[row, 1].nonzero().flatten().tolist()} == set(
+            visits[-2] if len(visits) > 1 else [])
+    bundle.init_from_train(bundle.encode(train))
+    assert float(bundle.model.copy.weight.detach()[0].min()) > 1.0  # current-visit codes: strong positive start
+    bundle.model.eval()
+    test = batch_of(bundle, frame(24, seed=4))
+    with torch.no_grad():
+        assert pr_auc_samples(test["labels"].numpy(), bundle.predict_proba(bundle.model, test).numpy()) > 0.95
+    with pytest.raises(ValueError, match="copy_feature"):  # three features: which one copies must be named
+        bundle_for("behrt", "drug_rec", copy_feature=None, copy_recencies=(1,))
+    assert bundle_for("behrt", "drug_rec").model.copy is not None  # registry default: previous visit's drugs
+    assert bundle_for("behrt", "next_visit").model.copy is not None  # registry default: current visit's codes
+    assert bundle_for("behrt", "readmission").model.copy is None
+
+
+def test_behrt_output_bias_starts_at_training_label_frequencies_when_asked():
+    bundle = bundle_for("behrt", "next_visit", init_bias=True, copy_recencies=())
+    items = bundle.encode(next_visit_frame(12))
+    bundle.init_from_train(items)
+    labels = bundle.collate(items)["labels"]
+    torch.testing.assert_close(torch.sigmoid(bundle.model.head.bias.detach()),
+                               (labels.sum(0) + 0.5) / (labels.shape[0] + 1.0))
+    plain = bundle_for("behrt", "next_visit", init_bias=False, copy_recencies=())
+    plain.init_from_train(items)  # the paper's model: no data-dependent start
+    assert float(plain.model.head.bias.detach().abs().max()) < 1.0
+
+
+def test_behrt_checkpoint_from_before_the_head_options_loads_as_the_cls_model(tmp_path):
+    import json
+
+    from medtx.training.trainer import TrainConfig, fit
+
+    bundle = bundle_for("behrt", "next_visit", pooling="cls", copy_recencies=())
+    items = bundle.encode(next_visit_frame(12))
+    result = fit(bundle.model, items[:8], items[8:], bundle.collate,
+                 TrainConfig(epochs=1, batch_size=4, device="cpu", progress=False), tmp_path)
+    saved = json.loads((result.best_dir / "config.json").read_text())
+    for key in ("pooling", "init_bias", "copy_feature", "copy_recencies"):
+        del saved["model"][key]
+    (result.best_dir / "config.json").write_text(json.dumps(saved))
+    loaded = load_ehr_model("behrt", "next_visit", {"visits": vocab(CONDS)}, vocab(CONDS), result.best_dir)
+    assert loaded.config.pooling == "cls" and loaded.model.copy is None
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", EHR_NEURAL_MODELS)
