@@ -49,6 +49,7 @@ from medtx.models.transformer import (
     Encoder,
     LabelAttentionPooling,
     SinusoidalPositions,
+    initial_output_bias,
     masked_mean,
     multilabel_loss,
 )
@@ -195,18 +196,7 @@ class BehrtForMultiLabel(nn.Module):
         copy model) instead of spending its epochs pulling 1,469 logits from p = 0.5 down to it."""
         if not (self.config.init_bias or self.copy is not None):
             return
-        labels, present = [], []
-        for batch in batches:
-            labels.append(batch["labels"].float())
-            if self.copy is not None:
-                present.append(self.copy_presence(batch))
-        y = torch.cat(labels)
-        if self.copy is not None:
-            base = self.copy.init_weights(torch.cat(present), y)
-        else:
-            prevalence = (y.sum(0) + 0.5) / (y.shape[0] + 1.0)
-            base = torch.log(prevalence / (1.0 - prevalence))
-        self.head.bias.copy_(base.to(self.head.bias.dtype))
+        self.head.bias.copy_(initial_output_bias(batches, self.copy, self.copy_presence).to(self.head.bias.dtype))
 
 
 # ----------------------------------------------------------------------------------------------- MLM

@@ -48,7 +48,7 @@ Batch keys (from `medtx.models.ehr_data.collate_ehr`): per feature f: `f_ids` [B
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -282,15 +282,39 @@ class DrugCopyGate(nn.Module):
         frequency model instead of spending its few CPU epochs growing the copy weights from 0.
         """
         labels = labels.float()
-        def log_odds(hits: Tensor, n: Tensor) -> Tensor:
-            p = (hits + 0.5) / (n + 1.0)
-            return torch.log(p / (1.0 - p))
         nowhere = 1.0 - present.amax(1)  # [N, labels]
-        base = log_odds((labels * nowhere).sum(0), nowhere.sum(0))
+        base = smoothed_log_odds((labels * nowhere).sum(0), nowhere.sum(0))
         for k in range(len(self.recencies)):
             copied = present[:, k]
-            self.weight[k] = log_odds((labels * copied).sum(0), copied.sum(0)) - base
+            self.weight[k] = smoothed_log_odds((labels * copied).sum(0), copied.sum(0)) - base
         return base
+
+
+def smoothed_log_odds(hits: Tensor, n: Tensor | float) -> Tensor:
+    """log(p / (1 - p)) of p = hits / n with add-half smoothing, so labels never (or always) seen stay finite."""
+    p = (hits + 0.5) / (n + 1.0)
+    return torch.log(p / (1.0 - p))
+
+
+@torch.no_grad()
+def initial_output_bias(batches: Iterable[dict], copy: DrugCopyGate | None,
+                        copy_presence: Callable[[dict], Tensor]) -> Tensor:
+    """The output bias a multi-label head should start at, from collated training batches.
+
+    Without a copy gate: each label's training log-odds, so the model starts at the most-frequent baseline
+    instead of p = 0.5 everywhere and the few epochs a CPU budget allows go to learning from the codes
+    (measured: +0.005 val PR-AUC at epoch 6 on synth_10000). With one: the gate's maximum-likelihood start
+    (`DrugCopyGate.init_weights`, which sets the gate's weights) and its 'copied nowhere' base log-odds.
+    """
+    labels, present = [], []
+    for batch in batches:
+        labels.append(batch["labels"].float())
+        if copy is not None:
+            present.append(copy_presence(batch))
+    y = torch.cat(labels)
+    if copy is None:
+        return smoothed_log_odds(y.sum(0), y.shape[0])
+    return copy.init_weights(torch.cat(present), y)
 
 
 class FeatureEncoder(nn.Module):
@@ -364,28 +388,7 @@ class TransformerModel(nn.Module):
     @torch.no_grad()
     def init_from_train(self, batches: Iterable[dict]) -> None:
         """Data-dependent start from collated training batches: output bias, and the copy gate when on."""
-        labels, present = [], []
-        for batch in batches:
-            labels.append(batch["labels"].float())
-            if self.copy is not None:
-                present.append(self.copy_presence(batch))
-        labels_all = torch.cat(labels)
-        if self.copy is None:
-            self.init_output_bias(labels_all)
-            return
-        base = self.copy.init_weights(torch.cat(present), labels_all)
-        self.head.bias.copy_(base.to(self.head.bias.dtype))
-
-    @torch.no_grad()
-    def init_output_bias(self, labels: Tensor) -> None:
-        """Set each label's output bias to the log-odds of its training frequency (labels [N, n_labels] 0/1).
-
-        The model then starts at the most-frequent baseline instead of p = 0.5 everywhere, and the few epochs
-        a CPU budget allows go to learning from the codes (measured: +0.005 val PR-AUC at epoch 6 on synth_10000).
-        Add-half smoothing keeps labels absent from training finite.
-        """
-        prevalence = (labels.float().sum(0) + 0.5) / (labels.shape[0] + 1.0)
-        self.head.bias.copy_(torch.log(prevalence / (1.0 - prevalence)).to(self.head.bias.dtype))
+        self.head.bias.copy_(initial_output_bias(batches, self.copy, self.copy_presence).to(self.head.bias.dtype))
 
     def _rotary(self) -> nn.Module | None:
         """Absolute sinusoidal positions here; transformer_rope.TransformerRoPEModel returns a rotary module."""
