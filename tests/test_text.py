@@ -331,15 +331,8 @@ def test_frozen_encoder_trains_a_head_on_cached_note_vectors(specialty_db, token
            "max_chunks": 2, "n_showcase": 1, "attention_max_tokens": 8}
     runs = [run_text_experiment(specialty_db, "specialty", "bert", seed=s, overrides=cfg) for s in (0, 1)]
     assert len(list((tmp_path / "models" / "feature_cache").glob("*.npz"))) == 1
-    con = connect(specialty_db, read_only=True)
-    try:
-        for run_id in runs:
-            assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
-            assert con.sql(f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'").fetchall()[0][0] == 6 * 3
-            # the showcase attention comes from the (frozen) encoder: 1 layer x 2 heads x 8 x 8
-            assert con.sql(f"SELECT count(*) FROM ml.attention WHERE run_id = '{run_id}'").fetchall()[0][0] == 128
-    finally:
-        con.close()
+    # the showcase attention comes from the (frozen) encoder: 1 layer x 2 heads x 8 x 8
+    _assert_runs_recorded(specialty_db, runs, predictions=6 * 3, attention=128)
 
 
 # ------------------------------------------------------------------------- partial fine-tuning (top K layers)
@@ -401,14 +394,23 @@ def test_partial_finetuning_run_caches_lower_states_and_trains_only_the_top(spec
     for name in ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.weight"):
         torch.testing.assert_close(best[f"encoder.{name}"], before[name], atol=0, rtol=0)
     assert not torch.equal(best["encoder.encoder.layer.1.output.dense.weight"], before["encoder.layer.1.output.dense.weight"])
+    # showcase attention through the live encoder: 2 layers x 2 heads x 8 x 8
+    _assert_runs_recorded(specialty_db, runs, predictions=6 * 3, attention=256)
     con = connect(specialty_db, read_only=True)
+    try:
+        config = con.sql(f"SELECT config FROM ml.runs WHERE run_id = '{runs[0]}'").fetchall()[0][0]
+        assert '"finetune_layers": 1' in config
+    finally:
+        con.close()
+
+
+def _assert_runs_recorded(db, runs: list[str], *, predictions: int, attention: int) -> None:
+    """Each run completed and stored `predictions` prediction rows and `attention` attention rows."""
+    con = connect(db, read_only=True)
     try:
         for run_id in runs:
             assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
-            assert con.sql(f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'").fetchall()[0][0] == 6 * 3
-            # showcase attention through the live encoder: 2 layers x 2 heads x 8 x 8
-            assert con.sql(f"SELECT count(*) FROM ml.attention WHERE run_id = '{run_id}'").fetchall()[0][0] == 256
-        config = con.sql(f"SELECT config FROM ml.runs WHERE run_id = '{runs[0]}'").fetchall()[0][0]
-        assert '"finetune_layers": 1' in config
+            assert con.sql(f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'").fetchall()[0][0] == predictions
+            assert con.sql(f"SELECT count(*) FROM ml.attention WHERE run_id = '{run_id}'").fetchall()[0][0] == attention
     finally:
         con.close()
