@@ -121,18 +121,23 @@ def write_summary(con: duckdb.DuckDBPyConnection, dataset: str, task: str, figur
 def store_task(
     con: duckdb.DuckDBPyConnection, *, dataset: str, task: str, source: str, target: str,
     seed: int, fractions, min_count: int, vocab: dict[str, str], figures: dict[str, float],
-    specials: dict[str, tuple[str, ...]] | None = None,
+    specials: dict[str, tuple[str, ...]] | None = None, shared: bool = False,
 ) -> dict[int, str]:
     """Write a patient-level task in one transaction: samples (from temp table `source` into `target`),
     its split, its vocabularies (`feature -> list expression` over a sample row, training patients only)
-    and its summary. Returns the split assignment."""
+    and its summary. Returns the split assignment. `shared`: `target` holds several tasks' rows (a `task`
+    column), so only this task's rows of the dataset are replaced."""
     from medtx.db import transaction
     from medtx.samples.splits import split_counts, write_splits
     from medtx.samples.vocab import write_vocab
 
     units = [r[0] for r in con.sql(f"SELECT DISTINCT subject_id FROM {source}").fetchall()]
     with transaction(con):
-        con.execute(f"DELETE FROM {target} WHERE dataset = $dataset", {"dataset": dataset})
+        if shared:
+            con.execute(f"DELETE FROM {target} WHERE dataset = $dataset AND task = $task",
+                        {"dataset": dataset, "task": task})
+        else:
+            con.execute(f"DELETE FROM {target} WHERE dataset = $dataset", {"dataset": dataset})
         con.execute(f"INSERT INTO {target} BY NAME SELECT * FROM {source}")
         assignment = write_splits(con, dataset, task, units, seed, fractions)
         for feature, expr in vocab.items():

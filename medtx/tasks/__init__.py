@@ -1,0 +1,72 @@
+"""The task registry: every module in this package that defines `TASK = Task(...)` is a task.
+
+    from medtx.tasks import get_task, all_tasks, tasks_of_family
+    get_task("mortality").sample_table     # "samples.admission_outcome"
+
+Discovery is lazy (first call) so that task modules may import their builders from medtx.samples, which in
+turn reads this registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+
+from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+
+__all__ = [
+    "EHR_VISIT_READS", "SAMPLE_EXTRAS", "BuildContext", "Task", "all_tasks", "get_task", "task_names",
+    "tasks_of_family", "tasks_of_kind",
+]
+
+_NOT_TASKS = {"base"}
+
+
+@lru_cache(maxsize=1)
+def _registry() -> dict[str, Task]:
+    found: dict[str, Task] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name in _NOT_TASKS or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        task = getattr(module, "TASK", None)
+        if not isinstance(task, Task):
+            raise TypeError(f"medtx/tasks/{info.name}.py defines no `TASK = Task(...)`")
+        if task.name != info.name:
+            raise ValueError(f"medtx/tasks/{info.name}.py declares task {task.name!r}: the name must be the file's")
+        found[task.name] = task
+    for task in found.values():
+        if task.builds is not None and task.builds not in found:
+            raise ValueError(f"task {task.name!r} trains on the samples of unknown task {task.builds!r}")
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+def all_tasks() -> tuple[Task, ...]:
+    """Every registered task, by name."""
+    return tuple(_registry().values())
+
+
+def task_names() -> tuple[str, ...]:
+    return tuple(_registry())
+
+
+def get_task(name: str) -> Task:
+    """The task called `name`; an unknown name fails with the list of known ones."""
+    tasks = _registry()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; expected one of {', '.join(tasks)}")
+    return tasks[name]
+
+
+def tasks_of_kind(*kinds: str) -> tuple[Task, ...]:
+    return tuple(t for t in _registry().values() if t.kind in kinds)
+
+
+def tasks_of_family(family: str) -> tuple[Task, ...]:
+    return tuple(t for t in _registry().values() if t.family == family)
+
+
+def names_of_family(family: str) -> tuple[str, ...]:
+    """Task names of one family (`ehr`, `text`), e.g. for CLI help and config validation."""
+    return tuple(t.name for t in tasks_of_family(family))

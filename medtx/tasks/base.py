@@ -1,0 +1,101 @@
+"""What a task is: the `Task` record every other part of medtx reads instead of spelling task names.
+
+A task module in `medtx/tasks/` defines one module-level `TASK = Task(...)`; `medtx.tasks` discovers the
+modules, so adding a task is adding one file (docs/EXTENDING.md). The record says how the task's samples are
+built (builder + the tables it reads and writes, declared beside the builder's SQL so the pipeline's cache
+lineage comes from here), what the models read (sample table, features, label), how it is split and scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+
+Kind = Literal["multilabel", "binary", "multiclass", "generation"]
+Family = Literal["ehr", "text"]  # which runner trains it: EHR code sequences, or text (notes, FAQ)
+SplitUnit = Literal["patient", "text_group", "pair"]
+
+# The shared building blocks every EHR sample builder reads (medtx.samples.common: visits + unknown-code
+# counts) and the bookkeeping tables every builder writes (scoped by dataset and task).
+EHR_VISIT_READS = (
+    "raw.admissions", "raw.patients", "raw.diagnoses_icd", "raw.procedures_icd", "core.prescriptions_atc3",
+    "ref.icd9_diagnoses", "ref.icd9_procedures",
+)
+SAMPLE_EXTRAS = ("samples.splits", "samples.vocab", "samples.task_summary")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything a sample builder may need besides the connection; each builder takes what it uses."""
+
+    dataset: str | None
+    data_dir: Path
+    seed: int
+    fractions: tuple[float, ...]
+    min_count: int = 1
+    k_folds: int = 5
+
+
+Builder = Callable[[duckdb.DuckDBPyConnection, BuildContext], int]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One prediction task, declared once.
+
+    `builds` names the task whose sample builder fills this task's sample table (a task trained on another
+    task's samples, e.g. the note-text view of readmission, builds nothing itself).
+    """
+
+    name: str
+    kind: Kind
+    family: Family
+    sample_table: str  # schema-qualified, e.g. "samples.readmission"
+    sample_columns: tuple[str, ...]
+    features: tuple[str, ...]  # the model inputs: nested-list code columns [visit][code] (EHR) or text columns
+    label_column: str
+    split_unit: SplitUnit
+    metrics: tuple[str, ...]  # headline test metrics, in leaderboard order
+    monitor: str  # validation metric that drives early stopping
+    build: Builder | None = None
+    builds: str | None = None  # None: this task builds its own samples
+    reads: tuple[str, ...] = ()  # tables the builder reads (its lineage; the lineage test enforces it)
+    writes: tuple[str, ...] = ()  # tables the builder writes (sample table + bookkeeping)
+    train_reads: tuple[str, ...] = ()  # extra tables training reads beyond samples/splits/vocab
+    label_feature: str | None = None  # samples.vocab feature holding the label vocabulary (None: binary)
+    label_name: str = "positive"  # the single output label of a binary task
+    tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)
+    recall_ks: tuple[int, ...] = ()
+    models: tuple[str, ...] = ()  # models that apply ((): any model serving the task's kind and family)
+    dataset: str | None = None  # fixed warehouse dataset (text corpora); None: every EHR dataset
+    shared_table: bool = False  # the sample table holds several tasks' rows, told apart by a `task` column
+    files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
+    # model name (or "*" for every model) -> config defaults for this task; overrides win
+    model_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    description: str = ""
+    order: int = 100  # position in listings (CLI help, leaderboard); ties by name
+
+    @property
+    def binary(self) -> bool:
+        return self.kind == "binary"
+
+    @property
+    def samples_task(self) -> str:
+        """The task whose builder fills the sample table (itself unless `builds` says otherwise)."""
+        return self.builds or self.name
+
+    @property
+    def table(self) -> str:
+        """The sample table without its schema (`samples.<table>`)."""
+        return self.sample_table.split(".", 1)[1]
+
+    def applies_to(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+    def defaults_for(self, model: str) -> dict[str, Any]:
+        """The task's config defaults for one model ("*" entries first, the model's own win)."""
+        return {**self.model_defaults.get("*", {}), **self.model_defaults.get(model, {})}

@@ -1,0 +1,43 @@
+"""Task `drug_rec`: the ATC-3 drugs of a visit from its diagnoses and procedures and the patient's history
+(PyHealth drug_recommendation_mimic3_fn; builder and rule in medtx/samples/drug_rec.py)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+
+
+def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
+    from medtx.samples.drug_rec import build_drug_rec
+
+    return build_drug_rec(con, ctx.dataset, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
+
+
+# Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py).
+TASK = Task(
+    name="drug_rec",
+    kind="multilabel",
+    family="ehr",
+    sample_table="samples.drug_rec",
+    sample_columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "conditions", "procedures",
+                    "drugs_hist", "drugs"),
+    features=("conditions", "procedures", "drugs_hist"),
+    label_column="drugs",
+    label_feature="drugs",
+    split_unit="patient",
+    metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
+    monitor="pr_auc_samples",
+    tune_metric="jaccard_samples",
+    build=build,
+    reads=EHR_VISIT_READS,
+    writes=("samples.drug_rec", *SAMPLE_EXTRAS),
+    train_reads=("ref.ddi_atc3", "raw.synth_oracle_drug_rec"),
+    model_defaults={
+        "transformer": {"copy_feature": "drugs_hist"},
+        "transformer_rope": {"copy_feature": "drugs_hist"},
+        "behrt": {"copy_feature": "drugs_hist", "copy_recencies": (1,)},
+    },
+    order=10,
+    description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
+)

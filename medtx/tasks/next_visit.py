@@ -1,0 +1,42 @@
+"""Task `next_visit`: the diagnoses of a patient's next visit from the visits so far (BEHRT-style; builder
+and rule in medtx/samples/next_visit.py)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+
+
+def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
+    from medtx.samples.next_visit import build_next_visit
+
+    return build_next_visit(con, ctx.dataset, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
+
+
+TASK = Task(
+    name="next_visit",
+    kind="multilabel",
+    family="ehr",
+    sample_table="samples.next_visit",
+    sample_columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "visits", "ages", "codes", "segments",
+                    "ages_flat", "positions", "label"),
+    features=("visits",),
+    label_column="label",
+    label_feature="label",
+    split_unit="patient",
+    metrics=("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20", "f1_samples"),
+    monitor="pr_auc_samples",
+    tune_metric="f1_samples",
+    recall_ks=(10, 20),
+    models=("most_frequent", "copy_last", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn",
+            "gru", "lstm", "retain"),
+    build=build,
+    reads=EHR_VISIT_READS,
+    writes=("samples.next_visit", *SAMPLE_EXTRAS),
+    train_reads=("raw.synth_oracle_next_visit",),
+    # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5).
+    model_defaults={"behrt": {"copy_recencies": (0,)}},
+    order=20,
+    description="diagnoses of the next visit (multi-label) from all visits so far",
+)

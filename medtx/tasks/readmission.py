@@ -1,0 +1,36 @@
+"""Task `readmission`: unplanned readmission within 30 days of discharge, from the admission's codes and the
+patient's history (the corrected ClinicalBERT rule; builder in medtx/samples/readmission.py)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+
+
+def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
+    from medtx.samples.readmission import build_readmission
+
+    return build_readmission(con, ctx.dataset, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
+
+
+TASK = Task(
+    name="readmission",
+    kind="binary",
+    family="ehr",
+    sample_table="samples.readmission",
+    sample_columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "conditions", "procedures",
+                    "drugs", "text", "label"),
+    features=("conditions", "procedures", "drugs"),
+    label_column="label",
+    label_name="readmission_30d",
+    split_unit="patient",
+    metrics=("auroc", "auprc", "rp80"),
+    monitor="auprc",
+    build=build,
+    reads=(*EHR_VISIT_READS, "raw.noteevents"),  # the discharge summaries, for the note-text view
+    writes=("samples.readmission", *SAMPLE_EXTRAS),
+    train_reads=("raw.synth_oracle_readmission",),
+    order=30,
+    description="unplanned readmission within 30 days (binary), codes of the admission and history",
+)

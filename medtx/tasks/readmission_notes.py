@@ -1,0 +1,25 @@
+"""Task `readmission_notes`: 30-day readmission from the discharge summary text (ClinicalBERT). It trains on
+the `readmission` task's samples (their `text` column), with the same patient split; it builds nothing."""
+
+from __future__ import annotations
+
+from medtx.tasks.base import Task
+
+TASK = Task(
+    name="readmission_notes",
+    kind="binary",
+    family="text",
+    sample_table="samples.readmission",
+    sample_columns=("dataset", "subject_id", "hadm_id", "text", "label"),
+    features=("text",),
+    label_column="label",
+    label_name="readmission",
+    split_unit="patient",
+    metrics=("auroc", "auprc", "rp80"),
+    monitor="auroc",
+    builds="readmission",
+    # Every text model pools chunks the ClinicalBERT way here (medtx/models/bert_text.py): "*" = any model.
+    model_defaults={"*": {"pooling": "clinicalbert"}},
+    order=35,
+    description="30-day readmission (binary) from the discharge summary text",
+)

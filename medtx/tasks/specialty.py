@@ -1,0 +1,35 @@
+"""Task `specialty`: MTSamples transcription -> medical specialty, split by groups of identical text
+(builder in medtx/samples/specialty.py)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from medtx.tasks.base import SAMPLE_EXTRAS, BuildContext, Task
+
+
+def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
+    from medtx.samples.specialty import build_specialty
+
+    return build_specialty(con, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
+
+
+TASK = Task(
+    name="specialty",
+    kind="multiclass",
+    family="text",
+    sample_table="samples.specialty",
+    sample_columns=("note_id", "text", "label", "group_id", "split", "conflicting"),
+    features=("text",),
+    label_column="label",
+    label_feature="label",
+    split_unit="text_group",
+    metrics=("accuracy", "macro_f1"),
+    monitor="macro_f1",
+    build=build,
+    reads=("raw.mtsamples",),
+    writes=("samples.specialty", *SAMPLE_EXTRAS),
+    dataset="mtsamples",
+    order=50,
+    description="medical specialty of a transcription (multi-class)",
+)
