@@ -124,3 +124,55 @@ def code_version(*packages: str) -> str:
 def text_hash(*parts: object) -> str:
     """Short stable hash of a few values (config fragments, keys)."""
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def import_closure(*modules: str) -> tuple[str, ...]:
+    """The medtx modules the given ones import, transitively (function-level imports included), as
+    `medtx/`-relative paths without `.py` (`samples/common`, `tasks/__init__`), sorted.
+
+    Read from the source (ast), not by importing, so the cache key of a step covers exactly the code it can
+    run: editing one task's builder redoes that task's samples only. Importing a submodule runs its parent
+    packages' `__init__`, so those count too.
+    """
+    import ast
+
+    root = Path(medtx.__file__).parent
+    seen: set[str] = set()
+    todo = [m for m in modules]
+    while todo:
+        name = todo.pop()
+        path = _module_path(root, name)
+        if path is None or name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]  # parent packages (medtx itself excluded)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("medtx.")]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(name, path, node)
+                if base and base.startswith("medtx."):
+                    todo.append(base)
+                    todo += [f"{base}.{a.name}" for a in node.names]  # `from medtx.x import submodule`
+    return tuple(sorted(str(_module_path(root, n).relative_to(root).with_suffix("")) for n in seen))
+
+
+def _module_path(root: Path, name: str) -> Path | None:
+    """medtx.a.b -> <root>/a/b.py or <root>/a/b/__init__.py (None: not a medtx module, or a plain name)."""
+    if not name.startswith("medtx."):
+        return None
+    rel = Path(*name.split(".")[1:])
+    for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _absolute(module: str, path: Path, node) -> str | None:
+    """The absolute module an `ImportFrom` names (relative imports resolved against `module`)."""
+    if not node.level:
+        return node.module
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))

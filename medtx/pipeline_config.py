@@ -16,8 +16,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-EHR_TASKS = ("drug_rec", "next_visit", "readmission", "readmission_notes")
-TEXT_TASKS = ("specialty", "faq")
+from medtx.tasks import all_tasks, get_task
+
+# Views of the task registry (medtx/tasks/): tasks that run once per EHR dataset, and those bound to one
+# fixed corpus (MTSamples, the FAQ).
+EHR_TASKS = tuple(t.name for t in all_tasks() if t.dataset is None)
+TEXT_TASKS = tuple(t.name for t in all_tasks() if t.dataset is not None)
 ALL_TASKS = EHR_TASKS + TEXT_TASKS
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
@@ -161,8 +165,13 @@ class PipelineConfig(_Strict):
             missing = sorted(named - set(keys))
             if missing:
                 raise ValueError(f"tasks.{task}.datasets names unknown dataset(s) {missing}; known: {keys}")
-        if "specialty" in self.tasks and self.mtsamples is None:
-            raise ValueError("tasks.specialty needs an `mtsamples` source")
+            task_def = get_task(task)
+            wrong = [m.model for m in tc.models if not task_def.applies_to(m.model)]
+            if wrong:
+                raise ValueError(f"tasks.{task}.models: {wrong} do not apply to {task} "
+                                 f"(it takes {', '.join(task_def.models)})")
+            if "raw.mtsamples" in task_def.reads and self.mtsamples is None:
+                raise ValueError(f"tasks.{task} needs an `mtsamples` source")
         return self
 
     def resolve(self, source: str) -> str:

@@ -12,48 +12,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medtx.pipeline_config import EHR_TASKS, ModelSpec, PipelineConfig, resolve_devices
+from functools import lru_cache
+
+from medtx.codes import mapping as codes_stage
+from medtx.codes.reference import WRITES as REFERENCE
+from medtx.fingerprint import import_closure
+from medtx.pipeline_config import ModelSpec, PipelineConfig, resolve_devices
+from medtx.synth.oracle import WRITES as SYNTH_ORACLE
+from medtx.tasks import Task, get_task
 
 # Layers run in this order; steps inside a layer do not depend on each other.
 KINDS = ("synth", "ingest", "reference", "codes", "samples", "train")
 
 MIMIC_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
-RAW_MIMIC = tuple(f"raw.{t}" for t in MIMIC_TABLES)
-SYNTH_ORACLE = ("raw.synth_oracle_drug_rec", "raw.synth_oracle_next_visit", "raw.synth_oracle_readmission")
-REFERENCE = (
-    "ref.icd9_diagnoses",
-    "ref.icd9_procedures",
-    "ref.atc",
-    "ref.ndc_rxcui",
-    "ref.rxcui_atc",
-    "ref.ndc_atc",
-    "ref.ndc_atc3",
-    "ref.drug_name_atc3",
-    "ref.ddi_atc3",
-)
-CORE = ("core.prescriptions_atc3", "core.mapping_coverage")
-SAMPLE_EXTRAS = ("samples.splits", "samples.vocab", "samples.task_summary")  # scoped by (dataset, task)
-# The sample table each task trains on (readmission_notes reads the readmission samples' text).
-SAMPLE_TABLE = {
-    "drug_rec": "samples.drug_rec",
-    "next_visit": "samples.next_visit",
-    "readmission": "samples.readmission",
-    "readmission_notes": "samples.readmission",
-    "specialty": "samples.specialty",
-    "faq": "samples.faq",
+CORE = codes_stage.WRITES
+# Tables every EHR train step reads besides its task's: the split, the vocabularies, and the synthetic
+# generator's oracle tables (the "is this dataset synthetic" rule and the oracle baseline read them).
+TRAIN_READS = ("samples.splits", "samples.vocab")
+# The module(s) each kind's step function runs; a step's code key is their import closure (plus its task's
+# module), so an edit to the models redoes training but not ingest, and editing one task's builder redoes
+# that task's samples only.
+ENTRY = {
+    "synth": ("medtx.synth.generate",),
+    "ingest": ("medtx.ingest",),
+    "oracle": ("medtx.synth.oracle",),
+    "reference": ("medtx.codes.reference",),
+    "codes": ("medtx.codes.mapping",),
+    "samples": ("medtx.samples",),
+    "train": ("medtx.training.experiment",),
+    "train_text": ("medtx.text.experiment",),
 }
-# Which medtx subpackages' source goes into each kind's cache key.
-# Narrow on purpose: an edit to the models must not redo ingest. Data changes reach a step through the
-# fingerprints of the tables it reads, so "samples/vocab" is the only samples code training depends on.
-CODE = {
-    "synth": ("synth",),
-    "ingest": ("ingest",),
-    "oracle": ("synth/oracle",),
-    "reference": ("codes",),
-    "codes": ("codes",),
-    "samples": ("samples", "codes"),
-    "train": ("training", "models", "metrics", "text", "samples/vocab"),
-}
+
+
+@lru_cache(maxsize=None)
+def _closure(entries: tuple[str, ...]) -> tuple[str, ...]:
+    return import_closure(*entries)
 
 
 @dataclass(frozen=True)
@@ -76,8 +69,15 @@ class Step:
 
     @property
     def code(self) -> tuple[str, ...]:
-        """The medtx subpackages/modules whose source is part of this step's cache key."""
-        return CODE["oracle" if self.params.get("table") == "oracle" else self.kind]
+        """The medtx modules (import closure of the step's entry points) whose source is in its cache key."""
+        kind = "oracle" if self.params.get("table") == "oracle" else self.kind
+        task = get_task(self.task) if self.task else None
+        if kind == "train" and task is not None and task.family != "ehr":
+            kind = "train_text"
+        entries = ENTRY[kind]
+        if task is not None and kind in ("samples", "train", "train_text"):
+            entries += (f"medtx.tasks.{task.name}",) + ((f"medtx.tasks.{task.builds}",) if task.builds else ())
+        return _closure(entries)
 
     def spec(self) -> dict[str, Any]:
         """What the step function needs (and the Prefect cache key covers): not its place in the plan."""
@@ -147,42 +147,34 @@ def ingest_steps_of(steps: list[Step], dataset: str) -> tuple[str, ...]:
     return tuple(s.name for s in steps if s.kind == "ingest" and s.dataset == dataset)
 
 
-def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> list[Step]:
-    steps = []
-    seed = cfg.seeds[0]  # the split seed: every model of a task sees the same split
-    for task, tc in cfg.tasks.items():
-        if task in EHR_TASKS:
-            built = "readmission" if task == "readmission_notes" else task  # notes read samples.readmission
-            for ds in cfg.datasets_for(task):
-                if any(s.name == f"samples.{built}.{ds.key}" for s in steps):
-                    continue  # readmission and readmission_notes share one sample table per dataset
-                steps.append(
-                    Step(f"samples.{built}.{ds.key}", "samples", {"options": tc.samples, "seed": seed}, ds.key,
-                         built, needs=(f"codes.{ds.key}", *ingest_steps_of(ingest, ds.key)), reads=RAW_MIMIC + CORE,
-                         writes=(SAMPLE_TABLE[built], *SAMPLE_EXTRAS),
-                         scope={"dataset": ds.key, "task": built})
-                )
-        elif task == "specialty":
-            steps.append(
-                Step("samples.specialty", "samples", {"options": tc.samples, "seed": seed}, "mtsamples", task,
-                     needs=("ingest.mtsamples",), reads=("raw.mtsamples",),
-                     writes=("samples.specialty", *SAMPLE_EXTRAS),
-                     scope={"dataset": "mtsamples", "task": "specialty"})
-            )
-        elif task == "faq":
-            faq_dir = str(data_dir / "mental_health_faq")
-            steps.append(
-                Step("samples.faq", "samples", {"options": tc.samples, "seed": seed}, "mental_health_faq", task,
-                     writes=("samples.faq", "samples.task_summary"), files=(faq_dir,),
-                     scope={"dataset": "mental_health_faq", "task": "faq"})
-            )
-    return steps
+def _task_datasets(cfg: PipelineConfig, task: Task) -> list[str]:
+    """The warehouse datasets a configured task runs on: its fixed corpus, or the config's EHR datasets."""
+    return [task.dataset] if task.dataset is not None else [d.key for d in cfg.datasets_for(task.name)]
 
 
 def _sample_step_name(task: str, dataset: str) -> str:
-    if task in ("specialty", "faq"):
-        return f"samples.{task}"
-    return f"samples.{'readmission' if task == 'readmission_notes' else task}.{dataset}"
+    builder = get_task(get_task(task).samples_task)
+    return f"samples.{builder.name}" if builder.dataset is not None else f"samples.{builder.name}.{dataset}"
+
+
+def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> list[Step]:
+    """One step per (building task, dataset); reads/writes/files come from the task's declaration."""
+    steps: dict[str, Step] = {}
+    seed = cfg.seeds[0]  # the split seed: every model of a task sees the same split
+    for name, tc in cfg.tasks.items():
+        builder = get_task(get_task(name).samples_task)
+        for dataset in _task_datasets(cfg, get_task(name)):
+            step_name = _sample_step_name(name, dataset)
+            if step_name in steps:
+                continue  # tasks sharing a builder (readmission, readmission_notes) share one sample step
+            mapped = any(t.startswith("core.") for t in builder.reads)
+            steps[step_name] = Step(
+                step_name, "samples", {"options": tc.samples, "seed": seed}, dataset, builder.name,
+                needs=(*((f"codes.{dataset}",) if mapped else ()), *ingest_steps_of(ingest, dataset)),
+                reads=builder.reads, writes=builder.writes, files=tuple(str(data_dir / f) for f in builder.files),
+                scope={"dataset": dataset, "task": builder.name},
+            )
+    return list(steps.values())
 
 
 def _runs_on(spec: ModelSpec, dataset: str, cfg: PipelineConfig) -> bool:
@@ -197,29 +189,27 @@ def _runs_on(spec: ModelSpec, dataset: str, cfg: PipelineConfig) -> bool:
 def _train_steps(cfg: PipelineConfig) -> list[Step]:
     devices = itertools.cycle(resolve_devices(cfg.devices))
     steps = []
-    for task, tc in cfg.tasks.items():
-        if task in EHR_TASKS:
-            datasets = [d.key for d in cfg.datasets_for(task)]
-        else:
-            datasets = ["mtsamples" if task == "specialty" else "mental_health_faq"]
-        for dataset, spec in itertools.product(datasets, tc.models):
+    for name, tc in cfg.tasks.items():
+        task = get_task(name)
+        reads = (task.sample_table, *TRAIN_READS, *task.train_reads, *(SYNTH_ORACLE if task.family == "ehr" else ()))
+        for dataset, spec in itertools.product(_task_datasets(cfg, task), tc.models):
             if not _runs_on(spec, dataset, cfg):
                 continue
             for seed in spec.seeds or cfg.seeds:
-                sample_step = _sample_step_name(task, dataset)
+                sample_step = _sample_step_name(name, dataset)
                 steps.append(
                     Step(
-                        f"train.{task}.{dataset}.{spec.label}.s{seed}",
+                        f"train.{name}.{dataset}.{spec.label}.s{seed}",
                         "train",
                         {"model": spec.model, "overrides": spec.overrides, "seed": seed},
                         dataset,
-                        task,
+                        name,
                         spec.label,
                         needs=(sample_step,),
-                        reads=(SAMPLE_TABLE[task], "samples.splits", "samples.vocab"),
+                        reads=reads,
                         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
                         device=next(devices),
-                        scope={"dataset": dataset, "task": sample_step.split(".")[1]},
+                        scope={"dataset": dataset, "task": task.samples_task},
                     )
                 )
     return steps
@@ -242,7 +232,7 @@ def build_plan(cfg: PipelineConfig, synth_dir: Path, data_dir: Path) -> Plan:
             rx = tuple(n for n in ingest_steps_of(ingest, ds.key) if n.endswith(".prescriptions"))
             steps.append(
                 Step(f"codes.{ds.key}", "codes", {}, ds.key, needs=(*rx, "reference"),
-                     reads=("raw.prescriptions",) + REFERENCE, writes=CORE, scope={"dataset": ds.key})
+                     reads=codes_stage.READS, writes=CORE, scope={"dataset": ds.key})
             )
     steps += _sample_steps(cfg, ingest, data_dir)
     steps += _train_steps(cfg)

@@ -68,10 +68,11 @@ def run_samples(spec: Spec, paths: Paths) -> dict[str, Any]:
 
     `params.options` may set `fractions` (train/val/test, default 70/10/20), `min_count` and `k_folds`.
     """
-    from medtx.samples import EHR_TASKS, build_samples
+    from medtx.samples import build_samples
+    from medtx.tasks import get_task
 
     p, task = spec["params"], spec["task"]
-    datasets = [spec["dataset"]] if task in EHR_TASKS else None
+    datasets = [spec["dataset"]] if get_task(task).family == "ehr" else None
     with open_warehouse(paths["db"]) as con:
         counts = build_samples(con, Path(paths["data_dir"]), [task], datasets, seed=p["seed"], **p["options"])
     return {"samples": sum(counts.values())}
@@ -91,11 +92,12 @@ def run_train(
 
         torch.set_num_threads(torch_threads)
     from medtx.text.experiment import run_text_experiment
-    from medtx.training.experiment import EHR_TASKS, ExperimentOptions, run_ehr_experiment
+    from medtx.tasks import get_task
+    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
     p, db = spec["params"], Path(paths["db"])
     try:
-        if spec["task"] not in EHR_TASKS:  # specialty, readmission_notes, faq
+        if get_task(spec["task"]).family != "ehr":  # text runner (notes, FAQ)
             overrides = {"device": device, **p["overrides"]}
             run_id = run_text_experiment(db, spec["task"], p["model"], p["seed"], overrides,
                                          dataset=spec["dataset"], pipeline_run_id=pipeline_run_id)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from flows.cli import app
 from medtx.db import open_warehouse
-from medtx.samples import TASKS, EmptyCohortError
+from medtx.samples import EmptyCohortError, buildable_tasks
 from medtx.settings import get_settings
 
 _console = Console(stderr=True)
@@ -47,7 +47,7 @@ def map_codes_cmd(db: Path = _DB, dataset: list[str] = _DATASET) -> None:
 
 @app.command("build-samples")
 def build_samples_cmd(
-    task: str = typer.Option(None, "--task", help=f"One of {', '.join(TASKS)} (default: all)."),
+    task: str = typer.Option(None, "--task", help=f"One of {', '.join(buildable_tasks())} (default: all)."),
     db: Path = _DB,
     dataset: list[str] = _DATASET,
     seed: int = typer.Option(42, "--seed", help="Split seed (the same seed gives the same split)."),
@@ -58,8 +58,8 @@ def build_samples_cmd(
     from medtx.samples import build_samples
 
     settings = get_settings(db=db)
-    if task is not None and task not in TASKS:
-        _fail(ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}"))
+    if task is not None and task not in buildable_tasks():
+        _fail(ValueError(f"unknown task {task!r}; expected one of {', '.join(buildable_tasks())}"))
     try:
         if prefect:
             from flows.samples import samples_flow

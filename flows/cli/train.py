@@ -18,9 +18,9 @@ from rich.table import Table
 from flows.cli import app
 from medtx.db import open_warehouse
 from medtx.settings import get_settings
+from medtx.tasks import get_task, names_of_family
 
 _console = Console(stderr=True)
-EHR_TASKS = ("drug_rec", "next_visit", "readmission")
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -56,8 +56,8 @@ def _metrics_table(db: Path, run_id: str) -> Table:
 
 @app.command("train")
 def train(
-    task: str = typer.Option(..., "--task", help="drug_rec, next_visit, readmission (EHR) or specialty, "
-                             "readmission_notes, faq (text)."),
+    task: str = typer.Option(..., "--task", help=f"{', '.join(names_of_family('ehr'))} (EHR) or "
+                             f"{', '.join(names_of_family('text'))} (text)."),
     model: str = typer.Option(..., "--model", help="transformer, transformer_rope, behrt, rnn, gru, lstm, seq2seq, "
                               "most_frequent, copy_last, logreg, oracle (EHR); text models for text tasks."),
     dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default mimic3_demo)."),
@@ -72,7 +72,7 @@ def train(
     settings = get_settings(db=db)
     values = parse_overrides(overrides or [])
     try:
-        if task in EHR_TASKS:
+        if get_task(task).family == "ehr":
             from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
             run_id = run_ehr_experiment(settings.db, dataset or "mimic3_demo", task, model, seed, values,

@@ -75,6 +75,10 @@ def adm_route_sql(column: str) -> str:
 
 # One row per distinct (raw ndc, drug, drug_name_generic, route) of the usable prescription rows.
 # A row missing its subject_id takes it from its admission; rows that still lack one are unusable.
+# Lineage (the pipeline's cache key and the lineage test read these): what the queries below read and write.
+READS = ("raw.prescriptions", "raw.admissions", "ref.ndc_atc3", "ref.drug_name_atc3")
+WRITES = ("core.prescriptions_atc3", "core.mapping_coverage")
+
 _KEYS_SQL = f"""
     WITH adm AS (
         SELECT hadm_id, any_value(subject_id) AS adm_subject FROM raw.admissions

@@ -23,6 +23,7 @@ REF_TABLES = (
     "icd9_diagnoses", "icd9_procedures", "atc", "ndc_rxcui", "rxcui_atc", "ndc_atc",
     "ndc_atc3", "drug_name_atc3", "ddi_atc3",
 )
+WRITES = tuple(f"ref.{t}" for t in REF_TABLES)  # lineage: the reference step writes these, reads only files
 
 
 def reference_files(data_dir: Path) -> dict[str, Path]:

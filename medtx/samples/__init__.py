@@ -7,27 +7,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
 
 from medtx.samples.common import EmptyCohortError, create_visits, ehr_datasets
-from medtx.samples.drug_rec import build_drug_rec
-from medtx.samples.faq import build_faq
-from medtx.samples.next_visit import build_next_visit
-from medtx.samples.readmission import build_readmission
-from medtx.samples.specialty import build_specialty
 from medtx.samples.splits import DEFAULT_FRACTIONS, DEFAULT_SEED
 from medtx.samples.vocab import Vocab, load_vocab
+from medtx.tasks import BuildContext, Task, all_tasks
 
 log = logging.getLogger("medtx.samples")
 
-EHR_TASKS = ("drug_rec", "next_visit", "readmission")
-TEXT_TASKS = ("specialty", "faq")
-TASKS = EHR_TASKS + TEXT_TASKS
-_EHR_BUILDERS = {"drug_rec": build_drug_rec, "next_visit": build_next_visit, "readmission": build_readmission}
+__all__ = ["EmptyCohortError", "Vocab", "build_samples", "buildable_tasks", "load_vocab"]
 
-__all__ = ["EHR_TASKS", "TASKS", "EmptyCohortError", "Vocab", "build_samples", "load_vocab"]
+
+def buildable_tasks() -> tuple[str, ...]:
+    """Tasks with a sample builder of their own (a task trained on another's samples builds nothing)."""
+    return tuple(t.name for t in all_tasks() if t.build is not None)
 
 
 def build_samples(
@@ -48,40 +45,38 @@ def build_samples(
     everything, such a task is logged and skipped so the others still run.
     """
     explicit = tasks is not None
-    tasks = list(tasks) if explicit else list(TASKS)
-    unknown = [t for t in tasks if t not in TASKS]
+    known = buildable_tasks()
+    tasks = list(tasks) if explicit else list(known)
+    unknown = [t for t in tasks if t not in known]
     if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; expected one of {list(TASKS)}")
+        raise ValueError(f"unknown task(s) {unknown}; expected one of {list(known)}")
+    chosen = [t for t in all_tasks() if t.name in tasks]
+    ctx = BuildContext(None, Path(data_dir), seed, tuple(fractions), min_count, k_folds)
     counts: dict[tuple[str, str], int] = {}
-    ehr = [t for t in tasks if t in EHR_TASKS]
+    ehr = [t for t in chosen if t.family == "ehr"]
     if ehr:
         datasets = list(datasets) if datasets is not None else ehr_datasets(con)
         if not datasets:
             message = "raw.admissions is empty: ingest an EHR dataset (`medtx ingest`) before building EHR samples"
             if explicit:
                 raise EmptyCohortError(message)
-            log.warning("%s; skipping %s", message, ", ".join(ehr))
+            log.warning("%s; skipping %s", message, ", ".join(t.name for t in ehr))
         for dataset in datasets:
             create_visits(con, dataset)
             for task in ehr:
-                counts[(task, dataset)] = _guarded(explicit, task, lambda t=task, d=dataset: _EHR_BUILDERS[t](
-                    con, d, seed=seed, fractions=fractions, min_count=min_count))
+                counts[(task.name, dataset)] = _guarded(explicit, task, replace(ctx, dataset=dataset), con)
             con.execute("DROP TABLE IF EXISTS _samples_visits")
-    if "specialty" in tasks:
-        counts[("specialty", "mtsamples")] = _guarded(explicit, "specialty", lambda: build_specialty(
-            con, seed=seed, fractions=fractions, min_count=min_count))
-    if "faq" in tasks:
-        counts[("faq", "mental_health_faq")] = _guarded(explicit, "faq", lambda: build_faq(
-            con, data_dir, seed=seed, k_folds=k_folds))
+    for task in (t for t in chosen if t.family != "ehr"):
+        counts[(task.name, task.dataset)] = _guarded(explicit, task, replace(ctx, dataset=task.dataset), con)
     return {k: v for k, v in counts.items() if v is not None}
 
 
-def _guarded(explicit: bool, task: str, build) -> int | None:
+def _guarded(explicit: bool, task: Task, ctx: BuildContext, con: duckdb.DuckDBPyConnection) -> int | None:
     """Run one builder; when building everything, an empty cohort is a warning, not a failure."""
     try:
-        return build()
+        return task.build(con, ctx)
     except EmptyCohortError as exc:
         if explicit:
             raise
-        log.warning("skipping %s: %s", task, exc)
+        log.warning("skipping %s: %s", task.name, exc)
         return None

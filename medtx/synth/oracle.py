@@ -23,6 +23,8 @@ ORACLE_FILES: dict[str, tuple[str, dict[str, str]]] = {
     "ORACLE_READMISSION": ("raw.synth_oracle_readmission", {"hadm_id": "BIGINT", "prob": "DOUBLE"}),
 }
 
+WRITES = tuple(table for table, _ in ORACLE_FILES.values())  # lineage of the oracle ingest step
+
 
 class OracleFilesMissing(FileNotFoundError):
     """The source folder is not a synthetic cohort (or its oracle files were removed)."""

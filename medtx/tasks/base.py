@@ -65,7 +65,7 @@ class Task:
     builds: str | None = None  # None: this task builds its own samples
     reads: tuple[str, ...] = ()  # tables the builder reads (its lineage; the lineage test enforces it)
     writes: tuple[str, ...] = ()  # tables the builder writes (sample table + bookkeeping)
-    train_reads: tuple[str, ...] = ()  # extra tables training reads beyond samples/splits/vocab
+    train_reads: tuple[str, ...] = ()  # extra tables training reads beyond samples/splits/vocab/oracle
     label_feature: str | None = None  # samples.vocab feature holding the label vocabulary (None: binary)
     label_name: str = "positive"  # the single output label of a binary task
     tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)

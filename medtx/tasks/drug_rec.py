@@ -32,7 +32,7 @@ TASK = Task(
     build=build,
     reads=EHR_VISIT_READS,
     writes=("samples.drug_rec", *SAMPLE_EXTRAS),
-    train_reads=("ref.ddi_atc3", "raw.synth_oracle_drug_rec"),
+    train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={
         "transformer": {"copy_feature": "drugs_hist"},
         "transformer_rope": {"copy_feature": "drugs_hist"},

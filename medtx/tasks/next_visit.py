@@ -34,7 +34,6 @@ TASK = Task(
     build=build,
     reads=EHR_VISIT_READS,
     writes=("samples.next_visit", *SAMPLE_EXTRAS),
-    train_reads=("raw.synth_oracle_next_visit",),
     # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5).
     model_defaults={"behrt": {"copy_recencies": (0,)}},
     order=20,

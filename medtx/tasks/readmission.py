@@ -30,7 +30,6 @@ TASK = Task(
     build=build,
     reads=(*EHR_VISIT_READS, "raw.noteevents"),  # the discharge summaries, for the note-text view
     writes=("samples.readmission", *SAMPLE_EXTRAS),
-    train_reads=("raw.synth_oracle_readmission",),
     order=30,
     description="unplanned readmission within 30 days (binary), codes of the admission and history",
 )
