@@ -10,7 +10,7 @@ Three codecs, each with `encode(frame) -> list[dict]` (one item per sample row) 
 - `Seq2SeqCodec` (seq2seq, drug_rec): the current visit's ICD codes as source, its ATC-3 set as a target
   sequence `<bos> a b c <eos>` in label-vocabulary order.
 
-Every batch carries `labels` [B, n_labels] (multi-hot; [B, 1] for readmission), `sample_id` (hadm_id as
+Every batch carries `labels` [B, n_labels] (multi-hot; [B, 1] for binary tasks), `sample_id` (hadm_id as
 text), `subject_id`, and `tokens` (readable code labels per sample, for storing attention weights).
 Codes absent from the training vocabulary map to `<unk>`; labels absent from the label vocabulary cannot be
 predicted and are dropped from the multi-hot target (counted in `LabelSpace.dropped`).
@@ -27,6 +27,8 @@ import polars as pl
 import torch
 from torch import Tensor
 
+from medtx.tasks import Task, tasks_of_family
+
 log = logging.getLogger("medtx.models")
 
 PAD, UNK = "<pad>", "<unk>"  # samples.vocab idx 0 and 1
@@ -36,20 +38,21 @@ SPECIALS = (PAD, UNK, CLS, SEP, MASK, BOS, EOS)
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Which sample table columns a task's models read."""
+    """Which sample table columns a task's models read (a view of its medtx.tasks declaration)."""
 
     table: str  # samples.<table>
     features: tuple[str, ...]  # nested-list columns [visit][code], oldest visit first, current visit last
     label_column: str
-    binary: bool  # one sigmoid output (readmission) instead of one per label
+    binary: bool  # one sigmoid output instead of one per label
+    label_name: str = "positive"  # the single label name of a binary task
+    shared: bool = False  # the table holds several tasks' rows (filter on its `task` column)
 
 
-TASKS: dict[str, TaskSpec] = {
-    "drug_rec": TaskSpec("drug_rec", ("conditions", "procedures", "drugs_hist"), "drugs", binary=False),
-    "next_visit": TaskSpec("next_visit", ("visits",), "label", binary=False),
-    "readmission": TaskSpec("readmission", ("conditions", "procedures", "drugs"), "label", binary=True),
-}
-BINARY_LABEL = "readmission_30d"  # the single label name of binary tasks
+def _spec(task: Task) -> TaskSpec:
+    return TaskSpec(task.table, task.features, task.label_column, task.binary, task.label_name, task.shared_table)
+
+
+TASKS: dict[str, TaskSpec] = {t.name: _spec(t) for t in tasks_of_family("ehr")}
 
 
 def task_spec(task: str) -> TaskSpec:
@@ -121,9 +124,10 @@ class LabelSpace:
     dropped: int = field(default=0, compare=False)  # label occurrences outside the vocabulary (not predictable)
 
     @classmethod
-    def from_vocab(cls, label_vocab: Any, binary: bool) -> LabelSpace:
+    def from_vocab(cls, label_vocab: Any, binary: bool, name: str = "positive") -> LabelSpace:
+        """`name`: the one label of a binary task (its medtx.tasks `label_name`)."""
         if binary:
-            return cls([BINARY_LABEL], binary=True)
+            return cls([name], binary=True)
         names = [t for t in vocab_tokens(label_vocab) if t not in SPECIALS]
         if not names:
             raise ValueError("the label vocabulary is empty: no labels in the training split?")

@@ -39,12 +39,14 @@ from medtx.models.rnn import RNNConfig, RNNModel
 from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqForDrugRec
 from medtx.models.transformer import TransformerConfig, TransformerModel
 from medtx.models.transformer_rope import TransformerRoPEConfig, TransformerRoPEModel
+from medtx.tasks import tasks_of_family
 
 EHR_NEURAL_MODELS = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
-_ALL_TASKS = ("drug_rec", "next_visit", "readmission")
-MODEL_TASKS: dict[str, tuple[str, ...]] = {name: _ALL_TASKS for name in EHR_NEURAL_MODELS}
-MODEL_TASKS["seq2seq"] = ("drug_rec",)  # ICD -> ATC-3 generation is defined for drug recommendation only
-LABEL_FEATURE = {"drug_rec": "drugs", "next_visit": "label", "readmission": None}  # samples.vocab feature
+# Views of the task registry (medtx/tasks/): which EHR tasks list each model, each task's label feature.
+MODEL_TASKS: dict[str, tuple[str, ...]] = {
+    name: tuple(t.name for t in tasks_of_family("ehr") if t.applies_to(name)) for name in EHR_NEURAL_MODELS
+}
+LABEL_FEATURE = {t.name: t.label_feature for t in tasks_of_family("ehr")}  # samples.vocab feature
 
 
 @dataclass
@@ -68,13 +70,14 @@ class EHRModelBundle:
 
 # Transformer / Transformer+RoPE config defaults per task (overrides win). drug_rec: the COGNet-style copy
 # gate from the previous visit's drugs (medtx.models.transformer.DrugCopyGate), chosen on validation.
-TRANSFORMER_TASK_DEFAULTS: dict[str, dict[str, Any]] = {"drug_rec": {"copy_feature": "drugs_hist"}}
+TRANSFORMER_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    t.name: t.defaults_for("transformer") for t in tasks_of_family("ehr") if t.defaults_for("transformer")}
 # BEHRT config defaults per task (overrides win), chosen on validation (issue #5; see medtx/models/behrt.py).
 # next_visit: the copy gate from the current visit's diagnoses (recency 0); without it BEHRT stayed at the
 # label prior on synth_10000 (val PR-AUC 0.198 vs most_frequent 0.199; with it 0.294 at the same budget).
 # drug_rec: the copy gate from the previous visit's drugs, as the Transformer (val PR-AUC 0.748 -> 0.777).
-BEHRT_TASK_DEFAULTS: dict[str, dict[str, Any]] = {"next_visit": {"copy_recencies": (0,)},
-                                                  "drug_rec": {"copy_feature": "drugs_hist", "copy_recencies": (1,)}}
+BEHRT_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    t.name: t.defaults_for("behrt") for t in tasks_of_family("ehr") if t.defaults_for("behrt")}
 
 
 def _behrt_copy_targets(task: str, vocabs: dict[str, Any], labels: LabelSpace, index: CodeIndex,
@@ -146,7 +149,7 @@ def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: A
     """
     _check(name, task)
     spec = task_spec(task)
-    labels = LabelSpace.from_vocab(label_vocab, spec.binary)
+    labels = LabelSpace.from_vocab(label_vocab, spec.binary, spec.label_name)
     n_labels = len(labels)
 
     if name in ("transformer", "transformer_rope", "rnn", "gru", "lstm"):

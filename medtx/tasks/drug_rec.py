@@ -14,7 +14,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     return build_drug_rec(con, ctx.dataset, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
 
 
-# Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py).
+# Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py); the
+# transformer's also apply to transformer_rope (medtx/models/registry.py).
 TASK = Task(
     name="drug_rec",
     kind="multilabel",
@@ -29,13 +30,14 @@ TASK = Task(
     metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
     monitor="pr_auc_samples",
     tune_metric="jaccard_samples",
+    models=("most_frequent", "copy_last", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn",
+            "gru", "lstm", "seq2seq", "retain"),
     build=build,
     reads=EHR_VISIT_READS,
     writes=("samples.drug_rec", *SAMPLE_EXTRAS),
     train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={
         "transformer": {"copy_feature": "drugs_hist"},
-        "transformer_rope": {"copy_feature": "drugs_hist"},
         "behrt": {"copy_feature": "drugs_hist", "copy_recencies": (1,)},
     },
     order=10,

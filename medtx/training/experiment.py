@@ -38,15 +38,17 @@ from medtx.metrics.multilabel import patient_average, per_visit_metrics, tune_th
 from medtx.models.baselines import BASELINE_MODELS, build_baseline, label_matrix
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.samples.vocab import Vocab, load_vocab
+from medtx.tasks import get_task, tasks_of_family
 from medtx.training import records
 from medtx.training.trainer import Predictions, TrainConfig, fit, predict, resolve_device, set_seed
 
 log = logging.getLogger("medtx.training")
 
-EHR_TASKS = ("drug_rec", "next_visit", "readmission")
-MONITOR = {"drug_rec": "pr_auc_samples", "next_visit": "pr_auc_samples", "readmission": "auprc"}
-TUNE_METRIC = {"drug_rec": "jaccard_samples", "next_visit": "f1_samples"}
-RECALL_KS = {"drug_rec": (), "next_visit": (10, 20)}
+# Views of the task registry (medtx/tasks/).
+EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
+MONITOR = {t.name: t.monitor for t in tasks_of_family("ehr")}
+TUNE_METRIC = {t.name: t.tune_metric for t in tasks_of_family("ehr") if t.tune_metric}
+RECALL_KS = {t.name: t.recall_ks for t in tasks_of_family("ehr") if not t.binary}
 # Per-visit metrics reported both visit- and patient-averaged; the rest are pooled or sizes.
 AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
             "recall_samples", "recall_at_10", "recall_at_20")
@@ -85,14 +87,17 @@ def open_warehouse(
 def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) -> dict[str, pl.DataFrame]:
     """The task's sample rows joined with the stored patient split, per split, in (subject, hadm) order."""
     spec = task_spec(task)
+    # A table shared by several tasks is filtered on its `task` column (the column itself is dropped).
+    own = " AND s.task = $task" if spec.shared else ""
     frame = con.sql(
-        f"""SELECT s.*, sp.split FROM samples.{spec.table} s
-            JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = ? AND sp.subject_id = s.subject_id
-            WHERE s.dataset = ? ORDER BY s.subject_id, s.hadm_id""",
-        params=[task, dataset],
+        f"""SELECT s.*{' EXCLUDE (task)' if spec.shared else ''}, sp.split FROM samples.{spec.table} s
+            JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = $task AND sp.subject_id = s.subject_id
+            WHERE s.dataset = $dataset{own} ORDER BY s.subject_id, s.hadm_id""",
+        params={"task": task, "dataset": dataset},
     ).pl()
     if frame.height == 0:
-        n = con.execute(f"SELECT count(*) FROM samples.{spec.table} WHERE dataset = ?", [dataset]).fetchall()[0][0]
+        n = con.execute(f"SELECT count(*) FROM samples.{spec.table} s WHERE s.dataset = $dataset{own}",
+                        {"dataset": dataset, **({"task": task} if spec.shared else {})}).fetchall()[0][0]
         why = "no samples.splits rows for it" if n else f"no samples.{spec.table} rows"
         raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); run `medtx samples`")
     splits = {name: frame.filter(pl.col("split") == name) for name in ("train", "val", "test")}
@@ -131,7 +136,10 @@ def load_oracle_rows(con: duckdb.DuckDBPyConnection, dataset: str, task: str) ->
 
 def is_synthetic(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:
     """A dataset is synthetic when its name says so or the generator's oracle rows exist for it."""
-    return dataset.startswith("synth") or load_oracle_rows(con, dataset, "readmission").height > 0
+    from medtx.synth.oracle import WRITES as ORACLE_TABLES
+
+    return dataset.startswith("synth") or any(
+        load_oracle_rows(con, dataset, table.removeprefix("raw.synth_oracle_")).height > 0 for table in ORACLE_TABLES)
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
@@ -399,8 +407,8 @@ def run_ehr_experiment(
         with open_warehouse(db, read_only=False) as con:
             parts = load_split_samples(con, dataset, task)
             vocabs, label_vocab = load_task_vocabs(con, dataset, task, model)
-            ddi_pairs = load_ddi_pairs(con) if task == "drug_rec" else []
-        labels = LabelSpace.from_vocab(label_vocab, task_spec(task).binary)
+            ddi_pairs = load_ddi_pairs(con) if "ref.ddi_atc3" in get_task(task).train_reads else []
+        labels = LabelSpace.from_vocab(label_vocab, task_spec(task).binary, task_spec(task).label_name)
         set_threads = cfg.num_threads
         if set_threads:
             torch.set_num_threads(set_threads)
@@ -437,7 +445,7 @@ def _evaluate_and_record(db: Path, run_id: str, task: str, model: str, seed: int
         test_rows = binary_test_metrics(y_test, outcome.p_test, patients, opts.n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test[:, 0])
     else:
-        ddi = ddi_matrix(ddi_pairs, labels.names) if task == "drug_rec" else None
+        ddi = ddi_matrix(ddi_pairs, labels.names) if "ref.ddi_atc3" in get_task(task).train_reads else None
         test_rows = multilabel_test_metrics(y_test, outcome.p_test, patients, threshold, task, ddi,
                                             opts.n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test, multilabel=True, threshold=threshold)
