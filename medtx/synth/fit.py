@@ -13,7 +13,7 @@ What comes from where:
 - the drug mapping files: for each ATC-3, real NDCs that map to exactly that ATC-3 (GAMENet NDC->RxCUI +
   fabkury RxCUI->ATC, and fabkury's direct NDC->ATC either absent or agreeing), so labels are exact;
 - published full MIMIC-III v1.4 figures (MISSION.md, Johnson et al. 2016) where the demo is known to be
-  biased: the demo holds patients who died, so visits per patient and mortality use full-cohort rates.
+  biased: the demo holds patients who died, so visits per patient and in-hospital death use full-cohort rates.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ FIT_SEED = 20261121  # the few random choices in fitting (tail codes, successor 
 # Full MIMIC-III v1.4 (MISSION.md): 46,520 patients, 58,976 admissions, about 7.5k with >= 2 admissions.
 FULL_MIMIC_MULTI_VISIT_SHARE = 7_537 / 46_520
 FULL_MIMIC_VISITS_PER_PATIENT = 58_976 / 46_520
-FULL_MIMIC_IN_HOSPITAL_MORTALITY = 0.115  # per admission (Johnson et al., Sci Data 2016)
+FULL_MIMIC_IN_HOSPITAL_DEATH_RATE = 0.115  # per admission (Johnson et al., Sci Data 2016)
 FULL_MIMIC_DOD_SHARE = 15_759 / 46_520  # patients with a date of death (in or out of hospital)
 MAX_VISITS = 30
 
@@ -304,7 +304,7 @@ def fit_params(data: Path = BUNDLED_DATA) -> dict:
         },
         "visits": {
             "pmf": [round(float(p), 8) for p in visit_pmf],
-            "death_share_last_visit": round(FULL_MIMIC_IN_HOSPITAL_MORTALITY * FULL_MIMIC_VISITS_PER_PATIENT, 6),
+            "death_share_last_visit": round(FULL_MIMIC_IN_HOSPITAL_DEATH_RATE * FULL_MIMIC_VISITS_PER_PATIENT, 6),
             "log_los_mean": round(float(np.log(los_days).mean()), 6),
             "log_los_sd": round(float(np.log(los_days).std()), 6),
             "categorical": {c: _value_shares(adm[c]) for c in (

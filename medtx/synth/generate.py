@@ -434,7 +434,7 @@ release) so `medtx ingest mimic3 --source {summary.out_dir}` reads them like the
 
 - patients: {summary.n_patients:,}; seed: {summary.seed}; notes: {summary.notes}; dataset name: `{summary.dataset}`
 - parameters: `medtx/synth/params.json.gz` (sha256 {params_sha}), fitted by `python -m medtx.synth.fit` from
-  the MIMIC-III demo, the ICD-9 dictionaries and the bundled NDC->ATC mappings; visit counts and mortality
+  the MIMIC-III demo, the ICD-9 dictionaries and the bundled NDC->ATC mappings; visit counts and in-hospital deaths
   follow published full MIMIC-III v1.4 rates. Ids: subject_id >= {SUBJECT_ID_START:,}, hadm_id >= {HADM_ID_START:,}.
 - same seed and parameters -> byte-identical files.
 

@@ -1,7 +1,7 @@
 """The task registry: every module in this package that defines `TASK = Task(...)` is a task.
 
     from medtx.tasks import get_task, all_tasks, tasks_of_family
-    get_task("mortality").sample_table     # "samples.admission_outcome"
+    get_task("readmission").sample_table     # "samples.readmission"
 
 Discovery is lazy (first call) so that task modules may import their builders from medtx.samples, which in
 turn reads this registry.

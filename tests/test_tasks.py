@@ -1,0 +1,139 @@
+"""The task registry (medtx/tasks/) and its worked example, the `mortality` task.
+
+Real parts only: a real DuckDB warehouse with the bundled reference data, the real samples builder and the
+real logreg experiment writing ml.* rows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from medtx.db import connect, open_warehouse
+from medtx.samples import EmptyCohortError, build_samples
+from medtx.tasks import all_tasks, get_task, task_names, tasks_of_family, tasks_of_kind
+from tests.conftest import DATA, REPO_ROOT
+from tests.fixtures_samples import demo_db, insert_rows  # noqa: F401
+
+FUROSEMIDE = "00517570425"
+
+
+# ------------------------------------------------------------------------------------------ registry
+
+
+def test_registry_discovers_one_module_per_task():
+    modules = sorted(p.stem for p in (REPO_ROOT / "medtx" / "tasks").glob("*.py") if p.stem not in ("__init__", "base"))
+    assert sorted(task_names()) == modules
+    assert {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"} <= set(modules)
+    assert get_task("mortality").kind == "binary" and get_task("mortality").split_unit == "patient"
+    assert {t.name for t in tasks_of_kind("binary")} >= {"readmission", "readmission_notes", "mortality"}
+    assert all(t.family == "ehr" for t in tasks_of_family("ehr"))
+    for task in all_tasks():  # every builder declares what it reads and writes; trained-on tables exist in writes
+        if task.build is not None:
+            assert task.sample_table in task.writes, task.name
+        else:
+            assert task.builds is not None and get_task(task.builds).sample_table == task.sample_table
+
+
+def test_unknown_task_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown task 'mortalty'; expected one of drug_rec, .*mortality"):
+        get_task("mortalty")
+
+
+def test_config_refuses_a_model_the_task_does_not_take(tmp_path):
+    from medtx.pipeline_config import load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("datasets: [{source: synth:10}]\ntasks:\n  mortality:\n    models: [{model: behrt}]\n")
+    with pytest.raises(ValueError, match=r"tasks.mortality.models: \['behrt'\] do not apply to mortality"):
+        load_config(path)
+
+
+def test_task_names_live_only_in_their_own_module():
+    """The issue's check: `git grep -il mortality -- medtx flows dashboard warehouse` lists only the task's
+    module (the generic sample table's migration names no task)."""
+    out = subprocess.run(["git", "grep", "-il", "mortality", "--", "medtx", "flows", "dashboard", "warehouse"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, check=False).stdout.split()
+    assert out == ["medtx/tasks/mortality.py"]
+
+
+# ------------------------------------------------------------------------------------------ mortality samples
+# Patient 1: admission 10 survived, admission 11 died (flag 1). Patient 2: admission 20 survived, no codes.
+# Patient 3: admission 30 has no flag (left out, counted, never guessed as a survivor).
+
+
+@pytest.fixture
+def cohort(tmp_path):
+    con = connect(tmp_path / "warehouse.duckdb")
+    insert_rows(con, "patients", [{"dataset": "c", "subject_id": s, "dob": "2050-01-01"} for s in (1, 2, 3)])
+    insert_rows(con, "admissions", [
+        {"dataset": "c", "subject_id": s, "hadm_id": h, "admittime": a, "dischtime": a, "admission_type": "EMERGENCY",
+         "hospital_expire_flag": f}
+        for s, h, a, f in ((1, 10, "2100-01-01", 0), (1, 11, "2100-05-01", 1), (2, 20, "2101-01-01", 0),
+                           (3, 30, "2102-01-01", None))])
+    insert_rows(con, "diagnoses_icd", [{"dataset": "c", "hadm_id": h, "seq_num": i + 1, "icd9_code": c}
+                                       for h, codes in {10: ["4019"], 11: ["4280", "486"], 30: ["486"]}.items()
+                                       for i, c in enumerate(codes)])
+    insert_rows(con, "procedures_icd", [{"dataset": "c", "hadm_id": 11, "seq_num": 1, "icd9_code": "9904"}])
+    insert_rows(con, "prescriptions", [{"dataset": "c", "hadm_id": 11, "ndc": FUROSEMIDE, "drug": "x"}])
+    from medtx.codes import map_codes
+
+    map_codes(con, DATA, ["c"])
+    yield con
+    con.close()
+
+
+def test_mortality_samples_from_the_admission_flag_and_its_own_codes(cohort):
+    # another admission-level task's rows in the shared table must survive a rebuild of this one
+    cohort.execute("INSERT INTO samples.admission_outcome VALUES ('c', 'other', 9, 99, NULL, [], [], [], true)")
+    counts = build_samples(cohort, DATA, ["mortality"], ["c"], seed=1, fractions=(0.34, 0.33, 0.33))
+    assert counts == {("mortality", "c"): 3}
+    rows = cohort.sql("SELECT hadm_id, conditions, procedures, drugs, label FROM samples.admission_outcome "
+                      "WHERE task = 'mortality' ORDER BY hadm_id").fetchall()
+    drug = cohort.sql("SELECT atc3 FROM core.prescriptions_atc3 WHERE hadm_id = 11").fetchall()[0][0]
+    assert rows == [
+        (10, [["4019"]], [[]], [[]], False),
+        (11, [["4280", "486"]], [["9904"]], [[drug]], True),  # this admission's codes only, not admission 10's
+        (20, [[]], [[]], [[]], False),
+    ]
+    assert cohort.sql("SELECT count(*) FROM samples.admission_outcome WHERE task = 'other'").fetchall()[0][0] == 1
+    summary = dict(cohort.sql("SELECT metric, value FROM samples.task_summary WHERE task = 'mortality'").fetchall())
+    assert summary["admissions_without_flag"] == 1 and summary["positives"] == 1
+    splits = cohort.sql("SELECT subject_id, split FROM samples.splits WHERE task = 'mortality'").fetchall()
+    assert sorted(s for s, _ in splits) == [1, 2]  # patient-level: one split row per patient
+    # a rebuild replaces, never duplicates
+    build_samples(cohort, DATA, ["mortality"], ["c"], seed=1, fractions=(0.34, 0.33, 0.33))
+    assert cohort.sql("SELECT count(*) FROM samples.admission_outcome").fetchall()[0][0] == 4
+
+
+def test_mortality_without_any_flag_fails_naming_the_dataset(cohort):
+    cohort.execute("UPDATE raw.admissions SET hospital_expire_flag = NULL")
+    with pytest.raises(EmptyCohortError, match="mortality: dataset 'c' has no admission with a hospital_expire_flag"):
+        build_samples(cohort, DATA, ["mortality"], ["c"])
+
+
+# ------------------------------------------------------------------------------------------ mortality training
+
+
+def test_logreg_trains_on_mortality_end_to_end(demo_db, tmp_path):  # noqa: F811
+    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(demo_db, db)
+    run_id = run_ehr_experiment(db, "mimic3_demo", "mortality", "logreg", 42,
+                                options=ExperimentOptions(n_boot=3, models_dir=tmp_path / "models"))
+    with open_warehouse(db, read_only=True) as con:
+        status, task = con.execute("SELECT status, task FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
+        metrics = dict(con.execute("SELECT metric, value FROM ml.metrics WHERE run_id = ? AND split = 'test'",
+                                   [run_id]).fetchall())
+        n_test = con.sql("""SELECT count(*) FROM samples.admission_outcome s JOIN samples.splits p
+                            ON p.dataset = s.dataset AND p.task = s.task AND p.subject_id = s.subject_id
+                            WHERE s.task = 'mortality' AND s.dataset = 'mimic3_demo' AND p.split = 'test'""").fetchall()
+        labels = con.execute("SELECT DISTINCT label FROM ml.predictions WHERE run_id = ?", [run_id]).fetchall()
+    assert (status, task) == ("completed", "mortality")
+    assert {"auroc", "auprc", "rp80", "positive_rate"} <= set(metrics)
+    assert metrics["n_samples"] == n_test[0][0] > 0
+    assert labels == [("in_hospital_death",)]
