@@ -8,7 +8,7 @@ Rules this module keeps so the dashboard stays up and safe while flows write:
   place; ATTACH always opens what the path names now); each query runs on its own cursor of it, so a
   request does not pay for re-opening the file's catalog.
 - User input only ever travels as bound parameters (`?`); SQL text is constant. The few identifiers that
-  vary (sample tables per task) come from the fixed `_SAMPLE_TABLES` mapping, never from a request.
+  vary (mart names) come from constant mappings, never from a request.
 - Results are cached per snapshot *version* (inode, mtime, size): repeated callbacks are fast, and a publish
   (an `os.replace` of the file) changes the key, so nobody sees stale data after it.
 - A table that does not exist yet (a stage that has not run) reads as an empty frame: the pages then show
@@ -35,19 +35,17 @@ import polars as pl
 from medtx.db import WarehouseVersionError, load_migrations
 from medtx.marts import MARTS
 from medtx.marts import SCHEMA as MART_SCHEMA
+from medtx.tasks import all_tasks, tasks_of_family
 
 log = logging.getLogger("medtx.dashboard")
 
-EHR_TASKS = ("drug_rec", "next_visit", "readmission")
-NOTE_TASKS = ("specialty", "readmission_notes")
-TASKS = (*EHR_TASKS, *NOTE_TASKS, "faq")
-
-# task -> sample table (constant identifiers; never built from user input).
-_SAMPLE_TABLES = {
-    "drug_rec": "samples.drug_rec",
-    "next_visit": "samples.next_visit",
-    "readmission": "samples.readmission",
-}
+# Views of the task registry (medtx/tasks/): the patient explorer shows EHR tasks, the note explorer the text
+# classification tasks, and a `task` request parameter must name a registered task.
+EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
+NOTE_TASKS = tuple(t.name for t in tasks_of_family("text") if t.kind != "generation")
+TASKS = tuple(t.name for t in all_tasks())
+# Tasks split by text group (one corpus, no EHR dataset): their sample counts show beside every dataset's.
+_CORPUS_TASKS = [t.name for t in all_tasks() if t.split_unit == "text_group"]
 
 Signature = tuple[int, int, int]
 T = TypeVar("T")
@@ -223,12 +221,12 @@ def cohort_counts(snapshot: Path) -> pl.DataFrame:
 
 
 def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
-    """Samples per task and split for one EHR dataset, plus the MTSamples specialty task."""
+    """Samples per task and split for one EHR dataset, plus the text-corpus tasks (MTSamples specialty)."""
     df = query(
         snapshot,
         f"SELECT task, split, n FROM {_mart(snapshot, 'sample_counts')} "
-        "WHERE dataset = ? OR task = 'specialty' ORDER BY task, split",
-        [dataset],
+        "WHERE dataset = ? OR list_contains(?, task) ORDER BY task, split",
+        [dataset, _CORPUS_TASKS],
     )
     return df.with_columns(pl.col("n").cast(pl.Int64)) if df.height else pl.DataFrame()
 

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import duckdb
 
+from medtx.tasks import all_tasks, tasks_of_family
+
 log = logging.getLogger("medtx.publish")
 
 SCHEMA = "dash"
@@ -25,6 +27,31 @@ CALIBRATION_BINS = 10
 TOP_TOKENS_KEPT = 20  # per (run, class); the page shows fewer
 _SPECIAL_TOKENS = "('[CLS]', '[SEP]', '[PAD]', '<pad>', '<cls>', '<sep>')"
 _ATTENTION_SAMPLES = "(SELECT DISTINCT run_id, sample_id, true AS stored FROM ml.attention)"
+
+
+def _sample_counts_sql() -> str:
+    """Rows per (dataset, task, split) of every task that builds its own samples (from the task registry)."""
+    patient = [
+        f"SELECT dataset, subject_id, '{t.name}' AS task FROM {t.sample_table}"
+        + (f" WHERE task = '{t.name}'" if t.shared_table else "")
+        for t in all_tasks() if t.build is not None and t.split_unit == "patient"
+    ]
+    grouped = [
+        f"UNION ALL SELECT '{t.dataset}', '{t.name}', coalesce(split, 'unassigned'), count(*) "
+        f"FROM {t.sample_table} GROUP BY ALL"
+        for t in all_tasks() if t.build is not None and t.split_unit == "text_group"
+    ]
+    return (
+        "SELECT x.dataset, x.task, coalesce(s.split, 'unassigned') AS split, count(*) AS n FROM "
+        f"({' UNION ALL '.join(patient)}) x "
+        "LEFT JOIN samples.splits s ON s.dataset = x.dataset AND s.subject_id = x.subject_id AND s.task = x.task "
+        "GROUP BY ALL " + " ".join(grouped)
+    )
+
+
+def _note_tasks_sql() -> str:
+    """The text classification tasks (whose predictions are notes), as an SQL list literal."""
+    return "(" + ", ".join(f"'{t.name}'" for t in tasks_of_family("text") if t.kind != "generation") + ")"
 
 
 class Mart(NamedTuple):
@@ -43,20 +70,8 @@ MARTS: dict[str, Mart] = {
         ),
         key="dataset, table_name",
     ),
-    # Overview: samples per EHR task and split (specialty has its own split column, dataset 'mtsamples').
-    "sample_counts": Mart(
-        select=(
-            "SELECT x.dataset, x.task, coalesce(s.split, 'unassigned') AS split, count(*) AS n FROM "
-            "(SELECT dataset, subject_id, 'drug_rec' AS task FROM samples.drug_rec "
-            " UNION ALL SELECT dataset, subject_id, 'next_visit' FROM samples.next_visit "
-            " UNION ALL SELECT dataset, subject_id, 'readmission' FROM samples.readmission) x "
-            "LEFT JOIN samples.splits s ON s.dataset = x.dataset AND s.subject_id = x.subject_id AND s.task = x.task "
-            "GROUP BY ALL "
-            "UNION ALL SELECT 'mtsamples', 'specialty', coalesce(split, 'unassigned'), count(*) "
-            "FROM samples.specialty GROUP BY ALL"
-        ),
-        key="dataset, task, split",
-    ),
+    # Overview: samples per task and split (text-group tasks have their own split column and fixed dataset).
+    "sample_counts": Mart(select=_sample_counts_sql(), key="dataset, task, split"),
     # Explorers: completed runs with stored predictions, and whether they stored attention.
     "explorer_runs": Mart(
         select=(
@@ -115,7 +130,7 @@ MARTS: dict[str, Mart] = {
             "coalesce(any_value(att.stored), false) AS has_attention "
             "FROM ml.predictions p JOIN ml.runs r ON r.run_id = p.run_id "
             f"LEFT JOIN {_ATTENTION_SAMPLES} att ON att.run_id = p.run_id AND att.sample_id = p.sample_id "
-            "WHERE r.task IN ('specialty', 'readmission_notes') GROUP BY p.run_id, p.sample_id"
+            f"WHERE r.task IN {_note_tasks_sql()} GROUP BY p.run_id, p.sample_id"
         ),
         key="run_id, sample_id",
     ),

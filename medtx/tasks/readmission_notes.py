@@ -20,6 +20,6 @@ TASK = Task(
     builds="readmission",
     # Every text model pools chunks the ClinicalBERT way here (medtx/models/bert_text.py): "*" = any model.
     model_defaults={"*": {"pooling": "clinicalbert"}},
-    order=35,
+    order=55,
     description="30-day readmission (binary) from the discharge summary text",
 )
