@@ -118,13 +118,14 @@ def test_mortality_without_any_flag_fails_naming_the_dataset(cohort):
 # ------------------------------------------------------------------------------------------ mortality training
 
 
-def test_logreg_trains_on_mortality_end_to_end(demo_db, tmp_path):  # noqa: F811
+def test_logreg_trains_on_mortality_end_to_end_and_the_dashboard_shows_it(demo_db, tmp_path):  # noqa: F811
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
     db = tmp_path / "demo.duckdb"
     shutil.copy(demo_db, db)
-    run_id = run_ehr_experiment(db, "mimic3_demo", "mortality", "logreg", 42,
-                                options=ExperimentOptions(n_boot=3, models_dir=tmp_path / "models"))
+    options = ExperimentOptions(n_boot=3, models_dir=tmp_path / "models")
+    run_id = run_ehr_experiment(db, "mimic3_demo", "mortality", "logreg", 42, options=options)
+    gru = run_ehr_experiment(db, "mimic3_demo", "mortality", "gru", 42, epochs=1, options=options)
     with open_warehouse(db, read_only=True) as con:
         status, task = con.execute("SELECT status, task FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
         metrics = dict(con.execute("SELECT metric, value FROM ml.metrics WHERE run_id = ? AND split = 'test'",
@@ -137,3 +138,24 @@ def test_logreg_trains_on_mortality_end_to_end(demo_db, tmp_path):  # noqa: F811
     assert {"auroc", "auprc", "rp80", "positive_rate"} <= set(metrics)
     assert metrics["n_samples"] == n_test[0][0] > 0
     assert labels == [("in_hospital_death",)]
+
+    _dashboard_shows(db, tmp_path / "snapshot.duckdb", run_id, gru)
+
+
+def _dashboard_shows(db: Path, snap: Path, run_id: str, other: str) -> None:
+    """Leaderboard and run detail of the published snapshot list the mortality runs (no hard-coded task list)."""
+    import json
+
+    from dashboard import queries, validate
+    from dashboard.pages import leaderboard, run_detail
+    from medtx.publish import publish_snapshot
+
+    publish_snapshot(db, snap)
+    assert validate.task("mortality") == "mortality"
+    assert ("mortality", "mimic3_demo") in queries.task_datasets(snap).select("task", "dataset").rows()
+    rows, metric_names = leaderboard.leaderboard_rows(
+        queries.leaderboard_runs(snap, "mortality", "mimic3_demo"),
+        queries.leaderboard_metrics(snap, "mortality", "mimic3_demo", None))
+    assert {r["run_id"] for r in rows} == {run_id, other} and "auroc" in metric_names
+    detail = json.dumps(run_detail.run_body(snap, run_id).to_plotly_json(), default=str)
+    assert "mortality \\u00b7 logreg \\u00b7 dataset mimic3_demo" in detail and "auroc" in detail
