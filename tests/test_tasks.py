@@ -159,3 +159,12 @@ def _dashboard_shows(db: Path, snap: Path, run_id: str, other: str) -> None:
     assert {r["run_id"] for r in rows} == {run_id, other} and "auroc" in metric_names
     detail = json.dumps(run_detail.run_body(snap, run_id).to_plotly_json(), default=str)
     assert "mortality \\u00b7 logreg \\u00b7 dataset mimic3_demo" in detail and "auroc" in detail
+
+
+def test_text_task_defaults_come_from_the_task():
+    from medtx.text.experiment import TEXT_TASKS, TextConfig, text_config
+
+    assert set(TEXT_TASKS) == {t.name for t in tasks_of_family("text") if t.kind != "generation"}
+    assert text_config("bilstm", task="readmission_notes").pooling == "clinicalbert"
+    assert text_config("bilstm", {"pooling": "max"}, task="readmission_notes").pooling == "max"  # overrides win
+    assert text_config("bilstm", task="specialty").pooling == TextConfig.pooling

@@ -33,15 +33,16 @@ from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.classification import classification_metrics, confusion_counts, per_class_f1
 from medtx.metrics.collapse import is_collapsed
 from medtx.settings import get_settings
+from medtx.tasks import get_task, tasks_of_family
 from medtx.training import records
 from medtx.training.trainer import TrainConfig, fit, predict, set_seed
 
 log = logging.getLogger("medtx.text")
 
-TEXT_TASKS = ("specialty", "readmission_notes")
+# The text classification tasks of the registry (the FAQ's generation task has its own runner, medtx.text.faq).
+TEXT_TASKS = tuple(t.name for t in tasks_of_family("text") if t.kind != "generation")
 TEXT_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert", "minilm", "bert_scratch")
 NEURAL_MODELS = ("bilstm", "bert", "minilm", "bert_scratch")
-SPECIALTY_DATASET = "mtsamples"
 
 
 @dataclass
@@ -121,9 +122,7 @@ def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: st
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"unknown text config keys {unknown}; known: {sorted(known)}")
-    values = {**MODEL_DEFAULTS.get(model, {}), **overrides}
-    if task == "readmission_notes" and "pooling" not in overrides:
-        values["pooling"] = "clinicalbert"
+    values = {**MODEL_DEFAULTS.get(model, {}), **get_task(task).defaults_for(model), **overrides}
     return TextConfig(**values)
 
 
@@ -620,10 +619,10 @@ def write_confusion(con, run_id: str, split: str, rows: list[tuple[str, str, int
 
 
 def _fingerprint(con, task: str, dataset: str) -> str:
-    if task == "specialty":
-        return tables_fingerprint(con, ["samples.specialty"])
-    return tables_fingerprint(con, ["samples.readmission", "samples.splits"],
-                              {"dataset": dataset, "task": "readmission"})
+    spec = get_task(task)
+    if spec.split_unit == "text_group":  # the split is a column of the sample table
+        return tables_fingerprint(con, [spec.sample_table])
+    return tables_fingerprint(con, [spec.sample_table, "samples.splits"], {"dataset": dataset, "task": spec.samples_task})
 
 
 def run_text_experiment(
@@ -641,18 +640,19 @@ def run_text_experiment(
 
     A failure marks the run `failed` with the error text and re-raises.
     """
-    if task == "faq":
+    generation = tuple(t.name for t in tasks_of_family("text") if t.kind == "generation")
+    if task in generation:
         from medtx.text.faq import run_faq_experiment
 
         return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id)
     if task not in TEXT_TASKS:
-        raise ValueError(f"unknown text task {task!r}; choose one of {(*TEXT_TASKS, 'faq')}")
+        raise ValueError(f"unknown text task {task!r}; choose one of {(*TEXT_TASKS, *generation)}")
     if model not in TEXT_MODELS:
         raise ValueError(f"unknown text model {model!r} for {task}; choose one of {TEXT_MODELS}")
     cfg = text_config(model, overrides, task=task)
-    dataset = dataset or (SPECIALTY_DATASET if task == "specialty" else None)
+    dataset = dataset or get_task(task).dataset
     if dataset is None:
-        raise ValueError("readmission_notes needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
+        raise ValueError(f"{task} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
     settings = get_settings(db=Path(db))
     con = connect(db)
     try:
