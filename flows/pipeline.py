@@ -25,13 +25,13 @@ import duckdb
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
-from prefect.futures import PrefectFuture
+from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from medtx import pipeline_runs as runs
 from medtx import pipeline_steps as steps
-from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config
+from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, resolve_devices
 from medtx.pipeline_plan import Plan, Step, build_plan
 from medtx.publish import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
@@ -108,10 +108,11 @@ TASKS = {
 }
 
 
-def make_task_runner(runner: RunnerConfig):
-    """Thread pool (default) or prefect-dask's DaskTaskRunner (a cluster address, or a local cluster)."""
+def make_task_runner(runner: RunnerConfig, train_width: int = 1):
+    """Thread pool (default; wide enough for `train_width` trainings at once) or prefect-dask's
+    DaskTaskRunner (a cluster address, or a local cluster)."""
     if runner.kind == "thread":
-        return ThreadPoolTaskRunner(max_workers=runner.max_workers)
+        return ThreadPoolTaskRunner(max_workers=max(runner.max_workers, train_width))
     from prefect_dask import DaskTaskRunner
 
     if runner.address:
@@ -137,6 +138,9 @@ class _Run:
         self.db = Path(settings.db)
         self.paths = _paths(settings)
         self.outcomes: dict[str, runs.StepOutcome] = {}
+        gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
+        self.train_width, self.torch_threads = cfg.runner.resolved(gpus=gpus)
+        log.info("training: %d at once, %s torch thread(s) each", self.train_width, self.torch_threads or "default")
 
     def record(self, outcome: runs.StepOutcome) -> None:
         self.outcomes[outcome.step.name] = outcome
@@ -152,7 +156,7 @@ class _Run:
         options = dict(refresh_cache=refresh, result_storage=Path(self.settings.results_dir))
         args: dict[str, Any] = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
         if step.kind == "train":
-            args |= dict(pipeline_run_id=self.id, device=step.device, torch_threads=self.cfg.runner.torch_threads)
+            args |= dict(pipeline_run_id=self.id, device=step.device, torch_threads=self.torch_threads)
         return self.runner.submit(TASKS[step.kind].with_options(**options), parameters=args)
 
     def collect(self, step: Step, key: str, future: PrefectFuture, started: float) -> None:
@@ -181,14 +185,20 @@ class _Run:
                 continue
             prints = runs.input_fingerprints(self.db, step)
             ready.append((step, prints, runs.input_key(step, prints)))
-        width = self.cfg.runner.train_concurrency if layer and layer[0].kind == "train" else 1
+        width = self.train_width if layer and layer[0].kind == "train" else 1
         pending: list[tuple[Step, str, PrefectFuture, float]] = []
         for step, prints, key in ready:
-            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
             if len(pending) >= width:
-                self.collect(*pending.pop(0))
+                self.collect(*pending.pop(self._first_done(pending)))
+            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
-            self.collect(*pending.pop(0))
+            self.collect(*pending.pop(self._first_done(pending)))
+
+    @staticmethod
+    def _first_done(pending: list) -> int:
+        """Index of the first pending step to finish (as they complete, not in submission order)."""
+        done = next(as_completed([future for _, _, future, _ in pending]))
+        return next(i for i, (_, _, future, _) in enumerate(pending) if future is done)
 
 
 def _publish_artifacts(run: _Run) -> None:
@@ -223,7 +233,8 @@ def pipeline(
     runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)})
     try:
         # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
-        with make_task_runner(cfg.runner) as runner:
+        gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
+        with make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner:
             run = _Run(settings, cfg, run_id, set(refresh or []), runner)
             for layer in Plan(tuple(selected)).layers():
                 run.run_layer(layer)
