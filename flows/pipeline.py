@@ -31,6 +31,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from medtx import pipeline_runs as runs
 from medtx import pipeline_steps as steps
+from medtx.exchange import export_training_package, package_key, record_result_package
 from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, resolve_devices
 from medtx.pipeline_plan import Plan, Step, build_plan
 from medtx.publish import publish_snapshot
@@ -87,10 +88,13 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
     return steps.run_samples(spec, paths)
 
 
-@task(name="train", task_run_name="{name}", **_CACHED)
-def train_task(name: str, spec: dict, paths: dict, fingerprints: dict, pipeline_run_id: str, device: str,
-               torch_threads: int | None) -> dict:
-    return steps.run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
+@task(name="train", task_run_name="{name}", **(_CACHED | dict(
+    cache_policy=_CACHED["cache_policy"] - "package" - "result_dir")))
+def train_task(name: str, spec: dict, package: str, result_dir: str, fingerprints: dict, pipeline_run_id: str,
+               device: str, torch_threads: int | None) -> dict:
+    # Runs on a worker: it reads the training package and writes a result package, never the warehouse.
+    return steps.run_train_from_package(spec, package, result_dir, pipeline_run_id=pipeline_run_id, device=device,
+                                        torch_threads=torch_threads)
 
 
 @task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
@@ -123,7 +127,7 @@ def make_task_runner(runner: RunnerConfig, train_width: int = 1):
 
 
 def _paths(settings: Settings) -> dict[str, str]:
-    return {k: str(getattr(settings, k)) for k in ("db", "cache_dir", "data_dir", "models_dir")}
+    return {k: str(getattr(settings, k)) for k in ("db", "cache_dir", "data_dir", "models_dir", "exchange_dir")}
 
 
 def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
@@ -133,11 +137,13 @@ def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
 class _Run:
     """The state of one flow run while it walks the plan (settings, outcomes so far)."""
 
-    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str], runner):
+    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str], runner,
+                 local):
         self.settings, self.cfg, self.id, self.refresh, self.runner = settings, cfg, pipeline_run_id, refresh, runner
         self.db = Path(settings.db)
         self.paths = _paths(settings)
         self.outcomes: dict[str, runs.StepOutcome] = {}
+        self.local = local  # non-training steps write the warehouse: they run in this process, never on workers
         gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
         self.train_width, self.torch_threads = cfg.runner.resolved(gpus=gpus)
         log.info("training: %d at once, %s torch thread(s) each", self.train_width, self.torch_threads or "default")
@@ -154,10 +160,25 @@ class _Run:
     def submit(self, step: Step, prints: dict[str, str], key: str) -> PrefectFuture:
         refresh = step.name in self.refresh or not runs.cache_still_valid(self.db, step, key)
         options = dict(refresh_cache=refresh, result_storage=Path(self.settings.results_dir))
-        args: dict[str, Any] = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
-        if step.kind == "train":
-            args |= dict(pipeline_run_id=self.id, device=step.device, torch_threads=self.torch_threads)
+        if step.kind != "train":
+            args = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
+            return self.local.submit(TASKS[step.kind].with_options(**options), parameters=args)
+        exchange = Path(self.settings.exchange_dir)
+        package = export_training_package(self.db, step.reads, step.scope, exchange,
+                                          package_key(step.reads, step.scope, prints))
+        args = dict(name=step.name, spec=step.spec(), package=str(package), result_dir=str(self.result_dir(step)),
+                    fingerprints=prints, pipeline_run_id=self.id, device=step.device, torch_threads=self.torch_threads)
         return self.runner.submit(TASKS[step.kind].with_options(**options), parameters=args)
+
+    def result_dir(self, step: Step) -> Path:
+        return Path(self.settings.exchange_dir) / "results" / self.id / step.name
+
+    def record_results(self, step: Step, result: dict | None) -> None:
+        """The single writer records a training's result package (idempotent; a cache hit's run is already
+        in the warehouse, its package may be gone)."""
+        folder = Path(result["result"]) if result and result.get("result") else self.result_dir(step)
+        if (folder / "manifest.json").exists():
+            record_result_package(self.db, folder, self.settings.models_dir)
 
     def collect(self, step: Step, key: str, future: PrefectFuture, started: float) -> None:
         future.wait()
@@ -165,11 +186,15 @@ class _Run:
         seconds = round(time.perf_counter() - started, 3)
         if state.is_completed():
             result = future.result()
+            if step.kind == "train":
+                self.record_results(step, result)
             scope = runs.output_scope(step, result)
             fp = runs.output_fingerprint(self.db, step, scope)
             kind = "cached" if state.name == "Cached" else "completed"
             self.record(runs.StepOutcome(step, kind, key, scope, fp, seconds=seconds, result=result))
         else:
+            if step.kind == "train":
+                self.record_results(step, None)  # a failed training still publishes its failed run
             exc = future.result(raise_on_failure=False)
             error = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(state.message)
             self.record(runs.StepOutcome(step, "failed", key, error=error, seconds=seconds))
@@ -234,8 +259,9 @@ def pipeline(
     try:
         # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
         gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
-        with make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner:
-            run = _Run(settings, cfg, run_id, set(refresh or []), runner)
+        with (make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner,
+              ThreadPoolTaskRunner(max_workers=1) as local):
+            run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
             for layer in Plan(tuple(selected)).layers():
                 run.run_layer(layer)
         # The run's status is written before publishing so the dashboard's snapshot shows how it ended;

@@ -194,6 +194,14 @@ def _runs_on(spec: ModelSpec, dataset: str, cfg: PipelineConfig) -> bool:
     return True
 
 
+def _train_reads(task: str) -> tuple[str, ...]:
+    """Every table a training of `task` reads: its training package holds exactly these (medtx.exchange)."""
+    reads = (SAMPLE_TABLE[task], "samples.splits", "samples.vocab")
+    if task in EHR_TASKS and task != "readmission_notes":
+        reads += ("ref.ddi_atc3", *SYNTH_ORACLE)  # DDI rate; the oracle baseline on synthetic cohorts
+    return reads
+
+
 def _train_steps(cfg: PipelineConfig) -> list[Step]:
     devices = itertools.cycle(resolve_devices(cfg.devices))
     steps = []
@@ -216,7 +224,7 @@ def _train_steps(cfg: PipelineConfig) -> list[Step]:
                         task,
                         spec.label,
                         needs=(sample_step,),
-                        reads=(SAMPLE_TABLE[task], "samples.splits", "samples.vocab"),
+                        reads=_train_reads(task),
                         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
                         device=next(devices),
                         scope={"dataset": dataset, "task": sample_step.split(".")[1]},
