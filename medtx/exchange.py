@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -156,6 +157,7 @@ def train_in_package(package: Path | str, result_dir: Path | str, run: Callable[
         tmp = Path(tempfile.mkdtemp(prefix=f".{result_dir.name}-", dir=result_dir.parent))
         _export_results(db, run_ids, models_root, tmp)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
+                    "worker": {"host": socket.gethostname(), "pid": os.getpid()},
                     "error": None if error is None else f"{type(error).__name__}: {error}"}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         if result_dir.exists():  # a retry of the same step: the newer result replaces the older one
