@@ -25,13 +25,14 @@ import duckdb
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
-from prefect.futures import PrefectFuture
+from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from medtx import pipeline_runs as runs
 from medtx import pipeline_steps as steps
-from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config
+from medtx.exchange import export_training_package, package_key, record_result_package
+from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, resolve_devices
 from medtx.pipeline_plan import Plan, Step, build_plan
 from medtx.publish import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
@@ -87,10 +88,13 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
     return steps.run_samples(spec, paths)
 
 
-@task(name="train", task_run_name="{name}", **_CACHED)
-def train_task(name: str, spec: dict, paths: dict, fingerprints: dict, pipeline_run_id: str, device: str,
-               torch_threads: int | None) -> dict:
-    return steps.run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
+@task(name="train", task_run_name="{name}", **(_CACHED | dict(
+    cache_policy=_CACHED["cache_policy"] - "package" - "result_dir")))
+def train_task(name: str, spec: dict, package: str, result_dir: str, fingerprints: dict, pipeline_run_id: str,
+               device: str, torch_threads: int | None) -> dict:
+    # Runs on a worker: it reads the training package and writes a result package, never the warehouse.
+    return steps.run_train_from_package(spec, package, result_dir, pipeline_run_id=pipeline_run_id, device=device,
+                                        torch_threads=torch_threads)
 
 
 @task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
@@ -108,10 +112,11 @@ TASKS = {
 }
 
 
-def make_task_runner(runner: RunnerConfig):
-    """Thread pool (default) or prefect-dask's DaskTaskRunner (a cluster address, or a local cluster)."""
+def make_task_runner(runner: RunnerConfig, train_width: int = 1):
+    """Thread pool (default; wide enough for `train_width` trainings at once) or prefect-dask's
+    DaskTaskRunner (a cluster address, or a local cluster)."""
     if runner.kind == "thread":
-        return ThreadPoolTaskRunner(max_workers=runner.max_workers)
+        return ThreadPoolTaskRunner(max_workers=max(runner.max_workers, train_width))
     from prefect_dask import DaskTaskRunner
 
     if runner.address:
@@ -122,7 +127,7 @@ def make_task_runner(runner: RunnerConfig):
 
 
 def _paths(settings: Settings) -> dict[str, str]:
-    return {k: str(getattr(settings, k)) for k in ("db", "cache_dir", "data_dir", "models_dir")}
+    return {k: str(getattr(settings, k)) for k in ("db", "cache_dir", "data_dir", "models_dir", "exchange_dir")}
 
 
 def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
@@ -132,11 +137,16 @@ def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
 class _Run:
     """The state of one flow run while it walks the plan (settings, outcomes so far)."""
 
-    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str], runner):
+    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str], runner,
+                 local):
         self.settings, self.cfg, self.id, self.refresh, self.runner = settings, cfg, pipeline_run_id, refresh, runner
         self.db = Path(settings.db)
         self.paths = _paths(settings)
         self.outcomes: dict[str, runs.StepOutcome] = {}
+        self.local = local  # non-training steps write the warehouse: they run in this process, never on workers
+        gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
+        self.train_width, self.torch_threads = cfg.runner.resolved(gpus=gpus)
+        log.info("training: %d at once, %s torch thread(s) each", self.train_width, self.torch_threads or "default")
 
     def record(self, outcome: runs.StepOutcome) -> None:
         self.outcomes[outcome.step.name] = outcome
@@ -150,10 +160,25 @@ class _Run:
     def submit(self, step: Step, prints: dict[str, str], key: str) -> PrefectFuture:
         refresh = step.name in self.refresh or not runs.cache_still_valid(self.db, step, key)
         options = dict(refresh_cache=refresh, result_storage=Path(self.settings.results_dir))
-        args: dict[str, Any] = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
-        if step.kind == "train":
-            args |= dict(pipeline_run_id=self.id, device=step.device, torch_threads=self.cfg.runner.torch_threads)
+        if step.kind != "train":
+            args = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
+            return self.local.submit(TASKS[step.kind].with_options(**options), parameters=args)
+        exchange = Path(self.settings.exchange_dir)
+        package = export_training_package(self.db, step.reads, step.scope, exchange,
+                                          package_key(step.reads, step.scope, prints))
+        args = dict(name=step.name, spec=step.spec(), package=str(package), result_dir=str(self.result_dir(step)),
+                    fingerprints=prints, pipeline_run_id=self.id, device=step.device, torch_threads=self.torch_threads)
         return self.runner.submit(TASKS[step.kind].with_options(**options), parameters=args)
+
+    def result_dir(self, step: Step) -> Path:
+        return Path(self.settings.exchange_dir) / "results" / self.id / step.name
+
+    def record_results(self, step: Step, result: dict | None) -> None:
+        """The single writer records a training's result package (idempotent; a cache hit's run is already
+        in the warehouse, its package may be gone)."""
+        folder = Path(result["result"]) if result and result.get("result") else self.result_dir(step)
+        if (folder / "manifest.json").exists():
+            record_result_package(self.db, folder, self.settings.models_dir)
 
     def collect(self, step: Step, key: str, future: PrefectFuture, started: float) -> None:
         future.wait()
@@ -161,11 +186,15 @@ class _Run:
         seconds = round(time.perf_counter() - started, 3)
         if state.is_completed():
             result = future.result()
+            if step.kind == "train":
+                self.record_results(step, result)
             scope = runs.output_scope(step, result)
             fp = runs.output_fingerprint(self.db, step, scope)
             kind = "cached" if state.name == "Cached" else "completed"
             self.record(runs.StepOutcome(step, kind, key, scope, fp, seconds=seconds, result=result))
         else:
+            if step.kind == "train":
+                self.record_results(step, None)  # a failed training still publishes its failed run
             exc = future.result(raise_on_failure=False)
             error = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(state.message)
             self.record(runs.StepOutcome(step, "failed", key, error=error, seconds=seconds))
@@ -181,14 +210,20 @@ class _Run:
                 continue
             prints = runs.input_fingerprints(self.db, step)
             ready.append((step, prints, runs.input_key(step, prints)))
-        width = self.cfg.runner.train_concurrency if layer and layer[0].kind == "train" else 1
+        width = self.train_width if layer and layer[0].kind == "train" else 1
         pending: list[tuple[Step, str, PrefectFuture, float]] = []
         for step, prints, key in ready:
-            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
             if len(pending) >= width:
-                self.collect(*pending.pop(0))
+                self.collect(*pending.pop(self._first_done(pending)))
+            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
-            self.collect(*pending.pop(0))
+            self.collect(*pending.pop(self._first_done(pending)))
+
+    @staticmethod
+    def _first_done(pending: list) -> int:
+        """Index of the first pending step to finish (as they complete, not in submission order)."""
+        done = next(as_completed([future for _, _, future, _ in pending]))
+        return next(i for i, (_, _, future, _) in enumerate(pending) if future is done)
 
 
 def _publish_artifacts(run: _Run) -> None:
@@ -223,8 +258,10 @@ def pipeline(
     runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)})
     try:
         # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
-        with make_task_runner(cfg.runner) as runner:
-            run = _Run(settings, cfg, run_id, set(refresh or []), runner)
+        gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
+        with (make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner,
+              ThreadPoolTaskRunner(max_workers=1) as local):
+            run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
             for layer in Plan(tuple(selected)).layers():
                 run.run_layer(layer)
         # The run's status is written before publishing so the dashboard's snapshot shows how it ended;

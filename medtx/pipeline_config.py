@@ -120,12 +120,32 @@ class RunnerConfig(_Strict):
     address: str | None = None  # dask: scheduler address (tcp://host:8786); None = start a local cluster
     n_workers: int = Field(default=2, ge=1)  # dask local cluster
     threads_per_worker: int = Field(default=1, ge=1)
-    # How many training runs execute at once. 1 on a 2-core CPU box (torch already uses both cores);
-    # the number of GPUs on a multi-GPU machine. Writes to the warehouse stay transactional either way.
-    train_concurrency: int = Field(default=1, ge=1)
-    # torch CPU threads per training (None: torch's default, one per core). 1 on a shared 2-core box: measured
-    # 22 s vs 96 s for the same demo transformer under load, as OpenMP threads spin-wait for each other.
-    torch_threads: int | None = Field(default=None, ge=1)
+    # How many training runs execute at once. "auto" (default): one per GPU with `devices: [auto]` on a GPU
+    # machine, else available cores // torch_threads (medtx.resources: affinity mask capped by the cgroup
+    # quota). The warehouse writer stays single either way: steps open short transactions of their own.
+    train_concurrency: int | Literal["auto"] = "auto"
+    # torch CPU threads per training. "auto" (default): available cores // trainings at once, so concurrent
+    # trainings never oversubscribe the cores (OpenMP threads spin-waiting on each other: 22 s vs 96 s for the
+    # same demo transformer under load); None: torch's own default (one per core, whatever runs beside it).
+    torch_threads: int | Literal["auto"] | None = "auto"
+
+    @field_validator("train_concurrency", "torch_threads")
+    @classmethod
+    def _positive(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be >= 1 or 'auto'")
+        return value
+
+    def resolved(self, gpus: int = 0, cpus: int | None = None) -> tuple[int, int | None]:
+        """(trainings at once, torch threads per training) for a machine with `cpus` cores and `gpus` GPUs."""
+        from medtx.resources import auto_train_concurrency, available_cpus, threads_per_training
+
+        cpus = available_cpus() if cpus is None else cpus
+        fixed_threads = self.torch_threads if isinstance(self.torch_threads, int) else 1
+        width = (auto_train_concurrency(cpus, fixed_threads, gpus) if self.train_concurrency == "auto"
+                 else self.train_concurrency)
+        threads = threads_per_training(width, cpus) if self.torch_threads == "auto" else self.torch_threads
+        return width, threads
 
 
 class ScheduleConfig(_Strict):

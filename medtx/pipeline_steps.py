@@ -111,6 +111,23 @@ def run_train(
     return {"run_ids": [run_id]}
 
 
+def run_train_from_package(
+    spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | None, device: str,
+    torch_threads: int | None = None,
+) -> dict[str, Any]:
+    """Worker side of a training step: train from a training package alone (never the warehouse) and publish a
+    result package at `result_dir`, which the flow records (medtx.exchange). Runs anywhere that mounts the
+    exchange folder: the flow's process, a local Dask worker, another machine."""
+    from medtx.exchange import train_in_package
+
+    def run(db: Path, models_root: Path) -> list[str]:
+        paths = {"db": str(db), "models_dir": str(models_root)}
+        return run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device,
+                         torch_threads=torch_threads)["run_ids"]
+
+    return train_in_package(Path(package), Path(result_dir), run)
+
+
 def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, device: str, exc: BaseException) -> None:
     """Make sure a failed training shows up in ml.runs: the experiment records its own failures once it has
     started a run; this covers a failure before that (bad config, missing samples)."""

@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     cache_dir: Path = PROJECT_ROOT / "var" / "cache"
     models_dir: Path = PROJECT_ROOT / "var" / "models"
     results_dir: Path = PROJECT_ROOT / "var" / "prefect-results"
+    # Training and result packages (medtx.exchange): any folder every training worker mounts.
+    exchange_dir: Path = PROJECT_ROOT / "var" / "exchange"
 
     @property
     def snapshot(self) -> Path:

@@ -54,6 +54,15 @@ def _metrics_table(db: Path, run_id: str) -> Table:
     return table
 
 
+def _use_available_cores(requested: int | None) -> None:
+    """Alone, a training gets every core the process may use (affinity and cgroup quota, medtx.resources)."""
+    import torch
+
+    from medtx.resources import threads_per_training
+
+    torch.set_num_threads(int(requested) if requested else threads_per_training(1))
+
+
 @app.command("train")
 def train(
     task: str = typer.Option(..., "--task", help=f"{', '.join(names_of_family('ehr'))} (EHR) or "
@@ -71,6 +80,7 @@ def train(
     """Train and evaluate one model; results go to ml.runs / ml.epochs / ml.metrics / ml.predictions / ml.attention."""
     settings = get_settings(db=db)
     values = parse_overrides(overrides or [])
+    _use_available_cores(values.get("num_threads"))
     try:
         if get_task(task).family == "ehr":
             from medtx.training.experiment import ExperimentOptions, run_ehr_experiment

@@ -1,0 +1,198 @@
+"""Workers compute, the flow writes: training and result packages in an exchange folder.
+
+DuckDB allows one writing process per file and is not safe on network file systems, so a training never opens
+the warehouse. Instead:
+
+1. the flow (the only warehouse writer) exports a *training package* for a step: every table the step declares
+   it reads (`Step.reads`), filtered to the step's dataset/task scope, as Parquet files plus a manifest, into
+   `<exchange>/packages/<key>/`. The key is a hash of the tables and their fingerprints, so one package serves
+   every model and seed of a (task, dataset) and an unchanged one is never written twice;
+2. a worker (a thread, a process, a Dask worker on another machine that mounts the exchange folder) builds a
+   private scratch warehouse holding ONLY those tables (an undeclared read fails loudly instead of training on
+   empty data), runs the ordinary experiment against it and writes a *result package*: the run's rows of every
+   `ml.*` result table as Parquet plus its checkpoint folders, published by an atomic rename (a killed worker
+   leaves no package, never half of one);
+3. the flow records the result package into the warehouse in one transaction, idempotently: a run already
+   recorded with the same content is left as it is.
+
+The exchange location is a folder (local by default). An object store slots in by syncing these folders
+(packages are immutable, content-addressed; results are write-once), e.g. with fsspec or `aws s3 sync`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from medtx.db import connect, open_warehouse, transaction
+
+# Result tables a run writes, all keyed by run_id (ml.runs first: it names the runs of a package).
+RESULT_TABLES = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.label_metrics", "ml.confusion",
+                 "ml.predictions", "ml.attention")
+MANIFEST = "manifest.json"
+_TABLE = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
+
+
+def _sql_string(value: str | Path) -> str:
+    """A SQL string literal (COPY/read_parquet take no bound parameters for their file names)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _table(name: str) -> str:
+    if not _TABLE.match(name):
+        raise ValueError(f"not a warehouse table name: {name!r}")
+    return name
+
+
+def package_key(reads: Iterable[str], scope: Mapping[str, Any], fingerprints: Mapping[str, str]) -> str:
+    """Content address of a training package: its tables, their scope and the fingerprints of their rows."""
+    body = json.dumps({"reads": sorted(reads), "scope": dict(scope), "fingerprints": dict(fingerprints)},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    schema, name = table.split(".")
+    return [r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?"
+        " ORDER BY ordinal_position", [schema, name]).fetchall()]
+
+
+def _publish_dir(tmp: Path, dest: Path) -> Path:
+    """Atomically move a finished folder into place; if another writer won the race, keep theirs."""
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / MANIFEST).exists():
+            raise
+    return dest
+
+
+def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping[str, Any], exchange: Path | str,
+                            key: str) -> Path:
+    """Write the tables a training step reads (rows of its dataset/task where the table has those columns)
+    to `<exchange>/packages/<key>/`; reuse the folder when it already exists."""
+    dest = Path(exchange) / "packages" / key
+    if (dest / MANIFEST).exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=dest.parent))
+    tables: dict[str, int] = {}
+    with open_warehouse(db, read_only=True, wait_s=120) as con:
+        for table in sorted(set(reads)):
+            cols = _columns(con, _table(table))
+            filters = [(c, v) for c, v in scope.items() if c in cols and v is not None]
+            where = " AND ".join(f'"{c}" = ?' for c, _ in filters) or "true"
+            out = tmp / f"{table}.parquet"
+            select = f"SELECT * FROM {table} WHERE {where}"
+            rows = con.execute(f"SELECT count(*) FROM ({select})", [v for _, v in filters]).fetchall()[0][0]
+            # COPY takes no bound parameters: the filter values go in as escaped literals.
+            literal = select.replace("?", "{}").format(*(_sql_string(v) for _, v in filters))
+            con.execute(f"COPY ({literal}) TO {_sql_string(out)} (FORMAT parquet)")
+            tables[table] = rows
+    (tmp / MANIFEST).write_text(json.dumps({"key": key, "tables": tables, "scope": dict(scope)}, indent=1))
+    return _publish_dir(tmp, dest)
+
+
+def scratch_warehouse(package: Path, folder: Path) -> Path:
+    """A private warehouse in `folder` with the full schema, every table outside the package dropped, and
+    the package's tables loaded: what a worker trains against."""
+    manifest = json.loads((package / MANIFEST).read_text())
+    db = folder / "scratch.duckdb"
+    con = connect(db)
+    try:
+        keep = set(manifest["tables"]) | set(RESULT_TABLES) | {"ml.pipeline_runs"}
+        existing = con.sql("SELECT schema_name || '.' || table_name FROM duckdb_tables() "
+                           "WHERE schema_name <> 'main'").fetchall()
+        with transaction(con):
+            for (table,) in existing:
+                if table not in keep:
+                    con.execute(f"DROP TABLE {_table(table)} CASCADE")
+            for table in manifest["tables"]:
+                con.execute(f"INSERT INTO {_table(table)} BY NAME "
+                            f"SELECT * FROM read_parquet({_sql_string(package / f'{table}.parquet')})")
+    finally:
+        con.close()
+    return db
+
+
+def _export_results(db: Path, run_ids: list[str], models_root: Path, out: Path) -> None:
+    with open_warehouse(db, read_only=True) as con:
+        for table in RESULT_TABLES:
+            ids = ", ".join(_sql_string(r) for r in run_ids) or "NULL"
+            con.execute(f"COPY (SELECT * FROM {table} WHERE run_id IN ({ids})) "
+                        f"TO {_sql_string(out / f'{table}.parquet')} (FORMAT parquet)")
+    for run_id in run_ids:
+        if (models_root / run_id).exists():
+            shutil.copytree(models_root / run_id, out / "models" / run_id)
+
+
+def train_in_package(package: Path | str, result_dir: Path | str, run: Callable[[Path, Path], list[str]]) -> dict:
+    """Worker side: build a scratch warehouse from `package`, call `run(scratch_db, models_root)` (the
+    ordinary experiment; returns its run ids), and publish the result package at `result_dir` atomically —
+    also when the training failed, so its failed run reaches the warehouse; the error is re-raised after."""
+    result_dir = Path(result_dir)
+    result_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="medtx-worker-") as work:
+        work = Path(work)
+        db, models_root = scratch_warehouse(Path(package), work), work / "models"
+        error: BaseException | None = None
+        try:
+            run_ids = run(db, models_root)
+        except Exception as exc:  # recorded as a failed run by the experiment; published, then re-raised
+            error = exc
+            with open_warehouse(db, read_only=True) as con:
+                run_ids = [r[0] for r in con.sql("SELECT run_id FROM ml.runs").fetchall()]
+        tmp = Path(tempfile.mkdtemp(prefix=f".{result_dir.name}-", dir=result_dir.parent))
+        _export_results(db, run_ids, models_root, tmp)
+        manifest = {"run_ids": run_ids, "models_root": str(models_root),
+                    "worker": {"host": socket.gethostname(), "pid": os.getpid()},
+                    "error": None if error is None else f"{type(error).__name__}: {error}"}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        if result_dir.exists():  # a retry of the same step: the newer result replaces the older one
+            shutil.rmtree(result_dir)
+        _publish_dir(tmp, result_dir)
+    if error is not None:
+        raise error
+    return {"run_ids": run_ids, "result": str(result_dir)}
+
+
+def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Path | str) -> list[str]:
+    """Flow side: copy the package's checkpoints under `models_dir` and insert its rows into the warehouse in
+    one transaction. Idempotent: runs already recorded in the same final state are left untouched; a run
+    recorded in another state is replaced as a whole."""
+    result_dir, models_dir = Path(result_dir), Path(models_dir)
+    manifest = json.loads((result_dir / MANIFEST).read_text())
+    run_ids: list[str] = manifest["run_ids"]
+    if not run_ids:
+        return []
+    ids = ", ".join(_sql_string(r) for r in run_ids)
+    incoming = f"read_parquet({_sql_string(result_dir / 'ml.runs.parquet')})"
+    with open_warehouse(db, wait_s=120) as con:
+        same = con.sql(f"SELECT count(*) FROM ml.runs r JOIN {incoming} i USING (run_id) "
+                       "WHERE r.status = i.status AND r.finished_at IS NOT DISTINCT FROM i.finished_at").fetchall()
+        if same[0][0] == len(run_ids):
+            return run_ids
+        for run_id in run_ids:
+            if (result_dir / "models" / run_id).exists():
+                shutil.copytree(result_dir / "models" / run_id, models_dir / run_id, dirs_exist_ok=True)
+        with transaction(con):
+            for table in reversed(RESULT_TABLES):
+                con.execute(f"DELETE FROM {table} WHERE run_id IN ({ids})")
+            for table in RESULT_TABLES:
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
+                            f"read_parquet({_sql_string(result_dir / f'{table}.parquet')})")
+            con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({ids})",
+                        [manifest["models_root"], str(models_dir)])
+    return run_ids
