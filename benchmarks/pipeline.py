@@ -40,7 +40,7 @@ def main() -> None:
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="medtx-bench-pipeline-"))
     work.mkdir(parents=True, exist_ok=True)
-    for name in ("cache_dir", "results_dir", "models_dir"):
+    for name in ("cache_dir", "results_dir", "models_dir", "exchange_dir"):
         os.environ[f"MEDTX_{name.upper()}"] = str(work / name)
     os.environ.setdefault("PREFECT_HOME", str(work / "prefect-home"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
