@@ -60,8 +60,11 @@ class RunData:
     extra: dict = field(default_factory=dict)
 
     def reorder(self, order: np.ndarray) -> RunData:
+        extra = dict(self.extra)
+        if "_rows" in extra:  # cached per-sample values move with their samples
+            extra["_rows"] = {k: v[order] for k, v in extra["_rows"].items()}
         return RunData(self.sample_ids[order], self.units[order], {k: v[order] for k, v in self.arrays.items()},
-                       self.kind, self.truncated, self.extra)
+                       self.kind, self.truncated, extra)
 
     def stats(self, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
         return _BUILDERS[self.kind](self, inverse, n_units)
@@ -69,21 +72,28 @@ class RunData:
 
 def _multilabel_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
     y, p, pred = d.arrays["y"], d.arrays["p"], d.arrays["pred"]
-    rows = {"pr_auc_samples": average_precision_rows(y, p), "roc_auc_samples": roc_auc_rows(y, p),
-            **set_metric_rows(y, pred), "brier": ((p - y) ** 2).mean(axis=1)}
-    for k in d.extra.get("ks", ()):
-        rows[f"recall_at_{k}"] = recall_at_k_rows(y, p, k)
+    rows = d.extra.get("_rows")
+    if rows is None:  # per-visit values: the costly part, computed once per run (intervals and comparisons)
+        rows = {"pr_auc_samples": average_precision_rows(y, p), "roc_auc_samples": roc_auc_rows(y, p),
+                **set_metric_rows(y, pred), "brier": ((p - y) ** 2).mean(axis=1)}
+        for k in d.extra.get("ks", ()):
+            rows[f"recall_at_{k}"] = recall_at_k_rows(y, p, k)
+        if d.extra.get("ddi") is not None:
+            for kind, sets in (("ddi_rate", pred), ("ddi_rate_true", y)):
+                rows[f"_{kind}_num"], rows[f"_{kind}_den"] = ddi_pair_counts(sets, d.extra["ddi"])
+        d.extra["_rows"] = rows
     out: dict[tuple[str, str], iv.Stat] = {}
     for name, values in rows.items():
+        if name.startswith("_"):
+            continue
         for averaging in ("visit", "patient"):
             out[(name, averaging)] = iv.mean_stat(values, inverse, n_units, averaging)
     out[("avg_pred_size", "visit")] = iv.mean_stat(pred.sum(axis=1), inverse, n_units)
     out[("avg_true_size", "visit")] = iv.mean_stat(y.sum(axis=1), inverse, n_units)
     out[("ece", "none")] = iv.ece_stat(y, p, inverse, n_units)
     if d.extra.get("ddi") is not None:
-        for kind, sets in (("ddi_rate", pred), ("ddi_rate_true", y)):
-            num, den = ddi_pair_counts(sets, d.extra["ddi"])
-            out[(kind, "none")] = iv.ratio_stat(num, den, inverse, n_units)
+        for kind in ("ddi_rate", "ddi_rate_true"):
+            out[(kind, "none")] = iv.ratio_stat(rows[f"_{kind}_num"], rows[f"_{kind}_den"], inverse, n_units)
     return out
 
 

@@ -1,8 +1,8 @@
 """Patient-bootstrap confidence intervals and paired comparisons, vectorised over resamples.
 
 A bootstrap WITH replacement over units (patients; text groups for MTSamples; pairs for the FAQ) is a matrix
-`counts` of shape (n_boot, n_units): how often each unit was drawn in each resample (a multinomial draw of
-n_units out of n_units). Every metric is written as a `Stat`: a function of such a count matrix returning one
+`counts` of shape (n_boot, n_units): how often each unit was drawn in each resample (n_units uniform
+draws with replacement, i.e. a multinomial count vector). Every metric is written as a `Stat`: a function of such a count matrix returning one
 value per row, so a resample never copies data:
 - mean-type metrics (per-visit PR-AUC, Jaccard, Brier, token F1 ...) are ratios of per-unit sums,
   `counts @ sums / counts @ n` — a matrix product;
@@ -47,7 +47,9 @@ def resample_counts(n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> np.nda
     if n_units < 1:
         raise ValueError("bootstrap: no units to resample")
     rng = np.random.default_rng(seed)
-    return rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=n_boot).astype(np.float64)
+    draws = rng.integers(0, n_units, (n_boot, n_units))  # n_units draws with replacement per resample
+    flat = (draws + np.arange(n_boot)[:, None] * n_units).ravel()
+    return np.bincount(flat, minlength=n_boot * n_units).reshape(n_boot, n_units).astype(np.float64)
 
 
 def _unit_sums(values: np.ndarray, inverse: np.ndarray, n_units: int) -> np.ndarray:
