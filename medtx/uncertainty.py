@@ -45,7 +45,7 @@ COMPARED = {
     "faq": (("token_f1", "none"), ("exact_match", "none")),
 }
 NON_NEURAL = ("logreg", "tfidf_logreg", "retrieval", "copy_last", "most_frequent", "majority")
-REF_UNIT = {"specialty": "text groups", "faq": "pairs"}
+UNIT_NAMES = {"specialty": "text groups", "faq": "pairs"}  # what the bootstrap resamples; else patients
 
 
 @dataclass
@@ -189,6 +189,7 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
 def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> int:
     """Write ci_low/ci_high/n_boot/ci_method on the run's test metrics (and add brier/ece rows); returns how
     many metrics got an interval. The old sd (subsample convention) is kept and named in sd_method."""
+    task = _run_row(con, run_id)[0]
     data = load_run_data(con, run_id)
     if data is None:
         log.warning("uncertainty: run %s stored no test predictions; no intervals", run_id)
@@ -215,15 +216,9 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
                 con.execute("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, n_boot, ci_low, "
                             "ci_high, ci_method) VALUES (?, 'test', ?, ?, ?, ?, ?, ?, ?)",
                             [run_id, metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method])
-        _upsert_count(con, run_id, "n_units", n_units)
+        con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
+                    [n_units, UNIT_NAMES.get(task, "patients"), run_id])
     return len(rows)
-
-
-def _upsert_count(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, value: int) -> None:
-    con.execute("DELETE FROM ml.metrics WHERE run_id = ? AND split = 'test' AND metric = ? AND averaging = 'none'",
-                [run_id, metric])
-    con.execute("INSERT INTO ml.metrics (run_id, split, metric, averaging, value) VALUES (?, 'test', ?, 'none', ?)",
-                [run_id, metric, float(value)])
 
 
 def _num(value: float) -> float | None:

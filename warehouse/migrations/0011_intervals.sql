@@ -9,6 +9,10 @@ ALTER TABLE ml.metrics ADD COLUMN ci_high DOUBLE;
 ALTER TABLE ml.metrics ADD COLUMN ci_method VARCHAR;
 ALTER TABLE ml.metrics ADD COLUMN sd_method VARCHAR;
 
+-- How many units the test bootstrap resampled (the small-sample guard's n) and what they are.
+ALTER TABLE ml.runs ADD COLUMN n_test_units INTEGER;
+ALTER TABLE ml.runs ADD COLUMN test_unit VARCHAR;             -- 'patients', 'text groups' or 'pairs'
+
 -- Paired patient bootstrap of a run against the reference baseline of its (task, dataset): the best
 -- non-neural baseline on VALIDATION. diff = run - reference on the test split; ci_* its percentile interval;
 -- p_better = share of resamples where the run is ahead. Fewer than 30 test units: verdict 'too_small'.
