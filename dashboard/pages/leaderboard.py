@@ -55,6 +55,7 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
                     columnSize="autoSize",
                     dashGridOptions={
                         "animateRows": False,
+                        "suppressColumnVirtualisation": True,  # ~20 columns: every cell in the DOM
                         "tooltipShowDelay": 300,
                     },
                     getRowStyle={"styleConditions": [
@@ -98,9 +99,7 @@ def register(app: Dash, snapshot: Path) -> None:
         names, sizes = part["dataset"].to_list(), part["n_test_units"].to_list()
         labels = [(n or "(no dataset)") + (f" · {k} test units" if k is not None else "")
                   + (" · too small to compare" if ci.too_small(k) else "") for n, k in zip(names, sizes, strict=True)]
-        # Default: the dataset with the most test patients (a 2-patient demo split must not be the first view).
-        largest = max(zip(names, sizes, strict=True), key=lambda t: -1 if t[1] is None else t[1])[0] if names else None
-        return ui.options(names, labels), current if current in names else largest
+        return ui.options(names, labels), current if current in names else default_dataset(names, sizes)
 
     @app.callback(
         Output("lb-averaging", "options"),
@@ -157,6 +156,14 @@ def register(app: Dash, snapshot: Path) -> None:
         forest = ui.graph(ci.forest_figure(metrics, runs, headline, reference), id="lb-forest-graph",
                           height=max(260, 28 * runs.height + 120)) if headline else None
         return rows, column_defs(metric_names), note, alert, forest
+
+
+def default_dataset(names: list[str], sizes: list[int | None]) -> str | None:
+    """The dataset with the most test patients (a 2-patient demo split must not be the first view); ties and
+    datasets without a recorded size keep their listed order."""
+    if not names:
+        return None
+    return max(zip(names, sizes, strict=True), key=lambda t: -1 if t[1] is None else t[1])[0]
 
 
 def headline_metric(task: str) -> str | None:
