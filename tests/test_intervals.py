@@ -232,3 +232,46 @@ def test_warehouse_mismatched_test_samples_fail_loudly(tmp_db: Path):
         assert compare_runs(con, "readmission", "sim", ["mf"]) == 0
     finally:
         con.close()
+
+
+def test_warehouse_text_runs_resample_groups_and_pairs(tmp_db: Path):
+    """MTSamples runs resample text groups (from samples.specialty), FAQ runs resample question/answer pairs."""
+    import polars as pl
+
+    rng = np.random.default_rng(4)
+    con = connect(tmp_db)
+    try:
+        notes = pl.DataFrame({"note_id": np.arange(80), "text": ["t"] * 80, "label": ["a"] * 80,
+                              "group_id": np.arange(80) // 2, "split": ["test"] * 80, "conflicting": [False] * 80})
+        con.register("n", notes.to_arrow())
+        con.execute("INSERT INTO samples.specialty SELECT * FROM n")
+        classes = ["a", "b", "c"]
+        y = rng.integers(0, 3, 80)
+        pred = np.where(rng.random(80) < 0.7, y, rng.integers(0, 3, 80))
+        records.start_run(con, "spec", task="specialty", model="tfidf_logreg", dataset="mtsamples", seed=0, config={})
+        records.write_metrics(con, "spec", "test", [("macro_f1", "none", 0.6, 0.02, 10)])
+        records.write_predictions(con, "spec", pl.DataFrame({
+            "sample_id": np.repeat(np.arange(80).astype(str), 3), "label": classes * 80,
+            "prob": rng.random(240), "y_true": np.repeat(y, 3) == np.tile(np.arange(3), 80),
+            "predicted": np.repeat(pred, 3) == np.tile(np.arange(3), 80)}))
+        records.finish_run(con, "spec")
+        f1 = rng.random(50)
+        records.start_run(con, "faq1", task="faq", model="retrieval", dataset="mental_health_faq", seed=0, config={})
+        records.write_metrics(con, "faq1", "test", [("token_f1", "none", float(f1.mean()), 0.01, 10)])
+        records.write_predictions(con, "faq1", pl.DataFrame({
+            "sample_id": np.arange(50).astype(str), "label": ["answer"] * 50, "prob": f1, "y_true": f1 > 0.9,
+            "predicted": f1 > 0.9}))
+        records.finish_run(con, "faq1")
+        units = dict(con.sql("SELECT run_id, n_test_units || ' ' || test_unit FROM ml.runs").fetchall())
+        assert units == {"spec": "40 text groups", "faq1": "50 pairs"}
+        (lo, hi), = con.sql("SELECT ci_low, ci_high FROM ml.metrics WHERE run_id = 'faq1' "
+                            "AND metric = 'token_f1'").fetchall()
+        assert lo < f1.mean() < hi
+        naive = np.percentile([f1[d].mean() for d in np.random.default_rng(0).integers(0, 50, (1000, 50))],
+                              [2.5, 97.5])
+        assert abs(lo - naive[0]) < 0.03 and abs(hi - naive[1]) < 0.03  # another resample draw, same law
+        (lo, hi, method), = con.sql("SELECT ci_low, ci_high, ci_method FROM ml.metrics WHERE run_id = 'spec' "
+                                    "AND metric = 'macro_f1'").fetchall()
+        assert 0 < lo < hi < 1 and method == iv.CI_METHOD
+    finally:
+        con.close()

@@ -46,6 +46,8 @@ def start_run(
     with transaction(con):
         for table in RUN_TABLES:
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        # Comparisons against this run as the reference described its old predictions: recomputed on finish.
+        con.execute("DELETE FROM ml.comparisons WHERE reference_run_id = ?", [run_id])
         con.execute(
             "INSERT INTO ml.runs (run_id, task, model, status, config, seed, device, data_fingerprint, "
             "code_version, dataset, is_synthetic, started_at, pipeline_run_id) "
