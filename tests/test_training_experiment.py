@@ -149,6 +149,10 @@ def test_cli_train_prints_run_and_metrics(tiny_db: Path):
     run_id = result.stdout.strip().splitlines()[-1]
     seed, config = _q(tiny_db, "SELECT seed, config FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert seed == 3 and json.loads(config)["C"] == 0.5
+    import re  # the default display is the 95% patient-bootstrap interval, not the subsample sd
+
+    assert re.search(r"pr_auc_samples .*\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", result.output), result.output
+    assert "±" not in result.output
     bad = CliRunner().invoke(app, ["train", "--task", "drug_rec", "--model", "nope", "--dataset", DATASET,
                                    "--db", str(tiny_db)])
     assert bad.exit_code == 1 and "nope" in bad.output
