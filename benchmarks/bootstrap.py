@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=iv.N_BOOT)
     args = parser.parse_args()
     run, ref = make_split(args.visits, args.labels)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     n_units, inverse = iv.unit_index(ref.units)
     counts = iv.resample_counts(n_units, args.n_boot)
     n_intervals = 0
@@ -64,12 +64,12 @@ def main() -> None:
             iv.interval(stat, counts)
             n_intervals += 1
     comparisons = compare_pair(run, ref, "drug_rec", "run", "ref", counts, inverse)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"drug_rec test split: {args.visits:,} visits, {n_units:,} patients, {args.labels} labels; "
           f"{args.n_boot:,} resamples with replacement")
-    print(f"{n_intervals} intervals (2 runs) + {len(comparisons)} paired comparisons: {seconds:.2f} s "
-          f"on {os.cpu_count()} cores, load average {load}")
+    print(f"{n_intervals} intervals (2 runs) + {len(comparisons)} paired comparisons: {seconds:.2f} s wall, "
+          f"{cpu:.2f} s CPU (this process, all threads) on {os.cpu_count()} cores, load average {load}")
     for row in comparisons:
         print(f"  {row[2]}|{row[3]}: diff {row[4]:+.4f} [{row[5]:+.4f}, {row[6]:+.4f}] p_better {row[7]:.3f} "
               f"-> {row[8]}")
