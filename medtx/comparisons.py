@@ -102,8 +102,16 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None,
             if run_id == ref_id:
                 continue
             data = load_run_data(con, run_id)
-            if data is not None:
+            if data is None:
+                continue
+            try:
                 rows += compare_pair(data, ref, task, run_id, ref_id, counts, inverse)
+            except ValueError as exc:
+                if run_ids is None or run_id in run_ids:
+                    raise  # the run being recorded (or an explicit full recompute): refuse loudly
+                # An older run scored on another split (samples rebuilt since) must not fail today's run; it
+                # is left without a comparison, and said so.
+                log.warning("uncertainty: %s left without a comparison: %s", run_id, exc)
     with transaction(con):
         if ref_id is None or targets == runs:  # a new reference: nothing of the old one may stay
             con.execute("DELETE FROM ml.comparisons WHERE run_id IN (SELECT run_id FROM ml.runs WHERE task = ? "

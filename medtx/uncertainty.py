@@ -187,8 +187,9 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
 
 
 def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> int:
-    """Write ci_low/ci_high/n_boot/ci_method on the run's test metrics (and add brier/ece rows); returns how
-    many metrics got an interval. The old sd (subsample convention) is kept and named in sd_method."""
+    """Write the point estimate, ci_low/ci_high/n_boot/ci_method on the run's test metrics (and add brier/ece
+    rows); returns how many metrics got an interval. The old sd (subsample convention) is kept and named in
+    sd_method."""
     task = _run_row(con, run_id)[0]
     data = load_run_data(con, run_id)
     if data is None:
@@ -207,11 +208,15 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
         for metric, averaging, value, lo, hi, method in rows:
             if (metric, averaging) in existing:
                 old = existing[(metric, averaging)]
+                # value becomes the point estimate on the whole test split (the runners wrote the mean of the
+                # subsamples); a truncated run's ranking metrics keep the runner's value from the full scores.
+                exact = method == iv.CI_METHOD
                 con.execute(
-                    "UPDATE ml.metrics SET ci_low = ?, ci_high = ?, n_boot = ?, ci_method = ?, "
-                    "sd_method = CASE WHEN sd IS NULL THEN NULL ELSE ? END "
+                    "UPDATE ml.metrics SET value = CASE WHEN ? THEN ? ELSE value END, ci_low = ?, ci_high = ?, "
+                    "n_boot = ?, ci_method = ?, sd_method = CASE WHEN sd IS NULL THEN NULL ELSE ? END "
                     "WHERE run_id = ? AND split = 'test' AND metric = ? AND averaging = ?",
-                    [_num(lo), _num(hi), n_boot, method, f"subsample_{old}x80pct_sd", run_id, metric, averaging])
+                    [exact, _num(value), _num(lo), _num(hi), n_boot, method, f"subsample_{old}x80pct_sd", run_id,
+                     metric, averaging])
             elif metric in ("brier", "ece"):
                 con.execute("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, n_boot, ci_low, "
                             "ci_high, ci_method) VALUES (?, 'test', ?, ?, ?, ?, ?, ?, ?)",

@@ -191,6 +191,12 @@ def test_warehouse_intervals_reference_on_validation_and_verdicts(tmp_db: Path):
             "SELECT ci_low, ci_high, n_boot, ci_method, sd_method FROM ml.metrics "
             "WHERE run_id = 'lr' AND split = 'test' AND metric = 'auroc'").fetchall()[0]
         assert 0.7 < lo < hi < 1.0 and n_boot == 1000 and method == iv.CI_METHOD
+        # The runner's value (0.5 here) is replaced by the point estimate on the whole test split.
+        (value,), = con.sql("SELECT value FROM ml.metrics WHERE run_id = 'lr' AND split = 'test' "
+                            "AND metric = 'auroc'").fetchall()
+        lr_scores = con.sql("SELECT y_true, prob FROM ml.predictions WHERE run_id = 'lr'").fetchall()
+        assert value == pytest.approx(roc_auc_score([t for t, _ in lr_scores], [p for _, p in lr_scores]))
+        assert lo <= value <= hi
         assert sd_method == "subsample_10x80pct_sd"
         assert con.sql("SELECT count(*) FROM ml.metrics WHERE run_id = 'tf' AND metric IN ('brier', 'ece') "
                        "AND ci_low IS NOT NULL").fetchall()[0][0] == 2
@@ -273,5 +279,22 @@ def test_warehouse_text_runs_resample_groups_and_pairs(tmp_db: Path):
         (lo, hi, method), = con.sql("SELECT ci_low, ci_high, ci_method FROM ml.metrics WHERE run_id = 'spec' "
                                     "AND metric = 'macro_f1'").fetchall()
         assert 0 < lo < hi < 1 and method == iv.CI_METHOD
+    finally:
+        con.close()
+
+
+def test_an_old_run_on_another_split_does_not_fail_a_new_one(tmp_db: Path, caplog):
+    """When a new reference triggers a recompare, a stale run (other test samples) is skipped with a warning;
+    the run being recorded still completes with its comparison."""
+    rng, subjects, y = _sim(40)
+    con = connect(tmp_db)
+    try:
+        _record_binary_run(con, "old", "rnn", rng.random(len(y) - 2), y[:-2], subjects[:-2], val_auprc=0.9)
+        _record_binary_run(con, "mf", "most_frequent", rng.random(len(y)), y, subjects, val_auprc=0.5)
+        _record_binary_run(con, "tf", "transformer", rng.random(len(y)), y, subjects, val_auprc=0.9)
+        status = dict(con.sql("SELECT run_id, status FROM ml.runs").fetchall())
+        assert status == {"old": "completed", "mf": "completed", "tf": "completed"}
+        compared = {r for r, in con.sql("SELECT DISTINCT run_id FROM ml.comparisons").fetchall()}
+        assert compared == {"tf"} and "old left without a comparison" in caplog.text
     finally:
         con.close()
