@@ -298,3 +298,35 @@ def test_an_old_run_on_another_split_does_not_fail_a_new_one(tmp_db: Path, caplo
         assert compared == {"tf"} and "old left without a comparison" in caplog.text
     finally:
         con.close()
+
+
+def test_truncated_predictions_are_named_in_ci_method(tmp_db: Path):
+    """A multi-label run that stored only part of its (visit, label) cells: set metrics are exact, ranking
+    metrics' intervals are computed from the stored cells and say so; the runner's ranking value is kept."""
+    import polars as pl
+
+    rng = np.random.default_rng(9)
+    n, labels = 40, ["A01", "B02", "C03", "D04", "E05"]
+    p = rng.random((n, 5))
+    y = rng.random((n, 5)) < 0.4
+    keep = y | (p >= 0.5) | (np.argsort(np.argsort(-p, axis=1), axis=1) < 2)  # true, predicted or top-2
+    rows, cols = np.nonzero(keep)
+    con = connect(tmp_db)
+    try:
+        records.start_run(con, "trunc", task="drug_rec", model="logreg", dataset="sim", seed=0, config={})
+        records.write_metrics(con, "trunc", "test", [("pr_auc_samples", "visit", 0.123, 0.01, 10),
+                                                     ("jaccard_samples", "visit", 0.5, 0.01, 10)])
+        records.write_predictions(con, "trunc", pl.DataFrame({
+            "sample_id": rows.astype(str), "subject_id": rows, "hadm_id": rows,
+            "label": np.array(labels)[cols], "prob": p[rows, cols], "y_true": y[rows, cols],
+            "predicted": p[rows, cols] >= 0.5}))
+        records.finish_run(con, "trunc")
+        got = {m: (v, method) for m, v, method in con.sql(
+            "SELECT metric, value, ci_method FROM ml.metrics WHERE run_id = 'trunc' AND averaging = 'visit' "
+            "AND metric IN ('pr_auc_samples', 'jaccard_samples')").fetchall()}
+        assert got["pr_auc_samples"] == (0.123, iv.CI_METHOD + "_truncated_predictions")
+        inter, union = (y & (p >= 0.5)).sum(axis=1), (y | (p >= 0.5)).sum(axis=1)
+        jaccard = np.where(union > 0, inter / np.maximum(union, 1), 0).mean()
+        assert got["jaccard_samples"] == (pytest.approx(jaccard), iv.CI_METHOD)
+    finally:
+        con.close()
