@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.results_intervals import comparison_lines, recompute  # noqa: E402
 from medtx.training.experiment import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
 
 log = logging.getLogger("medtx.benchmarks")
@@ -216,7 +217,8 @@ def collect(db: Path, dataset: str) -> dict:
             "SELECT run_id, task, model, status, collapsed, threshold, threshold_source, device, train_seconds, "
             "best_epoch, config FROM ml.runs WHERE run_id LIKE 'results.%' AND dataset = ?", [dataset]).fetchall()
         metrics = con.execute(
-            "SELECT m.run_id, m.metric, m.averaging, m.value, m.sd FROM ml.metrics m JOIN ml.runs r USING (run_id) "
+            "SELECT m.run_id, m.metric, m.averaging, m.value, m.sd, m.ci_low, m.ci_high FROM ml.metrics m "
+            "JOIN ml.runs r USING (run_id) "
             "WHERE r.run_id LIKE 'results.%' AND r.dataset = ? AND r.status = 'completed' AND m.split = 'test'",
             [dataset]).fetchall()
         summary = dict(con.execute("SELECT task || '.' || metric, value FROM samples.task_summary WHERE dataset = ?",
@@ -242,12 +244,15 @@ def collect(db: Path, dataset: str) -> dict:
         if best_epoch:
             cell["epochs"].append(best_epoch)
         by_run[run_id] = cell
-    for run_id, metric, averaging, value, sd in metrics:
+    for run_id, metric, averaging, value, sd, lo, hi in metrics:
         if run_id in by_run and value is not None:
             by_run[run_id]["metrics"].setdefault((metric, averaging), []).append(value)
             by_run[run_id]["boot_sd"].setdefault((metric, averaging), []).append(sd or 0.0)
+            if lo is not None and hi is not None:
+                by_run[run_id].setdefault("ci", {}).setdefault((metric, averaging), []).append((lo, hi))
     out["_summary"] = summary
     out["_paired"] = paired_lines(db, dataset)
+    out["_comparisons"] = {task: comparison_lines(db, dataset, task) for task in HEADLINE}
     return out
 
 
@@ -345,12 +350,13 @@ def verdicts(cells: dict, task: str, model: str, rivals: tuple[str, ...], key: t
             continue
         a, b = float(np.mean(mine)), float(np.mean(theirs))
         spread = max(np.std(mine, ddof=1) if len(mine) > 1 else 0.0, np.std(theirs, ddof=1) if len(theirs) > 1 else 0.0)
+        # Seed means only: "beats" is reserved for the paired verdicts below (issue 14).
         if a > b + spread:
-            verdict = "beats"
+            verdict = "is ahead (seed means, by more than one seed-sd; not a paired test) of"
         elif a > b:
             verdict = "is ahead of, but within one seed-sd of,"
         else:
-            verdict = "**does not beat**"
+            verdict = "**is not ahead of**"
         caveat = "" if len(mine) >= 3 else f" (only {len(mine)} seed(s) of {model}: not yet a claim)"
         how = "pooled over test samples" if key[1] == "none" else f"{key[1]}-averaged"
         lines.append(f"- {model} {verdict} {rival} on {key[0]} ({how}): {a:.3f} vs {b:.3f}{caveat}.")
@@ -414,7 +420,11 @@ def render(cells: dict, dataset: str, seeds: list[int]) -> str:
              "Synthetic data (medtx.synth): always labelled synthetic; figures say nothing about real patients.",
              f"Training seeds {', '.join(map(str, seeds))}; the patient split (70/10/20) is fixed by the samples stage.",
              "Each cell: mean ± sd over seeds of the test value; each test value is the mean over 10 resamples",
-             "of 80% of test patients (without replacement). Set metrics use each run's threshold: tuned on",
+             "of 80% of test patients (without replacement). Per run, the 95% interval is a bootstrap WITH",
+             "replacement over test patients (1,000 resamples, percentile); the 10×80% subsample sd is the",
+             "SafeDrug convention, kept for comparison with papers and about half as wide. A model 'beats'",
+             "another only by the paired verdicts (same resampled patients, against the reference baseline",
+             "chosen on validation), with 3 agreeing seeds. Set metrics use each run's threshold: tuned on",
              "validation (grid 0.05–0.95, max visit-averaged Jaccard for drug_rec, F1 for next_visit) for",
              "neural models, logreg and oracle; top-k (k = training mean set size) for most_frequent; 0.5 for",
              "copy_last. `visit` = averaged over visits (PyHealth / sklearn samples); `patient` = averaged",
@@ -438,7 +448,9 @@ def render(cells: dict, dataset: str, seeds: list[int]) -> str:
         n = summary.get(f"{task}.samples")
         parts += [f"### {task}" + (f" ({int(n):,} samples)" if n else ""), ""]
         header = (["model", "runs"] + [f"{m} ({a})" for m, a in keys]
-                  + [f"bootstrap sd of {keys[0][0]}", "threshold", "train s/run", "notes"])
+                  + [f"mean per-run 95% CI of {keys[0][0]} (patient bootstrap)",
+                     f"10×80% subsample sd of {keys[0][0]} (SafeDrug convention; narrower than a patient "
+                     "bootstrap CI)", "threshold", "train s/run", "notes"])
         parts += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for model, cell in rows:
             notes = []
@@ -456,9 +468,11 @@ def render(cells: dict, dataset: str, seeds: list[int]) -> str:
             values = [fmt(cell["metrics"].get(k, [])) for k in keys]
             boot = cell["boot_sd"].get(keys[0], [])
             boot_sd = f"{np.mean(boot):.3f}" if boot else "—"
+            cis = cell.get("ci", {}).get(keys[0], [])
+            ci = f"[{np.mean([lo for lo, _ in cis]):.3f}, {np.mean([hi for _, hi in cis]):.3f}]" if cis else "—"
             name = f"**{model}**" if model == "transformer" else model
-            parts.append("| " + " | ".join([name, str(cell["runs"]), *values, boot_sd, thr, secs, "; ".join(notes)])
-                         + " |")
+            parts.append("| " + " | ".join([name, str(cell["runs"]), *values, ci, boot_sd, thr, secs,
+                                            "; ".join(notes)]) + " |")
         if task == "drug_rec":
             key = ("jaccard_samples", "visit")
             parts += ["", "Verdicts (drug_rec, the headline comparison):"]
@@ -476,6 +490,7 @@ def render(cells: dict, dataset: str, seeds: list[int]) -> str:
             parts += cells.get("_paired", [])
             parts += reading(cells, task)
         parts += task_verdicts(cells, task)
+        parts += cells.get("_comparisons", {}).get(task, [])
         parts += missing_seeds(cells, task, len(seeds))
         parts.append("")
     return "\n".join(parts)
@@ -503,6 +518,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--intervals", action="store_true",
+                    help="(re)compute the patient-bootstrap intervals and paired comparisons of every completed run "
+                         "of the dataset before rendering (runs recorded before issue 14 have none)")
     ap.add_argument("--rerun", default="", help="comma-separated models to re-run even when completed")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     args = ap.parse_args(argv)
@@ -517,6 +535,8 @@ def main(argv: list[str] | None = None) -> None:
         dataset = prepare_cohort(args.db, args.patients, args.synth_seed, args.db.parent)
         run_all(args.db, dataset, tasks, args.models.split(",") if args.models else None, seeds, args.device,
                 args.threads, tuple(filter(None, args.rerun.split(","))))
+    if args.intervals:
+        recompute(args.db, dataset, tasks)
     write_results(args.out, render(collect(args.db, dataset), dataset, seeds))
     print(args.out.read_text())
 

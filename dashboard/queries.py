@@ -299,10 +299,13 @@ def run_status_counts(snapshot: Path) -> pl.DataFrame:
 
 
 def task_datasets(snapshot: Path) -> pl.DataFrame:
-    """(task, dataset, runs) with at least one run, for the selectors."""
+    """(task, dataset, runs, n_test_units) with at least one run, for the selectors; n_test_units is the most
+    test patients (text groups, FAQ pairs) any run of the dataset was evaluated on (NULL before issue 14)."""
     return query(
         snapshot,
-        "SELECT task, coalesce(dataset, '') AS dataset, count(*) AS runs FROM ml.runs GROUP BY ALL ORDER BY task, dataset",
+        "SELECT r.task, coalesce(r.dataset, '') AS dataset, count(*) AS runs, max(t.n_test_units) AS n_test_units "
+        f"FROM ml.runs r LEFT JOIN {_mart(snapshot, 'test_sizes')} t ON t.run_id = r.run_id "
+        "GROUP BY ALL ORDER BY r.task, dataset",
     )
 
 
@@ -339,13 +342,35 @@ def leaderboard_runs(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
 
 
 def leaderboard_metrics(snapshot: Path, task: str, dataset: str, averaging: str | None) -> pl.DataFrame:
-    """Test metrics (mean, sd) of those runs in one averaging convention (plus convention-free ones)."""
+    """Test metrics of those runs in one averaging convention (plus convention-free ones): value, the SafeDrug
+    subsample sd, the 95% patient-bootstrap interval, and the paired verdict against the reference baseline."""
     return query(
         snapshot,
-        "SELECT m.run_id, m.metric, m.value, m.sd FROM ml.metrics m JOIN ml.runs r USING (run_id) "
-        "WHERE r.task = ? AND coalesce(r.dataset, '') = ? AND m.split = 'test' "
-        "AND (m.averaging = 'none' OR m.averaging = ?)",
+        "SELECT run_id, metric, value, sd, ci_low, ci_high, reference_run_id, diff, diff_low, diff_high, p_better, "
+        f"verdict FROM {_mart(snapshot, 'leaderboard')} WHERE task = ? AND dataset = ? "
+        "AND (averaging = 'none' OR averaging = ?)",
         [task, dataset, averaging or "none"],
+    )
+
+
+def leaderboard_sizes(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
+    """(run_id, n_test_units, n_test_samples) of the runs of a task on a dataset."""
+    return query(
+        snapshot,
+        f"SELECT run_id, n_test_units, n_test_samples FROM {_mart(snapshot, 'test_sizes')} "
+        "WHERE task = ? AND dataset = ?",
+        [task, dataset],
+    )
+
+
+def run_comparisons(snapshot: Path, run_id: str) -> pl.DataFrame:
+    """The run's paired comparisons against its reference baseline, with the resampled differences."""
+    return query(
+        snapshot,
+        "SELECT c.reference_run_id, r.model AS reference_model, c.metric, c.averaging, c.diff, c.ci_low, c.ci_high, "
+        "c.p_better, c.verdict, c.n_units, c.n_boot, c.diffs FROM ml.comparisons c "
+        "LEFT JOIN ml.runs r ON r.run_id = c.reference_run_id WHERE c.run_id = ? ORDER BY c.metric",
+        [run_id],
     )
 
 
@@ -377,7 +402,7 @@ def run_epochs(snapshot: Path, run_id: str) -> pl.DataFrame:
 def run_metrics(snapshot: Path, run_id: str) -> pl.DataFrame:
     return query(
         snapshot,
-        "SELECT split, metric, averaging, value, sd, n_boot FROM ml.metrics WHERE run_id = ? "
+        "SELECT split, metric, averaging, value, sd, n_boot, ci_low, ci_high FROM ml.metrics WHERE run_id = ? "
         "ORDER BY split, metric, averaging",
         [run_id],
     )

@@ -122,6 +122,30 @@ MARTS: dict[str, Mart] = {
         ),
         key="run_id, bin",
     ),
+    # Leaderboard: per run, the test units resampled by the bootstrap (patients, text groups, FAQ pairs) and the
+    # test samples predicted — counting distinct samples over millions of long-form predictions is the slow part.
+    "test_sizes": Mart(
+        select=(
+            "SELECT r.run_id, r.task, coalesce(r.dataset, '') AS dataset, r.n_test_units, r.test_unit, "
+            "s.n AS n_test_samples FROM ml.runs r "
+            "LEFT JOIN (SELECT run_id, count(DISTINCT sample_id) AS n FROM ml.predictions GROUP BY run_id) s "
+            "ON s.run_id = r.run_id"
+        ),
+        key="task, dataset, run_id",
+    ),
+    # Leaderboard and forest plot: test metrics with their 95% interval and the paired verdict against the
+    # reference baseline (NULL for metrics not compared); the resampled differences stay in ml.comparisons.
+    "leaderboard": Mart(
+        select=(
+            "SELECT r.task, coalesce(r.dataset, '') AS dataset, m.run_id, m.metric, m.averaging, m.value, m.sd, "
+            "m.sd_method, m.ci_low, m.ci_high, m.n_boot, m.ci_method, c.reference_run_id, c.diff, "
+            "c.ci_low AS diff_low, c.ci_high AS diff_high, c.p_better, c.verdict "
+            "FROM ml.metrics m JOIN ml.runs r ON r.run_id = m.run_id "
+            "LEFT JOIN ml.comparisons c ON c.run_id = m.run_id AND c.metric = m.metric AND c.averaging = m.averaging "
+            "WHERE m.split = 'test'"
+        ),
+        key="task, dataset, run_id, metric",
+    ),
     # Note explorer: one row per (run, note) with its true and predicted class.
     "run_notes": Mart(
         select=(

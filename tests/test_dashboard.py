@@ -354,3 +354,50 @@ def test_leaderboard_names_how_a_text_encoder_was_trained():
     labels = [r["model"] for r in rows]
     assert labels[0].endswith("(frozen encoder + linear probe)") and labels[1].endswith("(top 2 layers fine-tuned)")
     assert labels[2] == "[tfidf_logreg](/run?run_id=c)"
+
+
+def test_leaderboard_rows_carry_intervals_sizes_and_verdicts(warehouse):
+    """Issue 14 on the real snapshot: every drug_rec metric has its 95% interval, each row n test patients and
+    samples; the demo split is too small to compare, so the transformer's verdict is `too_small` against logreg
+    (the only non-neural baseline, hence the reference) and the paired differences reach the run detail."""
+    _, snap = warehouse
+    runs = queries.leaderboard_runs(snap, "drug_rec", DATASET)
+    metrics = queries.leaderboard_metrics(snap, "drug_rec", DATASET, "visit")
+    rows, names = leaderboard.leaderboard_rows(runs, metrics, queries.leaderboard_sizes(snap, "drug_rec", DATASET),
+                                               leaderboard.headline_metric("drug_rec"))
+    by_model = {r["model"].split("]")[0][1:]: r for r in rows}
+    for row in rows:
+        lo, value, hi = row["m_pr_auc_samples_lo"], row["m_pr_auc_samples"], row["m_pr_auc_samples_hi"]
+        assert lo is not None and lo <= hi and 0 <= lo and hi <= 1, row["run_id"]
+        assert row["n_test_patients"] >= 1 and row["n_test_samples"] >= row["n_test_patients"]
+        assert value is not None and row["m_brier_lo"] is not None and row["m_ece_lo"] is not None
+    assert by_model["logreg"]["verdict"] == "reference"
+    assert by_model["transformer"]["verdict"] == "too_small"
+    sizes = queries.task_datasets(snap).filter(pl.col("task") == "drug_rec")["n_test_units"].to_list()
+    assert all(n is not None and n < 30 for n in sizes)
+    diffs = queries.run_comparisons(snap, by_model["transformer"]["run_id"])
+    assert set(diffs["metric"]) == {"pr_auc_samples", "jaccard_samples"}
+    assert all(len(d) == 1000 for d in diffs["diffs"]) and set(diffs["verdict"]) == {"too_small"}
+    grouped = leaderboard.ci.group_seeds(rows, [leaderboard._field(m) for m in names])
+    assert len(grouped) == len(rows)  # one seed per model here: nothing merged
+
+
+def test_leaderboard_defaults_to_the_dataset_with_most_test_patients():
+    assert leaderboard.default_dataset(["mimic3_demo", "synth_10000", "x"], [2, 265, None]) == "synth_10000"
+    assert leaderboard.default_dataset(["a", "b"], [None, None]) == "a"
+    assert leaderboard.default_dataset([], []) is None
+
+
+def test_seed_grouping_gives_a_verdict_only_when_every_seed_agrees():
+    from dashboard import intervals as ci
+
+    def row(seed, value, verdict, model="transformer"):
+        return {"model": model, "group_key": model, "seed": seed, "m_x": value, "m_x_lo": value - 0.01,
+                "m_x_hi": value + 0.01, "verdict": verdict}
+
+    agree = ci.group_seeds([row(0, 0.70, "better"), row(1, 0.72, "better"), row(2, 0.74, "better")], ["m_x"])
+    assert len(agree) == 1 and agree[0]["verdict"] == "better" and agree[0]["seed"] == "3 seeds"
+    assert agree[0]["m_x"] == pytest.approx(0.72) and agree[0]["m_x_seed_sd"] == pytest.approx(0.02)
+    assert agree[0]["m_x_lo"] is None  # a per-seed interval does not describe the mean over seeds
+    split = ci.group_seeds([row(0, 0.70, "better"), row(1, 0.72, "no_detectable_difference")], ["m_x"])
+    assert split[0]["verdict"] == "seeds_disagree" and "no verdict" in split[0]["verdict_text"]

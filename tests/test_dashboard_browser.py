@@ -131,6 +131,31 @@ def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
     assert _severe(dash_duo.get_logs()) == []
 
 
+def test_leaderboard_shows_intervals_patients_and_a_verdict_badge(dash_duo, snapshot):
+    """Issue 14: `0.780 [0.771, 0.789]` cells, the n test patients column, coloured verdict badges (the demo split
+    is too small: the reference baseline and a `too small to compare` badge), the too-small alert, the forest plot."""
+    import re
+
+    dash_duo.start_server(create_app(snapshot))
+    dash_duo.driver.get(dash_duo.server_url + f"/leaderboard?task=drug_rec&dataset={DATASET}")
+    dash_duo.wait_for_element("#leaderboard-grid .ag-row", timeout=30)
+    dash_duo.wait_for_element("#lb-too-small", timeout=30)
+    dash_duo.wait_for_element("#lb-forest-graph .scatterlayer .point", timeout=30)
+    grid = dash_duo.find_element("#leaderboard-grid")
+    cells = grid.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container [col-id='m_pr_auc_samples']")
+    assert cells and all(re.fullmatch(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", c.text) for c in cells), \
+        [c.text for c in cells]
+    patients = grid.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container [col-id='n_test_patients']")
+    assert len(patients) == len(cells) and all(int(p.text) >= 1 for p in patients)
+    badges = {c[len("verdict-"):]: b.text for b in grid.find_elements(By.CSS_SELECTOR, ".verdict-badge.ag-cell")
+              for c in b.get_attribute("class").split() if c.startswith("verdict-") and c != "verdict-badge"}
+    assert badges.get("too_small") == "too small to compare" and badges.get("reference") == "reference baseline"
+    color = grid.find_element(By.CSS_SELECTOR, ".verdict-too_small").value_of_css_property("background-color")
+    assert color.replace(" ", "") in ("rgba(255,243,205,1)", "rgb(255,243,205)")
+    assert "too small to compare" in dash_duo.find_element("#lb-too-small").text.lower()
+    assert _severe(dash_duo.get_logs()) == []
+
+
 def test_a_snapshot_published_while_serving_appears(dash_duo, live):
     from medtx.publish import publish_snapshot
     from medtx.training.experiment import run_ehr_experiment

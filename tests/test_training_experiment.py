@@ -77,14 +77,21 @@ def test_baseline_runs_fill_ml_tables(tiny_db: Path, model: str):
         tiny_db, "SELECT status, threshold, threshold_source, is_synthetic FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert status == "completed" and not synthetic
     assert source == {"logreg": "tuned_on_val", "most_frequent": "model_rule", "copy_last": "model_rule"}[model]
-    metrics = {(m, a): (v, sd, n) for m, a, v, sd, n in _q(
-        tiny_db, "SELECT metric, averaging, value, sd, n_boot FROM ml.metrics WHERE run_id = ? AND split = 'test'",
-        [run_id])}
+    metrics = {(m, a): (v, sd, n, lo, hi, ci, sdm) for m, a, v, sd, n, lo, hi, ci, sdm in _q(
+        tiny_db, "SELECT metric, averaging, value, sd, n_boot, ci_low, ci_high, ci_method, sd_method FROM ml.metrics "
+        "WHERE run_id = ? AND split = 'test'", [run_id])}
     for key in [("pr_auc_samples", "visit"), ("pr_auc_samples", "patient"), ("jaccard_samples", "visit"),
                 ("jaccard_samples", "patient"), ("f1_samples", "visit"), ("ddi_rate", "none"),
                 ("ddi_rate_true", "none"), ("avg_pred_size", "visit"), ("avg_true_size", "visit")]:
-        value, sd, n_boot = metrics[key]
-        assert 0 <= value <= max(1.0, value) and sd is not None and n_boot == 10, key
+        value, sd, n_boot, lo, hi, ci_method, sd_method = metrics[key]
+        # n_boot counts the patient-bootstrap resamples of the 95% interval (issue 14); the 10 x 80% subsample
+        # sd stays, named by sd_method.
+        assert 0 <= value <= max(1.0, value) and sd is not None and n_boot == 1000, key
+        assert lo is not None and lo <= hi and ci_method == "patient_bootstrap_percentile", key
+        assert sd_method == "subsample_10x80pct_sd", key
+    for key in [("brier", "visit"), ("ece", "none")]:
+        value, _, n_boot, lo, hi, *_ = metrics[key]
+        assert 0 <= lo <= value <= hi <= 1 and n_boot == 1000, key
     n_labels = _q(tiny_db, "SELECT count(*) - 2 FROM samples.vocab WHERE task = 'drug_rec' AND feature = 'drugs'")[0][0]
     n_pred = _q(tiny_db, "SELECT count(*), count(DISTINCT sample_id) FROM ml.predictions WHERE run_id = ?", [run_id])[0]
     assert n_pred == (6 * N_VISITS * n_labels, 6 * N_VISITS)
@@ -142,6 +149,10 @@ def test_cli_train_prints_run_and_metrics(tiny_db: Path):
     run_id = result.stdout.strip().splitlines()[-1]
     seed, config = _q(tiny_db, "SELECT seed, config FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert seed == 3 and json.loads(config)["C"] == 0.5
+    import re  # the default display is the 95% patient-bootstrap interval, not the subsample sd
+
+    assert re.search(r"pr_auc_samples .*\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", result.output), result.output
+    assert "±" not in result.output
     bad = CliRunner().invoke(app, ["train", "--task", "drug_rec", "--model", "nope", "--dataset", DATASET,
                                    "--db", str(tiny_db)])
     assert bad.exit_code == 1 and "nope" in bad.output

@@ -70,3 +70,27 @@ def test_paired_check_compares_two_runs_on_the_same_test_visits(tiny_db: Path): 
     assert paired_ahead_share(np.ones(len(patients)), patients) == 1.0
     assert paired_ahead_share(-np.ones(len(patients)), patients) == 0.0
     assert paired_lines(tiny_db, DATASET) == []  # no transformer runs: nothing to pair, nothing claimed
+
+
+def test_results_cite_paired_verdicts_and_intervals_regenerate(tiny_db: Path):  # noqa: F811
+    """RESULTS.md lines come from ml.comparisons (too_small on the 6-patient tiny split: no claim), and
+    `--intervals` (recompute) restores intervals and comparisons of runs that have none."""
+    from benchmarks.results_intervals import recompute
+    from medtx.db import connect
+
+    for model in ("logreg", "copy_last"):
+        run_ehr_experiment(tiny_db, DATASET, "drug_rec", model, 0, {"C": 0.3} if model == "logreg" else None,
+                           options=ExperimentOptions(run_id=run_id_for("drug_rec", model, DATASET, 0)))
+    con = connect(tiny_db)
+    try:  # as a warehouse recorded before issue 14
+        con.execute("UPDATE ml.metrics SET ci_low = NULL, ci_high = NULL")
+        con.execute("DELETE FROM ml.comparisons")
+    finally:
+        con.close()
+    recompute(tiny_db, DATASET, ["drug_rec"])
+    body = render(collect(tiny_db, DATASET), DATASET, [0])
+    line = next(x for x in body.splitlines() if x.startswith("- copy_last − logreg, pr_auc_samples (visit)"))
+    assert "too_small" in line and "beats" not in line
+    assert "Paired verdicts (drug_rec; reference baseline = best non-neural baseline on validation: logreg" in body
+    row = next(x for x in body.splitlines() if x.startswith("| logreg | 1 |"))
+    assert "[" in row and "(SafeDrug convention" in body

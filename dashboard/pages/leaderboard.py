@@ -1,4 +1,5 @@
-"""Leaderboard: every model and baseline of a task with its test metrics (mean ± sd over bootstraps)."""
+"""Leaderboard: every model and baseline of a task with its test metrics, each with its 95% patient-bootstrap
+interval, n test patients / samples, and the paired verdict against the reference baseline (issue 14)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import polars as pl
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components as ui
+from dashboard import intervals as ci
 from dashboard import queries, validate
+from medtx.uncertainty import COMPARED
 
 PATH = "/leaderboard"
 NAME = "Leaderboard"
@@ -35,10 +38,13 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
                                          value=params.get("task")), md=3),
                     dbc.Col(dcc.Dropdown(id="lb-dataset", clearable=False, placeholder="dataset",
                                          value=params.get("dataset")), md=3),
-                    dbc.Col(dbc.RadioItems(id="lb-averaging", inline=True, options=[], value=None), md=6),
+                    dbc.Col(dbc.RadioItems(id="lb-averaging", inline=True, options=[], value=None), md=4),
+                    dbc.Col(dbc.Checklist(id="lb-group", inline=True, value=[], options=[
+                        {"label": "one row per model (mean ± sd over seeds)", "value": "group"}]), md=2),
                 ],
                 className="mb-2 g-2 align-items-center",
             ),
+            html.Div(id="lb-size-alert"),
             html.Div(id="lb-note", className="small text-muted mb-2"),
             dcc.Loading(
                 dag.AgGrid(
@@ -49,6 +55,7 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
                     columnSize="autoSize",
                     dashGridOptions={
                         "animateRows": False,
+                        "suppressColumnVirtualisation": True,  # ~20 columns: every cell in the DOM
                         "tooltipShowDelay": 300,
                     },
                     getRowStyle={"styleConditions": [
@@ -60,6 +67,7 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
                 ),
                 delay_show=200,
             ),
+            html.Div(id="lb-forest", className="mt-3"),
         ]
     )
 
@@ -87,9 +95,11 @@ def register(app: Dash, snapshot: Path) -> None:
         tasks = queries.task_datasets(snapshot)
         if not task or not tasks.height:
             return [], None
-        names = tasks.filter(pl.col("task") == task)["dataset"].to_list()
-        labels = [n or "(no dataset)" for n in names]
-        return ui.options(names, labels), current if current in names else (names[0] if names else None)
+        part = tasks.filter(pl.col("task") == task)
+        names, sizes = part["dataset"].to_list(), part["n_test_units"].to_list()
+        labels = [(n or "(no dataset)") + (f" · {k} test units" if k is not None else "")
+                  + (" · too small to compare" if ci.too_small(k) else "") for n, k in zip(names, sizes, strict=True)]
+        return ui.options(names, labels), current if current in names else default_dataset(names, sizes)
 
     @app.callback(
         Output("lb-averaging", "options"),
@@ -109,26 +119,56 @@ def register(app: Dash, snapshot: Path) -> None:
         Output("leaderboard-grid", "rowData"),
         Output("leaderboard-grid", "columnDefs"),
         Output("lb-note", "children"),
+        Output("lb-size-alert", "children"),
+        Output("lb-forest", "children"),
         Input("lb-task", "value"),
         Input("lb-dataset", "value"),
         Input("lb-averaging", "value"),
+        Input("lb-group", "value"),
         Input("snapshot-version", "data"),
     )
-    def table(task: str | None, dataset: str | None, averaging: str | None, _version: str | None):
+    def table(task: str | None, dataset: str | None, averaging: str | None, group: list | None,
+              _version: str | None):
         if not task or dataset is None:
-            return [], [], "No training runs in the warehouse yet: run `medtx train` or `medtx pipeline`."
+            return [], [], "No training runs in the warehouse yet: run `medtx train` or `medtx pipeline`.", None, None
         try:
             task, dataset = validate.task(task), validate.dataset(dataset)
         except validate.InvalidParameter as exc:
-            return [], [], str(exc)
+            return [], [], str(exc), None, None
         runs = queries.leaderboard_runs(snapshot, task, dataset)
         metrics = queries.leaderboard_metrics(snapshot, task, dataset, averaging)
-        rows, metric_names = leaderboard_rows(runs, metrics)
+        sizes = queries.leaderboard_sizes(snapshot, task, dataset)
+        rows, metric_names = leaderboard_rows(runs, metrics, sizes, headline_metric(task))
+        if group:
+            rows = ci.group_seeds(rows, [_field(m) for m in metric_names])
         note = (
-            f"{len(rows)} runs · test metrics, mean ± sd over bootstrap resamples · "
-            "yellow = collapsed predictions, red = failed · click a model for its run detail"
+            f"{len(rows)} rows · test metrics: value [95% interval, bootstrap with replacement over test patients "
+            "(text groups, FAQ pairs), 1,000 resamples] · verdict: paired bootstrap against the reference baseline "
+            "(best non-neural baseline on validation) on the headline metric · yellow = collapsed, red = failed"
         )
-        return rows, column_defs(metric_names), note
+        n_units = max((r.get("n_test_patients") or 0 for r in rows), default=0)
+        alert = dbc.Alert(
+            f"Too small to compare models: at most {n_units} test patients (groups) in this dataset; a comparison "
+            "needs at least 30. Intervals are shown, verdicts are not.", color="warning", className="py-2",
+            id="lb-too-small") if rows and ci.too_small(n_units) else None
+        headline = headline_metric(task)
+        reference = next((r["run_id"] for r in rows if r.get("verdict") == "reference"), None)
+        forest = ui.graph(ci.forest_figure(metrics, runs, headline, reference), id="lb-forest-graph",
+                          height=max(260, 28 * runs.height + 120)) if headline else None
+        return rows, column_defs(metric_names), note, alert, forest
+
+
+def default_dataset(names: list[str], sizes: list[int | None]) -> str | None:
+    """The dataset with the most test patients (a 2-patient demo split must not be the first view); ties and
+    datasets without a recorded size keep their listed order."""
+    if not names:
+        return None
+    return max(zip(names, sizes, strict=True), key=lambda t: -1 if t[1] is None else t[1])[0]
+
+
+def headline_metric(task: str) -> str | None:
+    """The metric the verdict and forest plot are on (the task's first compared metric)."""
+    return COMPARED[task][0][0] if task in COMPARED else None
 
 
 def _field(metric: str) -> str:
@@ -141,15 +181,32 @@ def order_metrics(names: list[str]) -> list[str]:
     return first + sorted(set(names) - set(first))
 
 
-def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame) -> tuple[list[dict], list[str]]:
-    """One row per run: its flags plus `m_<metric>` (mean) and `m_<metric>_sd` columns."""
+HIDDEN_METRICS = ("n_samples", "n_patients")  # shown as the n test patients / samples columns
+
+
+def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFrame | None = None,
+                     headline: str | None = None) -> tuple[list[dict], list[str]]:
+    """One row per run: its flags plus `m_<metric>` (value), `m_<metric>_lo`/`_hi` (95% interval) and
+    `m_<metric>_sd` (SafeDrug subsample sd, a named second convention) columns; n test patients / samples;
+    the paired verdict on the `headline` metric (`verdict`, `verdict_text`)."""
     if not runs.height:
         return [], []
-    names = order_metrics(metrics["metric"].unique().to_list()) if metrics.height else []
+    names = [m for m in order_metrics(metrics["metric"].unique().to_list()) if m not in HIDDEN_METRICS] \
+        if metrics.height else []
     by_run: dict[str, dict] = {}
-    for run_id, metric, value, sd in metrics.iter_rows() if metrics.height else []:
-        by_run.setdefault(run_id, {})[_field(metric)] = value
-        by_run[run_id][_field(metric) + "_sd"] = sd
+    references = set()
+    for m in metrics.iter_rows(named=True) if metrics.height else []:
+        row = by_run.setdefault(m["run_id"], {})
+        field = _field(m["metric"])
+        row[field], row[field + "_sd"] = m["value"], m["sd"]
+        row[field + "_lo"], row[field + "_hi"] = m.get("ci_low"), m.get("ci_high")
+        if m["metric"] == headline and m.get("verdict"):
+            row["verdict"] = m["verdict"]
+            row["verdict_text"] = ci.verdict_text(m["verdict"], m.get("diff"), m.get("diff_low"), m.get("diff_high"))
+            references.add(m.get("reference_run_id"))
+    for run_id in references:
+        by_run.setdefault(run_id, {}).update(verdict="reference", verdict_text=ci.VERDICT_LABELS["reference"])
+    size = {r["run_id"]: r for r in sizes.iter_rows(named=True)} if sizes is not None and sizes.height else {}
     rows = []
     for run in runs.iter_rows(named=True):
         flags = []
@@ -173,6 +230,9 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame) -> tuple[list[di
                 "threshold": run["threshold"],
                 "n_params": run["n_params"],
                 "train_seconds": round(run["train_seconds"], 1) if run["train_seconds"] is not None else None,
+                "n_test_patients": size.get(run["run_id"], {}).get("n_test_units"),
+                "n_test_samples": size.get(run["run_id"], {}).get("n_test_samples"),
+                "group_key": run["model"] + (f" ({run['variant']})" if run.get("variant") else ""),
                 **by_run.get(run["run_id"], {}),
             }
         )
@@ -186,10 +246,19 @@ def column_defs(metric_names: list[str]) -> list[dict]:
             "headerName": m,
             "type": "numericColumn",
             "filter": "agNumberColumnFilter",
+            # value [95% CI]; grouped rows: mean ± sd over seeds. The SafeDrug subsample sd is in the tooltip only.
             "valueFormatter": {"function": (
                 f"params.value == null ? '' : d3.format('.3f')(params.value) + "
-                f"(params.data['{_field(m)}_sd'] == null ? '' : ' ± ' + d3.format('.3f')(params.data['{_field(m)}_sd']))"
+                f"(params.data['{_field(m)}_lo'] != null ? ' [' + d3.format('.3f')(params.data['{_field(m)}_lo']) + "
+                f"', ' + d3.format('.3f')(params.data['{_field(m)}_hi']) + ']' : "
+                f"(params.data['{_field(m)}_seed_sd'] != null ? ' ± ' + "
+                f"d3.format('.3f')(params.data['{_field(m)}_seed_sd']) + ' (seeds)' : ''))"
             )},
+            "tooltipValueGetter": {"function": (
+                f"params.data['{_field(m)}_sd'] == null ? null : '10×80% subsample sd (SafeDrug convention; "
+                f"narrower than the patient-bootstrap interval): ' + d3.format('.3f')(params.data['{_field(m)}_sd'])"
+            )},
+            "minWidth": 170,
             **({"sort": "desc"} if i == 0 else {}),
         }
         for i, m in enumerate(metric_names)
@@ -197,7 +266,11 @@ def column_defs(metric_names: list[str]) -> list[dict]:
     return [
         {"field": "model", "cellRenderer": "markdown", "pinned": "left", "minWidth": 140},
         {"field": "seed", "type": "numericColumn", "maxWidth": 90},
+        {"field": "verdict_text", "headerName": "vs reference", "minWidth": 220, "tooltipField": "verdict_text",
+         "cellClass": "verdict-badge", "cellClassRules": ci.badge_rules()},
         *metric_columns,
+        {"field": "n_test_patients", "headerName": "n test patients", "type": "numericColumn"},
+        {"field": "n_test_samples", "headerName": "n test samples", "type": "numericColumn"},
         {"field": "flags", "minWidth": 200, "tooltipField": "flags"},
         {"field": "threshold", "type": "numericColumn"},
         {"field": "n_params", "headerName": "params", "type": "numericColumn"},

@@ -10,6 +10,7 @@ import polars as pl
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components as ui
+from dashboard import intervals as ci
 from dashboard import queries, validate
 
 PATH = "/run"
@@ -87,6 +88,8 @@ def run_body(snapshot: Path, run_id: str) -> html.Div:
                     dbc.Col(ui.card("Calibration (test, pooled over labels)", _calibration(snapshot, run_id)), lg=6),
                 ]
             ),
+            ui.card("Paired comparison with the reference baseline (test, patient bootstrap)",
+                    _comparison(snapshot, run_id)),
             ui.card("Confusion matrix (test)", _confusion(snapshot, run_id)),
             ui.card("Config", html.Pre(_pretty(run["config"]), className="config small mb-0")),
         ]
@@ -136,7 +139,23 @@ def _metrics(snapshot: Path, run_id: str) -> object:
     df = queries.run_metrics(snapshot, run_id)
     if not df.height:
         return ui.empty("No metrics recorded for this run.")
-    return ui.grid(df.with_columns(pl.col("value", "sd").round(4)), id="run-metrics-grid", height=340)
+    return ui.grid(df.with_columns(pl.col("value", "sd", "ci_low", "ci_high").round(4)), id="run-metrics-grid",
+                   height=340)
+
+
+def _comparison(snapshot: Path, run_id: str) -> object:
+    """The distribution of the paired differences (same resampled patients for both runs) and the verdict."""
+    df = queries.run_comparisons(snapshot, run_id)
+    if not df.height:
+        return ui.empty("No paired comparison: this run is the reference baseline of its task and dataset, no "
+                        "non-neural baseline was recorded for it, or it predates issue 14.")
+    lines = [html.Div(f"{r['metric']} ({r['averaging']}) vs {r['reference_model']} ({r['reference_run_id']}): "
+                      f"{ci.verdict_text(r['verdict'], r['diff'], r['ci_low'], r['ci_high'])} · "
+                      f"P(run ahead) {r['p_better']:.3f} · {r['n_units']} test units, {r['n_boot']} resamples"
+                      if r["p_better"] is not None else f"{r['metric']}: {r['verdict']}", className="small")
+             for r in df.iter_rows(named=True)]
+    return html.Div([*lines, ui.graph(ci.difference_figure(df), id="paired-diff-graph", height=300)],
+                    id="run-comparison")
 
 
 def _labels(snapshot: Path, run_id: str) -> object:

@@ -40,17 +40,24 @@ def parse_overrides(pairs: list[str]) -> dict:
 def _metrics_table(db: Path, run_id: str) -> Table:
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(
-            "SELECT metric, averaging, value, sd FROM ml.metrics WHERE run_id = ? AND split = 'test' "
+            "SELECT metric, averaging, value, ci_low, ci_high FROM ml.metrics WHERE run_id = ? AND split = 'test' "
             "ORDER BY metric, averaging", [run_id]).fetchall()
-        threshold, source, collapsed = con.execute(
-            "SELECT threshold, threshold_source, collapsed FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
-    table = Table(title=f"{run_id} — test (mean ± sd over patient bootstrap); threshold {threshold} ({source})"
-                        + ("  [red]COLLAPSED[/red]" if collapsed else ""))
+        threshold, source, collapsed, n_units, unit = con.execute(
+            "SELECT threshold, threshold_source, collapsed, n_test_units, test_unit FROM ml.runs WHERE run_id = ?",
+            [run_id]).fetchall()[0]
+        verdicts = con.execute(
+            "SELECT c.metric, c.averaging, c.diff, c.ci_low, c.ci_high, c.verdict, r.model FROM ml.comparisons c "
+            "JOIN ml.runs r ON r.run_id = c.reference_run_id WHERE c.run_id = ? ORDER BY c.metric", [run_id]).fetchall()
+    table = Table(title=f"{run_id} — test value [95% bootstrap interval over {n_units} test {unit or 'units'}]; "
+                        f"threshold {threshold} ({source})" + ("  [red]COLLAPSED[/red]" if collapsed else ""))
     for column in ("metric", "averaging", "value"):
         table.add_column(column)
-    for metric, averaging, value, sd in rows:
-        shown = "—" if value is None else f"{value:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+    for metric, averaging, value, lo, hi in rows:
+        shown = "—" if value is None else f"{value:.4f}" + (f" [{lo:.4f}, {hi:.4f}]" if lo is not None else "")
         table.add_row(metric, averaging, shown)
+    for metric, averaging, diff, lo, hi, verdict, reference in verdicts:  # paired, against the reference baseline
+        shown = verdict if diff is None or lo is None else f"{verdict}: {diff:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        table.add_row(f"vs {reference}", f"{metric} ({averaging})", shown)
     return table
 
 

@@ -23,7 +23,7 @@ from medtx.db import transaction
 log = logging.getLogger("medtx.training")
 
 # Every ml table keyed by run_id, in the order a run's rows are deleted.
-RUN_TABLES = ("ml.attention", "ml.predictions", "ml.confusion", "ml.label_metrics", "ml.metrics",
+RUN_TABLES = ("ml.comparisons", "ml.attention", "ml.predictions", "ml.confusion", "ml.label_metrics", "ml.metrics",
               "ml.epochs", "ml.models", "ml.runs")
 
 
@@ -46,6 +46,8 @@ def start_run(
     with transaction(con):
         for table in RUN_TABLES:
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        # Comparisons against this run as the reference described its old predictions: recomputed on finish.
+        con.execute("DELETE FROM ml.comparisons WHERE reference_run_id = ?", [run_id])
         con.execute(
             "INSERT INTO ml.runs (run_id, task, model, status, config, seed, device, data_fingerprint, "
             "code_version, dataset, is_synthetic, started_at, pipeline_run_id) "
@@ -73,6 +75,17 @@ def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> No
             f"{', ' + sets if sets else ''} WHERE run_id = ?",
             [_now(), *fields.values(), run_id],
         )
+    # Every runner (EHR, text, FAQ) ends here with its test predictions stored: the patient-bootstrap
+    # intervals and the paired comparisons against the reference baseline are computed now, once.
+    # A run whose figures cannot be qualified (e.g. it predicted other test samples than the reference) must
+    # not stay `completed` beside comparisons that left it out: it is marked failed with the reason.
+    from medtx.comparisons import analyse_run
+
+    try:
+        analyse_run(con, run_id)
+    except Exception as exc:
+        fail_run(con, run_id, f"test intervals/comparisons: {type(exc).__name__}: {exc}")
+        raise
 
 
 def fail_run(con: duckdb.DuckDBPyConnection, run_id: str, error: str) -> None:
@@ -106,7 +119,9 @@ def write_metrics(
     with transaction(con):
         con.execute("DELETE FROM ml.metrics WHERE run_id = ? AND split = ?", [run_id, split])
         if data:
-            con.executemany("INSERT INTO ml.metrics VALUES (?, ?, ?, ?, ?, ?, ?)", data)
+            # Named columns: migration 0011 added the interval columns, filled later by medtx.uncertainty.
+            con.executemany("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, sd, n_boot) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?)", data)
 
 
 def write_label_metrics(

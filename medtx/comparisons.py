@@ -1,0 +1,136 @@
+"""Paired comparisons of runs against the reference baseline of their (task, dataset) -> ml.comparisons.
+
+The reference is the best NON-neural baseline on VALIDATION (never test): among completed runs of models in
+`uncertainty.NON_NEURAL`, the highest validation value of the task's headline metric (ml.metrics split='val');
+when no candidate recorded a validation figure (text baselines record test only), the first model of the fixed
+order `NON_NEURAL` — a rule set before looking at any result. Ties go to the latest run.
+
+Each run is compared with the reference by a paired bootstrap: the same resampled test units (one count matrix,
+same seed) for both, on the task's headline and set metrics (`uncertainty.COMPARED`). The two runs must have
+predictions on the same test samples; otherwise the comparison is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import duckdb
+import numpy as np
+
+from medtx.db import transaction
+from medtx.metrics import intervals as iv
+from medtx.uncertainty import COMPARED, NON_NEURAL, RunData, load_run_data
+
+log = logging.getLogger("medtx.uncertainty")
+
+
+def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None) -> str | None:
+    """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none."""
+    metric, averaging = COMPARED[task][0]
+    models = ", ".join(f"'{m}'" for m in NON_NEURAL)  # constants, no user input
+    rows = con.execute(
+        f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
+            LEFT JOIN ml.metrics v ON v.run_id = r.run_id AND v.split = 'val' AND v.metric = ? AND v.averaging = ?
+            WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ? AND r.status = 'completed'
+              AND r.model IN ({models})
+              AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions)
+            ORDER BY r.started_at DESC, r.run_id DESC""",
+        [metric, averaging, task, dataset]).fetchall()
+    if not rows:
+        return None
+    scored = [r for r in rows if r[2] is not None]
+    if scored:
+        return max(scored, key=lambda r: r[2])[0]  # max keeps the first (= latest) of equal values
+    return min(rows, key=lambda r: NON_NEURAL.index(r[1]))[0]
+
+
+def _align(run: RunData, ref: RunData, run_id: str, ref_id: str) -> RunData:
+    """`run` reordered to the reference's sample order; both must cover the same test samples."""
+    if len(run.sample_ids) != len(ref.sample_ids) or set(run.sample_ids) != set(ref.sample_ids):
+        raise ValueError(f"comparison {run_id} vs {ref_id}: the runs predicted different test samples "
+                         f"({len(run.sample_ids)} vs {len(ref.sample_ids)}); re-run both on the same split")
+    position = {s: i for i, s in enumerate(run.sample_ids)}
+    return run.reorder(np.array([position[s] for s in ref.sample_ids]))
+
+
+def compare_pair(run: RunData, ref: RunData, task: str, run_id: str, ref_id: str, counts: np.ndarray,
+                 inverse: np.ndarray) -> list[tuple]:
+    """ml.comparisons rows of one run against the reference (shared count matrix and unit index)."""
+    aligned = _align(run, ref, run_id, ref_id)
+    n_units = counts.shape[1]
+    run_stats, ref_stats = aligned.stats(inverse, n_units), ref.stats(inverse, n_units)
+    rows = []
+    for metric, averaging in COMPARED[task]:
+        if (metric, averaging) not in run_stats:
+            continue
+        c = iv.paired_comparison(run_stats[(metric, averaging)], ref_stats[(metric, averaging)], counts)
+        rows.append((run_id, ref_id, metric, averaging, _num(c.diff), _num(c.ci_low), _num(c.ci_high),
+                     _num(c.p_better), c.verdict, c.n_units, counts.shape[0],
+                     [float(x) for x in np.round(c.diffs[np.isfinite(c.diffs)], 6)]))
+    return rows
+
+
+def compare_runs(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None, run_ids: list[str] | None = None,
+                 n_boot: int = iv.N_BOOT, seed: int = 0) -> int:
+    """Bring ml.comparisons of (task, dataset) up to date; returns the rows written.
+
+    `run_ids`: the runs just recorded; all completed runs are recompared when the reference changed (or when
+    `run_ids` is None)."""
+    if task not in COMPARED:
+        return 0
+    ref_id = reference_run(con, task, dataset)
+    runs = [r for r, in con.execute(
+        "SELECT run_id FROM ml.runs WHERE task = ? AND dataset IS NOT DISTINCT FROM ? AND status = 'completed' "
+        "AND run_id IN (SELECT DISTINCT run_id FROM ml.predictions) ORDER BY run_id", [task, dataset]).fetchall()]
+    stored_refs = {r for r, in con.execute(
+        "SELECT DISTINCT c.reference_run_id FROM ml.comparisons c JOIN ml.runs r USING (run_id) "
+        "WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ?", [task, dataset]).fetchall()}
+    if ref_id is None:
+        targets = []
+    elif run_ids is None or stored_refs - {ref_id}:
+        targets = runs
+    else:
+        targets = [r for r in run_ids if r in runs]
+    if ref_id in targets and run_ids is not None and not stored_refs:
+        targets = runs  # the first reference of this (task, dataset): compare everything recorded so far
+    rows: list[tuple] = []
+    if ref_id is not None and targets:
+        ref = load_run_data(con, ref_id)
+        n_units, inverse = iv.unit_index(ref.units)
+        counts = iv.resample_counts(n_units, n_boot, seed)
+        for run_id in targets:
+            if run_id == ref_id:
+                continue
+            data = load_run_data(con, run_id)
+            if data is None:
+                continue
+            try:
+                rows += compare_pair(data, ref, task, run_id, ref_id, counts, inverse)
+            except ValueError as exc:
+                if run_ids is None or run_id in run_ids:
+                    raise  # the run being recorded (or an explicit full recompute): refuse loudly
+                # An older run scored on another split (samples rebuilt since) must not fail today's run; it
+                # is left without a comparison, and said so.
+                log.warning("uncertainty: %s left without a comparison: %s", run_id, exc)
+    with transaction(con):
+        if ref_id is None or targets == runs:  # a new reference: nothing of the old one may stay
+            con.execute("DELETE FROM ml.comparisons WHERE run_id IN (SELECT run_id FROM ml.runs WHERE task = ? "
+                        "AND dataset IS NOT DISTINCT FROM ?)", [task, dataset])
+        else:
+            con.execute("DELETE FROM ml.comparisons WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [targets])
+        if rows:
+            con.executemany("INSERT INTO ml.comparisons VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def analyse_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Intervals for the run's test metrics, then its (task, dataset) comparisons (called by finish_run)."""
+    from medtx.uncertainty import record_intervals
+
+    task, dataset = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
+    record_intervals(con, run_id)
+    compare_runs(con, task, dataset, [run_id])
+
+
+def _num(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None

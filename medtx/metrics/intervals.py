@@ -1,0 +1,249 @@
+"""Patient-bootstrap confidence intervals and paired comparisons, vectorised over resamples.
+
+A bootstrap WITH replacement over units (patients; text groups for MTSamples; pairs for the FAQ) is a matrix
+`counts` of shape (n_boot, n_units): how often each unit was drawn in each resample (n_units uniform
+draws with replacement, i.e. a multinomial count vector). Every metric is written as a `Stat`: a function of such a count matrix returning one
+value per row, so a resample never copies data:
+- mean-type metrics (per-visit PR-AUC, Jaccard, Brier, token F1 ...) are ratios of per-unit sums,
+  `counts @ sums / counts @ n` — a matrix product;
+- pooled ranking metrics (binary AUROC, AUPRC, RP80) use the counts as sample weights on one fixed sort
+  order (weighted Mann-Whitney / weighted average precision, cumulative sums over tie groups);
+- multi-class F1 and the 15-bin ECE aggregate per-unit count tables (tp / support / predicted per class;
+  n / sum(p) / sum(y) per bin) by the same matrix product.
+The point estimate is the same Stat evaluated on a row of ones (every unit once), so point and resamples can
+never disagree on a convention. The interval is the 2.5–97.5 percentile of the resampled values; a paired
+comparison evaluates two runs' Stats on the SAME count matrix and takes the percentile interval of the
+difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Stat = Callable[[np.ndarray], np.ndarray]
+
+N_BOOT = 1000
+ALPHA = 0.05
+MIN_UNITS = 30  # fewer test units than this: no verdict (`too_small`)
+ECE_BINS = 15
+CI_METHOD = "patient_bootstrap_percentile"
+VERDICTS = ("better", "worse", "no_detectable_difference", "too_small")
+
+
+def unit_index(units: np.ndarray) -> tuple[int, np.ndarray]:
+    """(number of distinct units, index of each sample's unit)."""
+    units = np.asarray(units)
+    if units.size == 0:
+        raise ValueError("bootstrap: the test split is empty")
+    unique, inverse = np.unique(units, return_inverse=True)
+    return len(unique), inverse.reshape(-1)
+
+
+def resample_counts(n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """(n_boot, n_units) draw counts of a bootstrap with replacement over units; deterministic given `seed`."""
+    if n_units < 1:
+        raise ValueError("bootstrap: no units to resample")
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n_units, (n_boot, n_units))  # n_units draws with replacement per resample
+    flat = (draws + np.arange(n_boot)[:, None] * n_units).ravel()
+    return np.bincount(flat, minlength=n_boot * n_units).reshape(n_boot, n_units).astype(np.float64)
+
+
+def _unit_sums(values: np.ndarray, inverse: np.ndarray, n_units: int) -> np.ndarray:
+    return np.bincount(inverse, weights=values, minlength=n_units)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def mean_stat(values: np.ndarray, inverse: np.ndarray, n_units: int, averaging: str = "visit") -> Stat:
+    """Mean of per-sample values, NaN samples skipped. 'visit': over samples (sklearn samples-average);
+    'patient': within each unit, then over units (SafeDrug)."""
+    values = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(values)
+    sums = _unit_sums(np.where(ok, values, 0.0), inverse, n_units)
+    n = _unit_sums(ok.astype(np.float64), inverse, n_units)
+    if averaging == "visit":
+        return lambda counts: _ratio(counts @ sums, counts @ n)
+    if averaging == "patient":
+        means, has = _ratio(sums, n), (n > 0).astype(np.float64)
+        means = np.nan_to_num(means)
+        return lambda counts: _ratio(counts @ means, counts @ has)
+    raise ValueError(f"mean_stat: averaging must be 'visit' or 'patient', got {averaging!r}")
+
+
+def ratio_stat(num: np.ndarray, den: np.ndarray, inverse: np.ndarray, n_units: int, empty: float = 0.0) -> Stat:
+    """Pooled ratio sum(num) / sum(den) (e.g. the DDI rate); `empty` where the denominator is 0."""
+    s_num = _unit_sums(np.asarray(num, dtype=np.float64), inverse, n_units)
+    s_den = _unit_sums(np.asarray(den, dtype=np.float64), inverse, n_units)
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        out = _ratio(counts @ s_num, counts @ s_den)
+        return np.where(np.isnan(out), empty, out)
+    return stat
+
+
+def _tie_groups(scores: np.ndarray, descending: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Sort order and the start index of each group of equal scores in that order."""
+    order = np.argsort(-scores if descending else scores, kind="stable")
+    s = scores[order]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    return order, starts
+
+
+def _group_weights(counts: np.ndarray, inverse: np.ndarray, order: np.ndarray, starts: np.ndarray,
+                   mask: np.ndarray) -> np.ndarray:
+    """(n_boot, n_groups) summed sample weights of the masked samples per tie group."""
+    w = counts[:, inverse[order]] * mask[order]
+    return np.add.reduceat(w, starts, axis=1)
+
+
+def binary_auroc_stat(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray) -> Stat:
+    """Weighted Mann-Whitney AUROC (ties count 1/2) = sklearn `roc_auc_score` with the draw counts as weights."""
+    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
+    order, starts = _tie_groups(scores, descending=False)
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        pos = _group_weights(counts, inverse, order, starts, y)
+        neg = _group_weights(counts, inverse, order, starts, ~y)
+        below = np.cumsum(neg, axis=1) - neg
+        num = (pos * (below + 0.5 * neg)).sum(axis=1)
+        return _ratio(num, pos.sum(axis=1) * neg.sum(axis=1))
+    return stat
+
+
+def _precision_recall(counts, y, inverse, order, starts):
+    tp = _group_weights(counts, inverse, order, starts, y)
+    allw = _group_weights(counts, inverse, order, starts, np.ones_like(y))
+    cum_tp, cum_all = np.cumsum(tp, axis=1), np.cumsum(allw, axis=1)
+    total = cum_tp[:, -1:]
+    return tp, _ratio(cum_tp, cum_all), _ratio(cum_tp, total), total[:, 0]
+
+
+def binary_ap_stat(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray) -> Stat:
+    """Weighted average precision (sklearn `average_precision_score`: sum over thresholds of dR * P)."""
+    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
+    order, starts = _tie_groups(scores, descending=True)
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        tp, precision, _, total = _precision_recall(counts, y, inverse, order, starts)
+        ap = (tp * np.nan_to_num(precision)).sum(axis=1)
+        neg = counts[:, inverse] @ (~y).astype(np.float64)
+        return np.where((total > 0) & (neg > 0), _ratio(ap, total), np.nan)
+    return stat
+
+
+def binary_rp_stat(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray, min_precision: float = 0.8) -> Stat:
+    """Highest recall at any threshold with precision >= `min_precision` (RP80), weighted."""
+    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
+    order, starts = _tie_groups(scores, descending=True)
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        _, precision, recall, total = _precision_recall(counts, y, inverse, order, starts)
+        ok = np.nan_to_num(precision) >= min_precision
+        best = np.where(ok, np.nan_to_num(recall), 0.0).max(axis=1)
+        return np.where(total > 0, best, np.nan)
+    return stat
+
+
+def ece_stat(y: np.ndarray, prob: np.ndarray, inverse: np.ndarray, n_units: int, n_bins: int = ECE_BINS) -> Stat:
+    """Expected calibration error over all cells (samples x labels): sum over 15 equal-width probability bins
+    of |sum(p) - sum(y)| / n. `y`/`prob` are (n_samples,) or (n_samples, n_labels); `inverse` per sample."""
+    prob = np.asarray(prob, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if prob.ndim == 1:
+        prob, y = prob[:, None], y[:, None]
+    bins = np.clip((prob * n_bins).astype(np.int64), 0, n_bins - 1)
+    flat = inverse[:, None] * n_bins + bins  # (unit, bin) cell index
+    size = n_units * n_bins
+    table = np.stack([np.bincount(flat.ravel(), weights=w.ravel(), minlength=size).reshape(n_units, n_bins)
+                      for w in (np.ones_like(prob), prob, y)])  # (3, units, bins)
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        n, sp, sy = (counts @ t for t in table)
+        return _ratio(np.abs(sp - sy).sum(axis=1), n.sum(axis=1))
+    return stat
+
+
+def multiclass_stats(y: np.ndarray, pred: np.ndarray, n_classes: int, inverse: np.ndarray,
+                     n_units: int) -> dict[str, Stat]:
+    """accuracy, macro_f1, weighted_f1 over all `n_classes` (absent classes score F1 0, zero_division=0)."""
+    y, pred = np.asarray(y, dtype=np.int64), np.asarray(pred, dtype=np.int64)
+
+    def table(cls: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        flat = inverse * n_classes + cls
+        return np.bincount(flat, weights=weights, minlength=n_units * n_classes).reshape(n_units, n_classes)
+
+    hit = (y == pred).astype(np.float64)
+    tp, support, predicted = table(y, hit), table(y, np.ones(len(y))), table(pred, np.ones(len(y)))
+
+    def f1(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t, s, p = counts @ tp, counts @ support, counts @ predicted
+        return np.nan_to_num(_ratio(2 * t, s + p)), s
+
+    def weighted(counts: np.ndarray) -> np.ndarray:
+        scores, s = f1(counts)
+        return _ratio((scores * s).sum(axis=1), s.sum(axis=1))
+
+    return {
+        "accuracy": lambda counts: _ratio((counts @ tp).sum(axis=1), (counts @ support).sum(axis=1)),
+        "macro_f1": lambda counts: f1(counts)[0].mean(axis=1),
+        "weighted_f1": weighted,
+    }
+
+
+def percentile_interval(values: np.ndarray, alpha: float = ALPHA) -> tuple[float, float]:
+    """The (alpha/2, 1-alpha/2) percentiles of the finite resampled values; NaN when none is finite."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(values, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(lo), float(hi)
+
+
+def point(stat: Stat, n_units: int) -> float:
+    """The statistic on the test split itself (every unit drawn once)."""
+    return float(stat(np.ones((1, n_units)))[0])
+
+
+def interval(stat: Stat, counts: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, float]:
+    """(point estimate, ci_low, ci_high) of a Stat under the resample count matrix."""
+    return point(stat, counts.shape[1]), *percentile_interval(stat(counts), alpha)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    diff: float  # run minus reference, on the test split itself
+    ci_low: float
+    ci_high: float
+    p_better: float  # share of resamples where the run beats the reference
+    verdict: str
+    n_units: int
+    diffs: np.ndarray  # the resampled differences (for the run-detail histogram)
+
+
+def paired_comparison(stat_run: Stat, stat_ref: Stat, counts: np.ndarray, alpha: float = ALPHA,
+                      min_units: int = MIN_UNITS) -> Comparison:
+    """Paired bootstrap: both runs' statistics on the SAME resampled units; the verdict reads the percentile
+    interval of the difference (higher is better). Fewer than `min_units` units: `too_small`, no verdict."""
+    n_units = counts.shape[1]
+    diff = point(stat_run, n_units) - point(stat_ref, n_units)
+    diffs = stat_run(counts) - stat_ref(counts)
+    lo, hi = percentile_interval(diffs, alpha)
+    finite = diffs[np.isfinite(diffs)]
+    p_better = float((finite > 0).mean()) if finite.size else float("nan")
+    if n_units < min_units or not finite.size:
+        verdict = "too_small"
+    elif lo > 0:
+        verdict = "better"
+    elif hi < 0:
+        verdict = "worse"
+    else:
+        verdict = "no_detectable_difference"
+    return Comparison(float(diff), lo, hi, p_better, verdict, n_units, diffs)

@@ -1,0 +1,230 @@
+"""Test-set uncertainty of recorded runs: 95% patient-bootstrap intervals on every test metric (ml.metrics)
+and paired comparisons against the reference baseline (ml.comparisons). Pure numpy in medtx.metrics.intervals;
+this module only reads a run's stored test predictions (ml.predictions) and writes the results.
+
+When: `analyse_run` is called by `records.finish_run`, so every EHR, text and FAQ run gets its intervals the
+moment it completes, and its (task, dataset) comparisons are brought up to date: the new run is compared with
+the current reference, and when the reference itself changes (a better baseline on validation was recorded)
+every run of that (task, dataset) is recompared, so ml.comparisons never mixes two references.
+
+Units resampled: test patients (subject_id) for EHR tasks and readmission notes; note groups (group_id) for
+MTSamples; question/answer pairs for the FAQ. Runs whose predictions were stored truncated (very large label
+spaces, see experiment.prediction_frame) get the ranking metrics' intervals from the stored cells only; their
+ci_method says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from medtx.db import transaction
+from medtx.metrics import intervals as iv
+from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
+from medtx.metrics.multilabel import average_precision_rows, recall_at_k_rows, roc_auc_rows, set_metric_rows
+
+log = logging.getLogger("medtx.uncertainty")
+
+MULTILABEL_TASKS = {"drug_rec": (), "next_visit": (10, 20)}  # task -> recall@k cut-offs
+BINARY_TASKS = ("readmission", "readmission_notes")
+MULTICLASS_TASKS = ("specialty",)
+AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
+            "recall_samples", "recall_at_10", "recall_at_20", "brier")
+RANKING = ("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20")
+# The task's headline metric first, then its set (thresholded) metric: what comparisons are made on.
+COMPARED = {
+    "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
+    "next_visit": (("pr_auc_samples", "visit"), ("f1_samples", "visit")),
+    "readmission": (("auprc", "none"), ("rp80", "none")),
+    "readmission_notes": (("auprc", "none"), ("rp80", "none")),
+    "specialty": (("macro_f1", "none"), ("accuracy", "none")),
+    "faq": (("token_f1", "none"), ("exact_match", "none")),
+}
+NON_NEURAL = ("logreg", "tfidf_logreg", "retrieval", "copy_last", "most_frequent", "majority")
+UNIT_NAMES = {"specialty": "text groups", "faq": "pairs"}  # what the bootstrap resamples; else patients
+
+
+@dataclass
+class RunData:
+    """One run's test split as arrays, sample-aligned; `build(inverse, n_units)` -> {(metric, averaging): Stat}."""
+
+    sample_ids: np.ndarray
+    units: np.ndarray
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    kind: str = "binary"
+    truncated: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def reorder(self, order: np.ndarray) -> RunData:
+        extra = dict(self.extra)
+        if "_rows" in extra:  # cached per-sample values move with their samples
+            extra["_rows"] = {k: v[order] for k, v in extra["_rows"].items()}
+        return RunData(self.sample_ids[order], self.units[order], {k: v[order] for k, v in self.arrays.items()},
+                       self.kind, self.truncated, extra)
+
+    def stats(self, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+        return _BUILDERS[self.kind](self, inverse, n_units)
+
+
+def _multilabel_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+    y, p, pred = d.arrays["y"], d.arrays["p"], d.arrays["pred"]
+    rows = d.extra.get("_rows")
+    if rows is None:  # per-visit values: the costly part, computed once per run (intervals and comparisons)
+        rows = {"pr_auc_samples": average_precision_rows(y, p), "roc_auc_samples": roc_auc_rows(y, p),
+                **set_metric_rows(y, pred), "brier": ((p - y) ** 2).mean(axis=1)}
+        for k in d.extra.get("ks", ()):
+            rows[f"recall_at_{k}"] = recall_at_k_rows(y, p, k)
+        if d.extra.get("ddi") is not None:
+            for kind, sets in (("ddi_rate", pred), ("ddi_rate_true", y)):
+                rows[f"_{kind}_num"], rows[f"_{kind}_den"] = ddi_pair_counts(sets, d.extra["ddi"])
+        d.extra["_rows"] = rows
+    out: dict[tuple[str, str], iv.Stat] = {}
+    for name, values in rows.items():
+        if name.startswith("_"):
+            continue
+        for averaging in ("visit", "patient"):
+            out[(name, averaging)] = iv.mean_stat(values, inverse, n_units, averaging)
+    out[("avg_pred_size", "visit")] = iv.mean_stat(pred.sum(axis=1), inverse, n_units)
+    out[("avg_true_size", "visit")] = iv.mean_stat(y.sum(axis=1), inverse, n_units)
+    out[("ece", "none")] = iv.ece_stat(y, p, inverse, n_units)
+    if d.extra.get("ddi") is not None:
+        for kind in ("ddi_rate", "ddi_rate_true"):
+            out[(kind, "none")] = iv.ratio_stat(rows[f"_{kind}_num"], rows[f"_{kind}_den"], inverse, n_units)
+    return out
+
+
+def _binary_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+    y, p = d.arrays["y"], d.arrays["p"]
+    return {("auroc", "none"): iv.binary_auroc_stat(y, p, inverse), ("auprc", "none"): iv.binary_ap_stat(y, p, inverse),
+            ("rp80", "none"): iv.binary_rp_stat(y, p, inverse),
+            ("brier", "none"): iv.mean_stat((p - y) ** 2, inverse, n_units),
+            ("ece", "none"): iv.ece_stat(y, p, inverse, n_units),
+            ("positive_rate", "none"): iv.mean_stat(y.astype(np.float64), inverse, n_units)}
+
+
+def _multiclass_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+    stats = iv.multiclass_stats(d.arrays["y"], d.arrays["pred"], d.extra["n_classes"], inverse, n_units)
+    return {(k, "none"): v for k, v in stats.items()}
+
+
+def _faq_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+    return {("token_f1", "none"): iv.mean_stat(d.arrays["f1"], inverse, n_units),
+            ("exact_match", "none"): iv.mean_stat(d.arrays["em"], inverse, n_units)}
+
+
+_BUILDERS = {"multilabel": _multilabel_stats, "binary": _binary_stats, "multiclass": _multiclass_stats,
+             "faq": _faq_stats}
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | None, float | None]:
+    found = con.execute("SELECT task, dataset, threshold FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()
+    row = found[0] if found else None
+    if row is None:
+        raise ValueError(f"uncertainty: no ml.runs row for run {run_id!r}")
+    return row
+
+
+def _pivot(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Long-form predictions -> (sample ids, first subject per sample, y, p, predicted) matrices + labels.
+    Cells missing from truncated predictions are negatives, not predicted, scored 0."""
+    samples, s_idx = np.unique(frame["sample_id"].to_numpy(), return_inverse=True)
+    labels, l_idx = np.unique(frame["label"].to_numpy(), return_inverse=True)
+    shape = (len(samples), len(labels))
+    y, p, pred = np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=bool)
+    y[s_idx, l_idx] = frame["y_true"].fill_null(False).to_numpy()
+    p[s_idx, l_idx] = frame["prob"].fill_null(0.0).to_numpy()
+    pred[s_idx, l_idx] = frame["predicted"].fill_null(False).to_numpy()
+    subject = np.zeros(len(samples), dtype=object)
+    subject[s_idx] = frame["subject_id"].to_numpy()
+    return samples, subject, y, p, pred, [str(x) for x in labels]
+
+
+def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None:
+    """The run's test split as arrays, or None when it stored no predictions (nothing to resample)."""
+    task, _, threshold = _run_row(con, run_id)
+    frame = con.sql("SELECT sample_id, subject_id, label, prob, y_true, predicted FROM ml.predictions "
+                    "WHERE run_id = ?", params=[run_id]).pl()
+    if frame.height == 0:
+        return None
+    if task == "faq":
+        frame = frame.sort("sample_id")
+        ids = frame["sample_id"].to_numpy()
+        return RunData(ids, ids, {"f1": frame["prob"].fill_null(0.0).to_numpy(),
+                                  "em": frame["y_true"].fill_null(False).to_numpy().astype(np.float64)}, "faq")
+    samples, subject, y, p, pred, labels = _pivot(frame)
+    if task in MULTILABEL_TASKS:
+        ddi = None
+        if task == "drug_rec":
+            pairs = con.sql("SELECT atc3_a, atc3_b FROM ref.ddi_atc3").fetchall()
+            ddi = ddi_matrix([tuple(r) for r in pairs], labels) if pairs else None
+        return RunData(samples, subject, {"y": y, "p": p, "pred": pred}, "multilabel",
+                       truncated=frame.height < y.size, extra={"ks": MULTILABEL_TASKS[task], "ddi": ddi})
+    if task in MULTICLASS_TASKS:
+        groups = dict(con.sql("SELECT CAST(note_id AS VARCHAR), group_id FROM samples.specialty").fetchall())
+        missing = [s for s in samples if s not in groups]
+        if missing:
+            raise ValueError(f"run {run_id}: test note {missing[0]} has no samples.specialty row (group unknown)")
+        units = np.array([groups[s] for s in samples])
+        return RunData(samples, units, {"y": y.argmax(axis=1), "pred": pred.argmax(axis=1)}, "multiclass",
+                       extra={"n_classes": len(labels)})
+    if y.shape[1] != 1:
+        log.warning("uncertainty: run %s (task %s) has %d labels per sample and no interval rule; skipped",
+                    run_id, task, y.shape[1])
+        return None
+    if any(s is None for s in subject):
+        raise ValueError(f"run {run_id}: ml.predictions rows without subject_id; cannot resample patients")
+    return RunData(samples, subject.astype(np.int64), {"y": y[:, 0] >= 0.5, "p": p[:, 0]}, "binary")
+
+
+# ----------------------------------------------------------------------------------------------- intervals
+
+
+def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> int:
+    """Write the point estimate, ci_low/ci_high/n_boot/ci_method on the run's test metrics (and add brier/ece
+    rows); returns how many metrics got an interval. The old sd (subsample convention) is kept and named in
+    sd_method."""
+    task = _run_row(con, run_id)[0]
+    data = load_run_data(con, run_id)
+    if data is None:
+        log.warning("uncertainty: run %s stored no test predictions; no intervals", run_id)
+        return 0
+    n_units, inverse = iv.unit_index(data.units)
+    counts = iv.resample_counts(n_units, n_boot, seed)
+    rows = []
+    for (metric, averaging), stat in data.stats(inverse, n_units).items():
+        value, lo, hi = iv.interval(stat, counts)
+        method = iv.CI_METHOD + ("_truncated_predictions" if data.truncated and metric in RANKING else "")
+        rows.append((metric, averaging, value, lo, hi, method))
+    existing = {(m, a): n for m, a, n in con.execute(
+        "SELECT metric, averaging, n_boot FROM ml.metrics WHERE run_id = ? AND split = 'test'", [run_id]).fetchall()}
+    with transaction(con):
+        for metric, averaging, value, lo, hi, method in rows:
+            if (metric, averaging) in existing:
+                old = existing[(metric, averaging)]
+                # value becomes the point estimate on the whole test split (the runners wrote the mean of the
+                # subsamples); a truncated run's ranking metrics keep the runner's value from the full scores.
+                exact = method == iv.CI_METHOD
+                con.execute(
+                    "UPDATE ml.metrics SET value = CASE WHEN ? THEN ? ELSE value END, ci_low = ?, ci_high = ?, "
+                    "n_boot = ?, ci_method = ?, sd_method = CASE WHEN sd IS NULL THEN NULL ELSE ? END "
+                    "WHERE run_id = ? AND split = 'test' AND metric = ? AND averaging = ?",
+                    [exact, _num(value), _num(lo), _num(hi), n_boot, method, f"subsample_{old}x80pct_sd", run_id,
+                     metric, averaging])
+            elif metric in ("brier", "ece"):
+                con.execute("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, n_boot, ci_low, "
+                            "ci_high, ci_method) VALUES (?, 'test', ?, ?, ?, ?, ?, ?, ?)",
+                            [run_id, metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method])
+        con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
+                    [n_units, UNIT_NAMES.get(task, "patients"), run_id])
+    return len(rows)
+
+
+def _num(value: float) -> float | None:
+    return value if np.isfinite(value) else None
