@@ -112,7 +112,8 @@ def scratch_warehouse(package: Path, folder: Path) -> Path:
     db = folder / "scratch.duckdb"
     con = connect(db)
     try:
-        keep = set(manifest["tables"]) | set(RESULT_TABLES) | {"ml.pipeline_runs"}
+        # ml.comparisons: the worker's own (empty) view; the flow compares against the reference baseline.
+        keep = set(manifest["tables"]) | set(RESULT_TABLES) | {"ml.pipeline_runs", "ml.comparisons"}
         existing = con.sql("SELECT schema_name || '.' || table_name FROM duckdb_tables() "
                            "WHERE schema_name <> 'main'").fetchall()
         with transaction(con):
@@ -195,4 +196,23 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
                             f"read_parquet({_sql_string(result_dir / f'{table}.parquet')})")
             con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({ids})",
                         [manifest["models_root"], str(models_dir)])
+        _compare_with_reference(con, run_ids)
     return run_ids
+
+
+def _compare_with_reference(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """Paired comparisons need the other runs of the (task, dataset), which only the warehouse holds: the
+    worker computed the run's own intervals, the writer compares it with the reference baseline. A run whose
+    test samples differ from the reference's cannot be qualified: it is marked failed, as in finish_run."""
+    from medtx.comparisons import compare_runs
+    from medtx.training.records import fail_run
+
+    ids = ", ".join(_sql_string(r) for r in run_ids)
+    groups = con.sql(f"SELECT task, dataset, list(run_id) FROM ml.runs WHERE run_id IN ({ids}) "
+                     "AND status = 'completed' GROUP BY task, dataset").fetchall()
+    for task, dataset, members in groups:
+        try:
+            compare_runs(con, task, dataset, list(members))
+        except ValueError as exc:
+            for run_id in members:
+                fail_run(con, run_id, f"test intervals/comparisons: {type(exc).__name__}: {exc}")
