@@ -69,7 +69,10 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration] | None =
             f"warehouse schema version {current} is newer than this medtx supports ({latest}); "
             "upgrade medtx or point --db at another warehouse"
         )
-    pending = [m for m in migrations if m.version > current]
+    # Every migration not yet applied, not only those above the highest applied one: a migration numbered below
+    # one that landed first (parallel branches) must still run on warehouses created in between.
+    applied = set() if current == 0 else {v for (v,) in con.sql("SELECT version FROM main.schema_migrations").fetchall()}
+    pending = [m for m in migrations if m.version not in applied]
     if not pending:
         return current
     with transaction(con):
