@@ -27,7 +27,8 @@ FUROSEMIDE = "00517570425"
 def test_registry_discovers_one_module_per_task():
     modules = sorted(p.stem for p in (REPO_ROOT / "medtx" / "tasks").glob("*.py") if p.stem not in ("__init__", "base"))
     assert sorted(task_names()) == modules
-    assert {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"} <= set(modules)
+    expected = {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"}
+    assert expected <= set(modules)
     assert get_task("mortality").kind == "binary" and get_task("mortality").split_unit == "patient"
     assert {t.name for t in tasks_of_kind("binary")} >= {"readmission", "readmission_notes", "mortality"}
     assert all(t.family == "ehr" for t in tasks_of_family("ehr"))
