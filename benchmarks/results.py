@@ -28,20 +28,17 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+<<<<<<< HEAD
 from benchmarks.results_intervals import comparison_lines, recompute  # noqa: E402
+=======
+from medtx.tasks import get_task  # noqa: E402
+>>>>>>> wip-tasks
 from medtx.training.experiment import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
 
 log = logging.getLogger("medtx.benchmarks")
 
 NEURAL = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
 BASELINES = ("most_frequent", "copy_last", "logreg", "oracle")
-TASK_MODELS = {
-    "drug_rec": (*NEURAL, *BASELINES),
-    "next_visit": ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", *BASELINES),
-    # copy_last is not defined for readmission (no label to copy); every other model the registry allows.
-    "readmission": ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "most_frequent", "logreg",
-                    "oracle"),
-}
 # CPU budget (2 shared cores): few epochs, early stopping patience 2, batch 64. Stated in RESULTS.md.
 # One torch thread: on 2 shared cores, 2 threads per process measured ~4x slower (spin contention).
 TRAIN = {"epochs": 6, "patience": 2, "batch_size": 32, "lr": 3e-3, "num_threads": 1}
@@ -103,6 +100,8 @@ HEADLINE = {
                    ("recall_at_20", "visit"), ("f1_samples", "visit")],
     "readmission": [("auroc", "none"), ("auprc", "none"), ("rp80", "none")],
 }
+# Every model of the benchmark that the task's declaration (medtx/tasks/) takes, in this order.
+TASK_MODELS = {task: tuple(m for m in (*NEURAL, *BASELINES) if get_task(task).applies_to(m)) for task in HEADLINE}
 BEGIN, END = "<!-- BEGIN ehr -->", "<!-- END ehr -->"
 
 

@@ -44,6 +44,9 @@ log = logging.getLogger("medtx.dashboard")
 EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
 NOTE_TASKS = tuple(t.name for t in tasks_of_family("text") if t.kind != "generation")
 TASKS = tuple(t.name for t in all_tasks())
+# Note tasks over EHR admissions (split by patient) -> the sample table holding their note text; constant
+# identifiers from the registry, never from a request.
+ADMISSION_NOTE_TABLES = {t.name: t.sample_table for t in tasks_of_family("text") if t.split_unit == "patient"}
 # Tasks split by text group (one corpus, no EHR dataset): their sample counts show beside every dataset's.
 _CORPUS_TASKS = [t.name for t in all_tasks() if t.split_unit == "text_group"]
 
@@ -591,12 +594,12 @@ def top_tokens_per_class(snapshot: Path, run_id: str, per_class: int = 8) -> pl.
     )
 
 
-def discharge_note_text(snapshot: Path, dataset: str, hadm_id: int) -> dict | None:
-    """The discharge summary behind a readmission_notes sample."""
+def discharge_note_text(snapshot: Path, task: str, dataset: str, hadm_id: int) -> dict | None:
+    """The discharge summary behind a sample of an admission note task (see ADMISSION_NOTE_TABLES)."""
     df = query(
         snapshot,
         "SELECT CAST(hadm_id AS VARCHAR) AS note_id, text AS transcription, label "
-        "FROM samples.readmission WHERE dataset = ? AND hadm_id = ?",
+        f"FROM {ADMISSION_NOTE_TABLES[task]} WHERE dataset = ? AND hadm_id = ?",
         [dataset, hadm_id],
     )
     return df.row(0, named=True) if df.height else None

@@ -31,9 +31,9 @@ tasks:
   specialty: {{models: [{{model: majority}}]}}
   faq: {{models: [{{model: retrieval}}]}}
 """
-# One train step per runner family and per kind of extra read (drug_rec: ref.ddi_atc3; text: the notes runner).
+# One train step per runner (EHR, text, FAQ) and per kind of extra read (drug_rec: ref.ddi_atc3).
 TRAIN_STEPS = ("train.drug_rec.mimic3_demo.logreg.s42", "train.mortality.mimic3_demo.logreg.s42",
-               "train.specialty.mtsamples.majority.s42")
+               "train.specialty.mtsamples.majority.s42", "train.faq.mental_health_faq.retrieval.s42")
 
 
 @pytest.fixture(scope="module")

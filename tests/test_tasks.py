@@ -27,7 +27,8 @@ FUROSEMIDE = "00517570425"
 def test_registry_discovers_one_module_per_task():
     modules = sorted(p.stem for p in (REPO_ROOT / "medtx" / "tasks").glob("*.py") if p.stem not in ("__init__", "base"))
     assert sorted(task_names()) == modules
-    assert {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"} <= set(modules)
+    expected = {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"}
+    assert expected <= set(modules)
     assert get_task("mortality").kind == "binary" and get_task("mortality").split_unit == "patient"
     assert {t.name for t in tasks_of_kind("binary")} >= {"readmission", "readmission_notes", "mortality"}
     assert all(t.family == "ehr" for t in tasks_of_family("ehr"))
@@ -158,6 +159,10 @@ def _dashboard_shows(db: Path, snap: Path, run_id: str, other: str) -> None:
         queries.leaderboard_metrics(snap, "mortality", "mimic3_demo", None))
     assert {r["run_id"] for r in rows} == {run_id, other} and "auroc" in metric_names
     detail = json.dumps(run_detail.run_body(snap, run_id).to_plotly_json(), default=str)
+    # the note explorer finds an admission note task's text through the registry's sample table
+    with open_warehouse(db, read_only=True) as con:
+        hadm = con.sql("SELECT hadm_id FROM samples.readmission WHERE dataset = 'mimic3_demo' LIMIT 1").fetchall()[0][0]
+    assert queries.discharge_note_text(snap, "readmission_notes", "mimic3_demo", hadm)["note_id"] == str(hadm)
     assert "mortality \\u00b7 logreg \\u00b7 dataset mimic3_demo" in detail and "auroc" in detail
 
 

@@ -119,8 +119,8 @@ def top_tokens_view(snapshot: Path, run_id: str):
 @queries.cached_view
 def note_body(snapshot: Path, run_id: str, note_id: str, layer: int | None) -> html.Div:
     run = queries.run(snapshot, run_id) or {}
-    if run.get("task") == "readmission_notes" and note_id.isdigit():
-        note = queries.discharge_note_text(snapshot, run.get("dataset") or "", int(note_id))
+    if run.get("task") in queries.ADMISSION_NOTE_TABLES and note_id.isdigit():
+        note = queries.discharge_note_text(snapshot, run["task"], run.get("dataset") or "", int(note_id))
     else:
         note = queries.note_text(snapshot, note_id)
     preds = queries.visit_predictions(snapshot, run_id, note_id)

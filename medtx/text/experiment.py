@@ -622,7 +622,8 @@ def _fingerprint(con, task: str, dataset: str) -> str:
     spec = get_task(task)
     if spec.split_unit == "text_group":  # the split is a column of the sample table
         return tables_fingerprint(con, [spec.sample_table])
-    return tables_fingerprint(con, [spec.sample_table, "samples.splits"], {"dataset": dataset, "task": spec.samples_task})
+    return tables_fingerprint(con, [spec.sample_table, "samples.splits"],
+                              {"dataset": dataset, "task": spec.samples_task})
 
 
 def run_text_experiment(
