@@ -1,0 +1,2 @@
+class MedsIngestResult: pass
+def ingest_meds(): pass

@@ -1,0 +1,2 @@
+class CodeMapping: pass
+def load_mapping(): pass
