@@ -118,3 +118,110 @@ def test_import_logs_mapped_and_unmapped_codes(round_trip):
             "SELECT count(*) FROM raw.diagnoses_icd WHERE dataset = ?", [DEMO]).fetchall()[0][0]
     finally:
         con.close()
+
+
+# ---- a MEDS dataset medtx did not write: MIMIC-IV MEDS ETL codes, ICD-10, no hadm_id column ------------------
+
+DRUGS = ["Metoprolol", "Furosemide", "Heparin", "Pantoprazole", "Lisinopril", "Simvastatin", "Ondansetron"]
+DX10 = ["I10", "E119", "J189", "N179", "K219", "F329", "I4891", "E785"]
+HF = "I509"  # heart failure: planted cause of 30-day readmission
+
+
+def _foreign_events(n_subjects: int, seed: int = 0) -> pl.DataFrame:
+    """MIMIC-IV-MEDS-style events: births, deaths, stays with ICD-10 diagnoses/procedures at discharge,
+    medications by name, labs (which medtx does not map). Readmission within 30 days iff the stay had HF."""
+    import numpy as np
+    from datetime import datetime, timedelta
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(n_subjects):
+        sid = 10_000 + s
+        birth = datetime(1950, 1, 1) + timedelta(days=int(rng.integers(0, 15_000)))
+        rows += [(sid, None, f"GENDER//{'F' if s % 2 else 'M'}", None), (sid, birth, "MEDS_BIRTH", None)]
+        t = datetime(2150, 1, 1) + timedelta(days=int(rng.integers(0, 300)), hours=int(rng.integers(0, 24)))
+        for _ in range(int(rng.integers(2, 5))):
+            disch = t + timedelta(days=int(rng.integers(2, 9)), hours=3)
+            hf = rng.random() < 0.4
+            rows.append((sid, t, "HOSPITAL_ADMISSION//EW EMER.//EMERGENCY ROOM", None))
+            rows.append((sid, t + timedelta(hours=2), "LAB//50912//mg/dL", float(rng.normal(1, 0.2))))
+            for drug in rng.choice(DRUGS, size=3, replace=False):
+                rows.append((sid, t + timedelta(hours=4), f"MEDICATION//START//{drug}", None))
+            codes = list(rng.choice(DX10, size=3, replace=False)) + ([HF] if hf else [])
+            rows += [(sid, disch, f"DIAGNOSIS//ICD//10//{c}", None) for c in codes]
+            rows.append((sid, disch, "PROCEDURE//ICD//10//02HV33Z", None))
+            rows.append((sid, disch, "HOSPITAL_DISCHARGE//HOME", None))
+            t = disch + timedelta(days=int(rng.integers(5, 25)) if hf else int(rng.integers(60, 200)))
+    frame = pl.DataFrame(rows, schema={"subject_id": pl.Int64, "time": pl.Datetime("us"), "code": pl.String,
+                                       "numeric_value": pl.Float32}, orient="row")
+    return frame.sort("subject_id", pl.col("time"), nulls_last=False, maintain_order=True)
+
+
+def _write_foreign(root: Path, n_subjects: int = 240) -> Path:
+    """Written with meds-testing-helpers' MEDSDataset (which validates it against the meds schemas)."""
+    from meds import DatasetMetadataSchema
+    from meds_testing_helpers.dataset import MEDSDataset
+
+    events = _foreign_events(n_subjects)
+    subjects = events["subject_id"].unique().sort()
+    cycle = ["train"] * 7 + ["tuning", "held_out", "held_out"]
+    splits = pl.DataFrame({"subject_id": subjects, "split": [cycle[i % 10] for i in range(len(subjects))]})
+    shards = {}
+    for name in ("train", "tuning", "held_out"):
+        ids = splits.filter(pl.col("split") == name)["subject_id"]
+        half = len(ids) // 2
+        for k, part in enumerate((ids[:half], ids[half:])):
+            shards[f"{name}/{k}"] = events.filter(pl.col("subject_id").is_in(part.implode()))
+    dataset = MEDSDataset(data_shards=shards, subject_splits=splits,
+                          dataset_metadata=DatasetMetadataSchema(dataset_name="MIMIC-IV-style test",
+                                                                 etl_name="MIMIC_IV_MEDS", etl_version="0.0.7"))
+    dataset.write(root)
+    return root
+
+
+def test_import_of_a_foreign_meds_dataset_trains_logreg(tmp_path):
+    from medtx.training.experiment import run_ehr_experiment
+
+    source = _write_foreign(tmp_path / "mimic4_style")
+    db = tmp_path / "warehouse.duckdb"
+    result = ingest_meds(db, source, "mimic4_style")
+    assert result.mapping == "mimic4"
+    con = connect(db)
+    try:
+        # labs have no medtx table: counted as not mapped, by prefix, never silently dropped
+        unmapped = con.execute("SELECT prefix, n_rows FROM raw.meds_codes WHERE dataset = 'mimic4_style' "
+                               "AND target_table IS NULL").fetchall()
+        assert unmapped == [("LAB//", result.events - result.events_mapped)] and unmapped[0][1] > 0
+        logged = con.execute("SELECT rows_loaded, rows_rejected FROM raw.ingest_log "
+                             "WHERE dataset = 'mimic4_style' AND table_name = 'meds_events'").fetchall()
+        assert logged == [(result.events_mapped, unmapped[0][1])]
+        # stays from the admission/discharge events (no hadm_id column): every diagnosis found its stay
+        assert con.sql("SELECT count(*) FROM raw.diagnoses_icd WHERE dataset = 'mimic4_style' "
+                       "AND hadm_id IS NULL").fetchall()[0][0] == 0
+        assert con.sql("SELECT count(*) FROM raw.diagnoses_icd WHERE dataset = 'mimic4_style' "
+                       "AND icd9_code = 'I509'").fetchall()[0][0] > 0
+        map_codes(con, DATA, ["mimic4_style"])
+        counts = build_samples(con, DATA, ["next_visit", "readmission"], ["mimic4_style"])
+        assert counts[("readmission", "mimic4_style")] > 300 and counts[("next_visit", "mimic4_style")] > 300
+        # medications by name only: loaded, but medtx's ATC-3 mapping needs an NDC, so drug_rec has no labels
+        assert con.sql("SELECT count(*) FROM raw.prescriptions WHERE dataset = 'mimic4_style' AND ndc IS NULL "
+                       "AND drug = 'Heparin'").fetchall()[0][0] > 0
+        # the builders used the dataset's own MEDS splits (tuning -> val, held_out -> test)
+        given = {r["subject_id"]: r["split"]
+                 for r in pq.read_table(source / "metadata" / "subject_splits.parquet").to_pylist()}
+        used = dict(con.sql("SELECT subject_id, split FROM samples.splits WHERE dataset = 'mimic4_style' "
+                            "AND task = 'readmission'").fetchall())
+        assert used and all({"train": "train", "tuning": "val", "held_out": "test"}[given[s]] == v
+                            for s, v in used.items())
+    finally:
+        con.close()
+    run_id = run_ehr_experiment(db, "mimic4_style", "readmission", "logreg", seed=0)
+    con = connect(db, read_only=True)
+    try:
+        status = con.execute("SELECT status FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
+        auroc = con.execute("SELECT value FROM ml.metrics WHERE run_id = ? AND metric = 'auroc' AND split = 'test'",
+                            [run_id]).fetchall()
+    finally:
+        con.close()
+    assert status == "completed"
+    assert auroc and auroc[0][0] > 0.8, auroc  # the planted heart-failure rule is learnt from ICD-10 codes

@@ -33,7 +33,7 @@ from medtx.meds.validate import (
 log = logging.getLogger("medtx.meds")
 
 OPTIONAL_COLUMNS = {"numeric_value": "FLOAT", "text_value": "VARCHAR", "hadm_id": "BIGINT", "seq_num": "INTEGER",
-                    "drug": "VARCHAR", "drug_name_generic": "VARCHAR", "route": "VARCHAR"}
+                    "drug": "VARCHAR", "drug_name_generic": "VARCHAR", "route": "VARCHAR", "ndc": "VARCHAR"}
 EVENTS = "_meds_events"
 
 

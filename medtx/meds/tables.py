@@ -114,7 +114,7 @@ def write_raw(con: duckdb.DuckDBPyConnection, dataset: str, events: str, mapping
         "prescriptions": f"""
             SELECT subject_id, row_number() OVER (ORDER BY _file, _row) AS row_id, hadm_id, time AS startdate,
                    CASE WHEN _field = 'drug' THEN coalesce(drug, _rest) ELSE drug END AS drug, drug_name_generic,
-                   CASE WHEN _field = 'ndc' THEN _rest END AS ndc, route
+                   CASE WHEN _field = 'ndc' THEN _rest ELSE ndc END AS ndc, route
             FROM {events} WHERE _target = 'prescriptions'""",
         "noteevents": f"""
             SELECT subject_id, row_number() OVER (ORDER BY _file, _row) AS row_id, hadm_id, time AS chartdate,
