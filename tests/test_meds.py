@@ -225,3 +225,109 @@ def test_import_of_a_foreign_meds_dataset_trains_logreg(tmp_path):
         con.close()
     assert status == "completed"
     assert auroc and auroc[0][0] > 0.8, auroc  # the planted heart-failure rule is learnt from ICD-10 codes
+
+
+# ---- malformed datasets: one line naming the file and the rule, warehouse unchanged ---------------------------
+
+def _warehouse_state(db: Path) -> list[tuple]:
+    con = connect(db, read_only=True)
+    try:
+        out = []
+        for t in ("patients", "admissions", "diagnoses_icd", "prescriptions", "meds_splits", "meds_codes",
+                  "ingest_log"):
+            out += con.sql(f"SELECT '{t}', dataset, count(*) FROM raw.{t} GROUP BY ALL ORDER BY ALL").fetchall()
+        return out
+    finally:
+        con.close()
+
+
+def _rewrite(path: Path, edit) -> None:
+    frame = edit(pl.read_parquet(path))
+    frame.write_parquet(path)
+
+
+def _tamper_type(root: Path) -> None:
+    _rewrite(root / "data" / "0.parquet", lambda f: f.with_columns(pl.col("subject_id").cast(pl.String)))
+
+
+def _tamper_split_subject(root: Path) -> None:
+    moved = pl.read_parquet(root / "data" / "1.parquet").head(1)
+    _rewrite(root / "data" / "0.parquet", lambda f: pl.concat([f, moved]))
+
+
+def _tamper_unsorted(root: Path) -> None:
+    def swap(f: pl.DataFrame) -> pl.DataFrame:
+        timed = f.with_row_index("i").filter(pl.col("time").is_not_null())
+        first = timed.row(0, named=True)
+        later = timed.filter((pl.col("subject_id") == first["subject_id"]) & (pl.col("time") > first["time"])).row(
+            0, named=True)
+        order = list(range(f.height))
+        order[first["i"]], order[later["i"]] = later["i"], first["i"]
+        return f[order]
+    _rewrite(root / "data" / "0.parquet", swap)
+
+
+def _tamper_not_contiguous(root: Path) -> None:
+    _rewrite(root / "data" / "0.parquet", lambda f: pl.concat([f.slice(1), f.head(1)]))
+
+
+MALFORMED = {
+    "wrong column type": (_tamper_type, r"0\.parquet: column 'subject_id' is (large_)?string, MEDS needs int64 \(rule: column types\)"),
+    "subject in two shards": (_tamper_split_subject, r"data/1\.parquet: subject \d+ also appears in .*data/0\.parquet \(rule: each subject sits in exactly one shard\)"),
+    "unsorted times": (_tamper_unsorted, r"0\.parquet: row \d+ \(subject \d+\) breaks the rule: a subject's events are sorted by time"),
+    "not contiguous": (_tamper_not_contiguous, r"0\.parquet: row \d+ \(subject \d+\) breaks the rule: a subject's events are contiguous"),
+    "missing metadata": (lambda root: (root / "metadata" / "codes.parquet").unlink(),
+                         r"codes\.parquet: missing \(rule: a MEDS dataset has metadata/dataset\.json and metadata/codes\.parquet\)"),
+    "split named oddly": (lambda root: _rewrite(root / "metadata" / "subject_splits.parquet",
+                                                lambda f: f.with_columns(pl.lit("dev").alias("split"))),
+                          r"subject_splits\.parquet: split value\(s\) \['dev'\] are not train/tuning/held_out"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_dataset_fails_naming_file_and_rule_and_changes_nothing(round_trip, tmp_path, case):
+    db0, result, _ = round_trip
+    db = tmp_path / "warehouse.duckdb"
+    shutil.copy(db0, db)
+    source = tmp_path / "bad"
+    shutil.copytree(result.out, source)
+    tamper, message = MALFORMED[case]
+    tamper(source)
+    before = _warehouse_state(db)
+    with pytest.raises(MedsFormatError, match=message):
+        ingest_meds(db, source, COPY)  # COPY exists already: a failed re-ingest must keep it as it was
+    assert _warehouse_state(db) == before
+
+
+def test_failure_inside_the_write_transaction_rolls_everything_back(round_trip, tmp_path):
+    """A split file giving one subject two splits is only found while writing: the raw tables already
+    rewritten in that transaction must come back."""
+    db0, result, _ = round_trip
+    db = tmp_path / "warehouse.duckdb"
+    shutil.copy(db0, db)
+    source = tmp_path / "bad"
+    shutil.copytree(result.out, source)
+    _rewrite(source / "metadata" / "subject_splits.parquet",
+             lambda f: pl.concat([f, f.head(1).with_columns(
+                 pl.when(pl.col("split") == "train").then(pl.lit("tuning")).otherwise(pl.lit("train")).alias("split"))]))
+    _rewrite(source / "data" / "0.parquet", lambda f: f.filter(~pl.col("code").str.starts_with("DIAGNOSIS")))
+    before = _warehouse_state(db)
+    with pytest.raises(MedsFormatError, match=r"subject_splits\.parquet: subject \d+ has more than one split"):
+        ingest_meds(db, source, COPY)
+    assert _warehouse_state(db) == before
+
+
+def test_export_refuses_a_non_empty_folder_and_an_unknown_dataset(round_trip, tmp_path):
+    db, result, _ = round_trip
+    con = connect(db)
+    try:
+        with pytest.raises(ExportError, match="not empty"):
+            export_meds(con, DEMO, result.out)
+        with pytest.raises(ExportError, match="'nope' has no rows in raw.admissions"):
+            export_meds(con, "nope", tmp_path / "x")
+        with pytest.raises(ExportError, match="no label export for task"):
+            export_meds(con, DEMO, tmp_path / "y", labels=["drug_rec"])
+        assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+        assert not list(tmp_path.glob(".*"))  # no temporary folder left behind
+    finally:
+        con.close()
