@@ -48,6 +48,7 @@ SAMPLE_TABLE = {
 CODE = {
     "synth": ("synth",),
     "ingest": ("ingest",),
+    "meds": ("meds", "ingest"),
     "oracle": ("synth/oracle",),
     "reference": ("codes",),
     "codes": ("codes",),
@@ -77,7 +78,8 @@ class Step:
     @property
     def code(self) -> tuple[str, ...]:
         """The medtx subpackages/modules whose source is part of this step's cache key."""
-        return CODE["oracle" if self.params.get("table") == "oracle" else self.kind]
+        table = self.params.get("table")
+        return CODE[table if table in ("oracle", "meds") else self.kind]
 
     def spec(self) -> dict[str, Any]:
         """What the step function needs (and the Prefect cache key covers): not its place in the plan."""
@@ -129,6 +131,9 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
                          ds.key, scope=scope)
             steps.append(synth)
             needs = (synth.name,)
+        if ds.kind == "meds":
+            steps.append(_meds_ingest_step(ds, source, scope))
+            continue
         files = () if ds.kind == "url" else (source,)
         for table in ds.tables or MIMIC_TABLES:
             steps.append(Step(f"ingest.{ds.key}.{table}", "ingest", {"source": source, "table": table}, ds.key,
@@ -141,6 +146,15 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
         steps.append(Step("ingest.mtsamples", "ingest", {"source": src, "table": "mtsamples"}, "mtsamples",
                           writes=("raw.mtsamples",), files=(src,)))
     return steps
+
+
+def _meds_ingest_step(ds, source: str, scope: dict) -> Step:
+    """A MEDS folder loads in one step (one transaction over every raw table); its cache key covers each
+    shard and metadata file (the folder itself has no top-level files)."""
+    root = Path(source)
+    files = tuple(str(p) for p in sorted([*root.glob("data/**/*.parquet"), *root.glob("metadata/*")]))
+    return Step(f"ingest.{ds.key}.meds", "ingest", {"source": source, "table": "meds", "codes": ds.codes}, ds.key,
+                writes=(*RAW_MIMIC, "raw.meds_splits", "raw.meds_codes"), files=files or (source,), scope=scope)
 
 
 def ingest_steps_of(steps: list[Step], dataset: str) -> tuple[str, ...]:
@@ -158,7 +172,8 @@ def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> li
                     continue  # readmission and readmission_notes share one sample table per dataset
                 steps.append(
                     Step(f"samples.{built}.{ds.key}", "samples", {"options": tc.samples, "seed": seed}, ds.key,
-                         built, needs=(f"codes.{ds.key}", *ingest_steps_of(ingest, ds.key)), reads=RAW_MIMIC + CORE,
+                         built, needs=(f"codes.{ds.key}", *ingest_steps_of(ingest, ds.key)),
+                         reads=RAW_MIMIC + CORE + ("raw.meds_splits",),
                          writes=(SAMPLE_TABLE[built], *SAMPLE_EXTRAS),
                          scope={"dataset": ds.key, "task": built})
                 )
@@ -239,7 +254,7 @@ def build_plan(cfg: PipelineConfig, synth_dir: Path, data_dir: Path) -> Plan:
         refs = tuple(str(p) for p in reference_files(data_dir).values())
         steps.append(Step("reference", "reference", {}, writes=REFERENCE, files=refs))
         for ds in cfg.datasets:
-            rx = tuple(n for n in ingest_steps_of(ingest, ds.key) if n.endswith(".prescriptions"))
+            rx = tuple(n for n in ingest_steps_of(ingest, ds.key) if n.endswith((".prescriptions", ".meds")))
             steps.append(
                 Step(f"codes.{ds.key}", "codes", {}, ds.key, needs=(*rx, "reference"),
                      reads=("raw.prescriptions",) + REFERENCE, writes=CORE, scope={"dataset": ds.key})
