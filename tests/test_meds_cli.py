@@ -47,6 +47,7 @@ def test_cli_export_then_ingest_and_one_line_failures(exported, tmp_path):
     assert "codes.yaml: key 'diagnoses.0.prefix'" in result.output.replace("\n", "")
 
 
+@pytest.mark.slow
 def test_meds_dataset_in_the_pipeline_config_runs_through_prefect(prefect_harness, exported, tmp_path, monkeypatch):
     _, out = exported
     for name in ("cache_dir", "results_dir", "models_dir"):
