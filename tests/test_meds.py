@@ -331,3 +331,36 @@ def test_export_refuses_a_non_empty_folder_and_an_unknown_dataset(round_trip, tm
         assert not list(tmp_path.glob(".*"))  # no temporary folder left behind
     finally:
         con.close()
+
+
+def test_round_trip_of_a_synthetic_cohort_keeps_discharge_notes(tmp_path):
+    """The demo has no notes: a small synthetic cohort with discharge summaries checks the note events
+    (text_value) and every EHR task again, readmission's text included."""
+    from medtx.ingest import ingest_mimic3
+    from medtx.synth import generate_mimic3
+
+    generate_mimic3(tmp_path / "synth", n_patients=80, seed=3, notes=True)
+    db = tmp_path / "warehouse.duckdb"
+    ingest_mimic3(db, tmp_path / "synth", "synth_notes", tmp_path / "cache")
+    con = connect(db)
+    try:
+        map_codes(con, DATA, ["synth_notes"])
+        build_samples(con, DATA, list(EHR), ["synth_notes"])
+        export_meds(con, "synth_notes", tmp_path / "meds")
+    finally:
+        con.close()
+    notes = pl.read_parquet(tmp_path / "meds" / "data" / "0.parquet").filter(pl.col("code") == "NOTE//DISCHARGE_SUMMARY")
+    assert notes.height > 50 and notes["text_value"].null_count() == 0
+    ingest_meds(db, tmp_path / "meds", "synth_notes_meds")
+    con = connect(db)
+    try:
+        map_codes(con, DATA, ["synth_notes_meds"], reload_reference=False)
+        build_samples(con, DATA, list(EHR), ["synth_notes_meds"])
+        for table in EHR:
+            sql = f"SELECT * EXCLUDE (dataset) FROM samples.{table} WHERE dataset = $d"
+            original = _rows(con, sql, "synth_notes")
+            assert original and _rows(con, sql, "synth_notes_meds") == original, table
+        with_text = con.sql("SELECT count(text) FROM samples.readmission WHERE dataset = 'synth_notes_meds'").fetchall()
+        assert with_text[0][0] > 50
+    finally:
+        con.close()
