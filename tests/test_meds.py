@@ -276,6 +276,10 @@ MALFORMED = {
     "subject in two shards": (_tamper_split_subject, r"data/1\.parquet: subject \d+ also appears in .*data/0\.parquet \(rule: each subject sits in exactly one shard\)"),
     "unsorted times": (_tamper_unsorted, r"0\.parquet: row \d+ \(subject \d+\) breaks the rule: a subject's events are sorted by time"),
     "not contiguous": (_tamper_not_contiguous, r"0\.parquet: row \d+ \(subject \d+\) breaks the rule: a subject's events are contiguous"),
+    "extra column of the wrong type": (
+        lambda root: _rewrite(root / "data" / "0.parquet",
+                              lambda f: f.with_columns(pl.col("hadm_id").cast(pl.String) + pl.lit("x"))),
+        r"data: cannot read the shards \(.*\) \(rule: column types\)"),
     "missing metadata": (lambda root: (root / "metadata" / "codes.parquet").unlink(),
                          r"codes\.parquet: missing \(rule: a MEDS dataset has metadata/dataset\.json and metadata/codes\.parquet\)"),
     "split named oddly": (lambda root: _rewrite(root / "metadata" / "subject_splits.parquet",
@@ -364,3 +368,18 @@ def test_round_trip_of_a_synthetic_cohort_keeps_discharge_notes(tmp_path):
         assert with_text[0][0] > 50
     finally:
         con.close()
+
+
+def test_dashboard_overview_shows_the_meds_code_accounting(round_trip, tmp_path):
+    from dashboard import queries
+    from dashboard.pages import overview
+    from medtx.publish import publish_snapshot
+
+    db, _, _ = round_trip
+    snapshot = tmp_path / "snapshot.duckdb"
+    publish_snapshot(db, snapshot)
+    codes = queries.meds_codes(snapshot, COPY)
+    assert "DIAGNOSIS//ICD//9//" in codes["prefix"].to_list() and codes["n_rows"].sum() > 13_000
+    assert queries.meds_codes(snapshot, DEMO).height == 0  # a CSV-ingested dataset has none
+    assert "meds-codes-grid" in str(overview._rejects(snapshot, COPY))
+    assert "meds-codes-grid" not in str(overview._rejects(snapshot, DEMO))

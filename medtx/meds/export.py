@@ -194,7 +194,8 @@ def _write_splits(con, dataset: str, root: Path) -> None:
     order = " ".join(f"WHEN '{t}' THEN {i}" for i, t in enumerate(SPLIT_TASK_ORDER))
     chosen = dict(con.sql(f"""SELECT subject_id, arg_min(split, CASE task {order} END)
                               FROM _meds_task_splits GROUP BY 1""").fetchall())
-    seed = (con.sql("SELECT min(seed) FROM _meds_task_splits").fetchall()[0][0]) or DEFAULT_SEED
+    seed = con.sql("SELECT min(seed) FROM _meds_task_splits").fetchall()[0][0]
+    seed = DEFAULT_SEED if seed is None else seed
     subjects = [r[0] for r in con.sql("SELECT DISTINCT subject_id FROM _meds_export").fetchall()]
     rest = assign_splits([s for s in subjects if s not in chosen], seed)
     frame = pa.table({"subject_id": pa.array(list(chosen) + list(rest), pa.int64()),

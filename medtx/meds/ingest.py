@@ -100,6 +100,14 @@ def _load_events(con: duckdb.DuckDBPyConnection, shards: list[Path], schemas: li
     extras = ", ".join(f"CAST({c} AS {t}) AS {c}" if c in present else f"NULL::{t} AS {c}"
                        for c, t in OPTIONAL_COLUMNS.items())
     files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in shards) + "]"
+    try:
+        _create_events(con, files, extras)
+    except duckdb.Error as exc:  # e.g. an extra column (hadm_id) that is not a number
+        first = str(exc).strip().splitlines()[0]
+        raise MedsFormatError(f"{shards[0].parent}: cannot read the shards ({first}) (rule: column types)") from exc
+
+
+def _create_events(con: duckdb.DuckDBPyConnection, files: str, extras: str) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {EVENTS} AS
         SELECT subject_id, CAST(time AS TIMESTAMP) AS time, CAST(code AS VARCHAR) AS code, {extras},
@@ -107,8 +115,8 @@ def _load_events(con: duckdb.DuckDBPyConnection, shards: list[Path], schemas: li
         FROM read_parquet({files}, union_by_name = true, filename = true, file_row_number = true)""")
 
 
-def _read_splits(root: Path) -> list[tuple[str | None, pa.Table]]:
-    """(task or None for dataset-wide, rows) of the split files the dataset has."""
+def _read_splits(root: Path) -> list[tuple[str, pa.Table]]:
+    """(file name, checked rows) of the split files the dataset has (the task-split file has a task column)."""
     out = []
     for name, with_task in (("subject_splits.parquet", False), ("medtx_task_splits.parquet", True)):
         path = root / "metadata" / name
