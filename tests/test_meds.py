@@ -279,7 +279,7 @@ MALFORMED = {
     "extra column of the wrong type": (
         lambda root: _rewrite(root / "data" / "0.parquet",
                               lambda f: f.with_columns(pl.col("hadm_id").cast(pl.String) + pl.lit("x"))),
-        r"data: cannot read the shards \(.*\) \(rule: column types\)"),
+        r"data/0\.parquet: cannot read the shard \(.*hadm_id\) \(rule: column types\)"),
     "missing metadata": (lambda root: (root / "metadata" / "codes.parquet").unlink(),
                          r"codes\.parquet: missing \(rule: a MEDS dataset has metadata/dataset\.json and metadata/codes\.parquet\)"),
     "split named oddly": (lambda root: _rewrite(root / "metadata" / "subject_splits.parquet",

@@ -69,23 +69,24 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
     splits = _read_splits(root)
     con = connect(Path(db))
     try:
-        _load_events(con, shards, schemas)
-        check_events(con, EVENTS)
-        tables.match_rules(con, EVENTS, mapping)
+        _load_events(con, shards, schemas, mapping)
+        check_events(con, EVENTS, shards)
+        tables.create_rules(con, EVENTS, mapping)
         tables.assign_stays(con, EVENTS, mapping)
         digest = _digest(shards)
         with transaction(con):
-            rows = tables.write_raw(con, dataset, EVENTS, mapping)
+            rows = tables.write_raw(con, dataset, mapping)
             n_splits = _write_splits(con, dataset, splits)
-            mapped, unmapped = tables.write_accounting(con, dataset, EVENTS)
+            mapped, unmapped = tables.write_accounting(con, dataset)
             for table, n in {**rows, "meds_events": mapped}.items():
                 write_log(con, IngestResult(dataset, table, str(source), str(root / "data"), digest, None, n,
                                             unmapped if table == "meds_events" else 0, "loaded",
                                             round(time.perf_counter() - clock, 3)), started)
         subjects, events = con.sql(f"SELECT count(DISTINCT subject_id), count(*) FROM {EVENTS}").fetchall()[0]
     finally:
-        for temp in (EVENTS, "_meds_stays"):
-            con.execute(f"DROP TABLE IF EXISTS {temp}")
+        for kind, name in (("VIEW", "_meds_mapped"), ("TABLE", "_meds_rules"), ("TABLE", EVENTS),
+                           ("TABLE", "_meds_stays")):
+            con.execute(f"DROP {kind} IF EXISTS {name}")
         con.close()
     result = MedsIngestResult(dataset, str(source), mapping.name, subjects, events, mapped, rows, n_splits,
                               round(time.perf_counter() - clock, 3))
@@ -94,25 +95,27 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
     return result
 
 
-def _load_events(con: duckdb.DuckDBPyConnection, shards: list[Path], schemas: list[pa.Schema]) -> None:
-    """All shards into one temp table, with the file and the row's position in it (for the order rules)."""
-    present = set().union(*(s.names for s in schemas))
-    extras = ", ".join(f"CAST({c} AS {t}) AS {c}" if c in present else f"NULL::{t} AS {c}"
-                       for c, t in OPTIONAL_COLUMNS.items())
-    files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in shards) + "]"
-    try:
-        _create_events(con, files, extras)
-    except duckdb.Error as exc:  # e.g. an extra column (hadm_id) that is not a number
-        first = str(exc).strip().splitlines()[0]
-        raise MedsFormatError(f"{shards[0].parent}: cannot read the shards ({first}) (rule: column types)") from exc
-
-
-def _create_events(con: duckdb.DuckDBPyConnection, files: str, extras: str) -> None:
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE {EVENTS} AS
-        SELECT subject_id, CAST(time AS TIMESTAMP) AS time, CAST(code AS VARCHAR) AS code, {extras},
-               filename AS _file, file_row_number + 1 AS _row
-        FROM read_parquet({files}, union_by_name = true, filename = true, file_row_number = true)""")
+def _load_events(con: duckdb.DuckDBPyConnection, shards: list[Path], schemas: list[pa.Schema],
+                 mapping: CodeMapping) -> None:
+    """All shards into one temp table, shard by shard. Each row gets `_shard` (its file), `_eid` (shard << 40 |
+    row in file: unique, in file order, so no string file names are carried per row) and `_rule` (the mapping
+    rule its code matches, decided in this same pass)."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {EVENTS} (subject_id BIGINT, time TIMESTAMP, code VARCHAR,
+                    {", ".join(f"{c} {t}" for c, t in OPTIONAL_COLUMNS.items())},
+                    _shard INTEGER, _eid BIGINT, _rule INTEGER)""")
+    rule = tables.rule_case(mapping)
+    for k, (path, schema) in enumerate(zip(shards, schemas, strict=True)):
+        extras = ", ".join(f"CAST({c} AS {t})" if c in schema.names else f"NULL::{t}"
+                           for c, t in OPTIONAL_COLUMNS.items())
+        try:
+            con.execute(f"""
+                INSERT INTO {EVENTS}
+                SELECT subject_id, CAST(time AS TIMESTAMP), CAST(code AS VARCHAR), {extras},
+                       {k}, ({k}::BIGINT << {tables.EID_BITS}) + file_row_number, {rule}
+                FROM read_parquet($path, file_row_number = true)""", {"path": str(path)})
+        except duckdb.Error as exc:  # e.g. an extra column (hadm_id) that is not a number
+            first = str(exc).strip().splitlines()[0]
+            raise MedsFormatError(f"{path}: cannot read the shard ({first}) (rule: column types)") from exc
 
 
 def _read_splits(root: Path) -> list[tuple[str, pa.Table]]:

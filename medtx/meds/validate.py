@@ -90,40 +90,37 @@ def check_codes_file(root: Path) -> None:
                               "(rule: column types)")
 
 
-def check_events(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Row rules over a loaded events table with columns subject_id, time, code, _file, _row (file order)."""
-    bad = con.sql(f"SELECT _file, _row FROM {table} WHERE subject_id IS NULL OR code IS NULL LIMIT 1").fetchall()
+def check_events(con: duckdb.DuckDBPyConnection, table: str, shards: list[Path]) -> None:
+    """Row rules over the loaded events (columns subject_id, time, code, _shard = index into `shards`,
+    _eid = shard << 40 | row in file). Grouped checks first; one window pass for the time order."""
+    def where(shard: int, eid: int) -> str:
+        return f"{shards[shard]}: row {(eid & ((1 << 40) - 1)) + 1}"
+
+    bad = con.sql(f"SELECT _shard, _eid FROM {table} WHERE subject_id IS NULL OR code IS NULL LIMIT 1").fetchall()
     if bad:
-        raise MedsFormatError(f"{bad[0][0]}: row {bad[0][1]} has a null subject_id or code "
-                              "(rule: subject_id and code are never null)")
-    split = con.sql(f"""SELECT subject_id, list(DISTINCT _file ORDER BY _file) FROM {table} GROUP BY 1
-                        HAVING count(DISTINCT _file) > 1 ORDER BY 1 LIMIT 1""").fetchall()
-    if split:
-        sid, files = split[0]
-        raise MedsFormatError(f"{files[1]}: subject {sid} also appears in {files[0]} "
-                              "(rule: each subject sits in exactly one shard)")
+        raise MedsFormatError(f"{where(*bad[0])} has a null subject_id or code (rule: subject_id and code are never null)")
     row = con.sql(f"""
-        WITH w AS (
-            SELECT _file, _row, subject_id, time,
-                   lag(subject_id) OVER f AS prev_subject, lag(time) OVER f AS prev_time,
-                   row_number() OVER f AS pos
-            FROM {table} WINDOW f AS (PARTITION BY _file ORDER BY _row)
-        ), runs AS (
-            SELECT *, sum(CASE WHEN subject_id IS DISTINCT FROM prev_subject THEN 1 ELSE 0 END)
-                          OVER (PARTITION BY _file, subject_id ORDER BY _row) AS run
-            FROM w
-        )
-        SELECT _file, _row, subject_id,
-               CASE WHEN run > 1 THEN 'contiguous' ELSE 'sorted' END AS rule
-        FROM runs
-        WHERE run > 1 OR (subject_id = prev_subject
-                          AND ((time IS NULL AND prev_time IS NOT NULL) OR time < prev_time))
-        ORDER BY _file, _row LIMIT 1""").fetchall()
+        SELECT subject_id, min(_shard), max(_shard), min(_eid), count(*) = max(_eid) - min(_eid) + 1
+        FROM {table} GROUP BY subject_id
+        HAVING min(_shard) <> max(_shard) OR count(*) <> max(_eid) - min(_eid) + 1
+        ORDER BY min(_shard) <> max(_shard) DESC, min(_eid) LIMIT 1""").fetchall()
     if row:
-        file, pos, sid, rule = row[0]
-        what = ("a subject's events are contiguous in its shard" if rule == "contiguous"
-                else "a subject's events are sorted by time, untimed (static) events first")
-        raise MedsFormatError(f"{file}: row {pos} (subject {sid}) breaks the rule: {what}")
+        sid, first, last, eid, contiguous = row[0]
+        if first != last:
+            raise MedsFormatError(f"{shards[last]}: subject {sid} also appears in {shards[first]} "
+                                  "(rule: each subject sits in exactly one shard)")
+        raise MedsFormatError(f"{where(first, eid)} (subject {sid}) breaks the rule: a subject's events are "
+                              "contiguous in its shard")
+    row = con.sql(f"""
+        SELECT _shard, _eid, subject_id FROM (
+            SELECT _shard, _eid, subject_id, time, lag(time) OVER w AS prev_time, row_number() OVER w AS pos
+            FROM {table} WINDOW w AS (PARTITION BY subject_id ORDER BY _eid))
+        WHERE pos > 1 AND ((time IS NULL AND prev_time IS NOT NULL) OR time < prev_time)
+        ORDER BY _eid LIMIT 1""").fetchall()
+    if row:
+        shard, eid, sid = row[0]
+        raise MedsFormatError(f"{where(shard, eid)} (subject {sid}) breaks the rule: a subject's events are sorted "
+                              "by time, untimed (static) events first")
 
 
 def split_rows(path: Path, with_task: bool) -> pa.Table:
