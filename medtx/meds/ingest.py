@@ -68,6 +68,9 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
     schemas = [check_columns(p) for p in shards]
     splits = _read_splits(root)
     con = connect(Path(db))
+    # Row order is carried by _eid (and row_id), never by insertion order: let DuckDB insert in parallel,
+    # unordered (faster at full scale, see benchmarks/README.md). This connection only.
+    con.execute("SET preserve_insertion_order = false")
     try:
         _load_events(con, shards, schemas, mapping)
         check_events(con, EVENTS, shards)
