@@ -255,6 +255,16 @@ def ingest_log(snapshot: Path, dataset: str) -> pl.DataFrame:
     )
 
 
+def meds_codes(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """A MEDS import's codes per prefix: the raw table they went to (empty: not mapped), codes and rows."""
+    return query(
+        snapshot,
+        "SELECT prefix, coalesce(target_table, '(not mapped)') AS loaded_into, n_codes, n_rows FROM raw.meds_codes "
+        "WHERE dataset = ? ORDER BY target_table IS NULL DESC, n_rows DESC",
+        [dataset],
+    )
+
+
 def mapping_coverage(snapshot: Path, dataset: str) -> pl.DataFrame:
     """NDC -> ATC-3 coverage by route (rxcui, ndc, name, unmapped, mapped, no_ndc)."""
     return query(

@@ -41,9 +41,13 @@ class DatasetConfig(_Strict):
     tables: list[str] | None = None  # ingest only these MIMIC tables (default: all the ingest stage knows)
     notes: bool = True  # synth only: also generate discharge notes (for readmission_notes)
     seed: int = 0  # synth only: generator seed
+    format: Literal["mimic3", "meds"] = "mimic3"  # meds: a MEDS 0.4 folder, loaded by `medtx ingest meds`
+    codes: str | None = None  # meds only: code mapping (shipped name `medtx`/`mimic4` or YAML file)
 
     @property
-    def kind(self) -> Literal["folder", "url", "synth"]:
+    def kind(self) -> Literal["folder", "url", "synth", "meds"]:
+        if self.format == "meds":
+            return "meds"
         if _SYNTH.match(self.source):
             return "synth"
         if self.source.startswith(("http://", "https://")):

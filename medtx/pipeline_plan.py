@@ -25,6 +25,7 @@ from medtx.tasks import Task, get_task
 KINDS = ("synth", "ingest", "reference", "codes", "samples", "train")
 
 MIMIC_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
+RAW_MIMIC = tuple(f"raw.{t}" for t in MIMIC_TABLES)
 CORE = codes_stage.WRITES
 # Tables every EHR train step reads besides its task's: the split, the vocabularies, and the synthetic
 # generator's oracle tables (the "is this dataset synthetic" rule and the oracle baseline read them).
@@ -35,6 +36,7 @@ TRAIN_READS = ("samples.splits", "samples.vocab")
 ENTRY = {
     "synth": ("medtx.synth.generate",),
     "ingest": ("medtx.ingest",),
+    "meds": ("medtx.meds.ingest",),
     "oracle": ("medtx.synth.oracle",),
     "reference": ("medtx.codes.reference",),
     "codes": ("medtx.codes.mapping",),
@@ -70,7 +72,8 @@ class Step:
     @property
     def code(self) -> tuple[str, ...]:
         """The medtx modules (import closure of the step's entry points) whose source is in its cache key."""
-        kind = "oracle" if self.params.get("table") == "oracle" else self.kind
+        table = self.params.get("table")
+        kind = table if table in ("oracle", "meds") else self.kind
         task = get_task(self.task) if self.task else None
         if kind == "train" and task is not None and task.family != "ehr":
             kind = "train_text"
@@ -129,6 +132,9 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
                          ds.key, scope=scope)
             steps.append(synth)
             needs = (synth.name,)
+        if ds.kind == "meds":
+            steps.append(_meds_ingest_step(ds, source, scope))
+            continue
         files = () if ds.kind == "url" else (source,)
         for table in ds.tables or MIMIC_TABLES:
             steps.append(Step(f"ingest.{ds.key}.{table}", "ingest", {"source": source, "table": table}, ds.key,
@@ -141,6 +147,15 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
         steps.append(Step("ingest.mtsamples", "ingest", {"source": src, "table": "mtsamples"}, "mtsamples",
                           writes=("raw.mtsamples",), files=(src,)))
     return steps
+
+
+def _meds_ingest_step(ds, source: str, scope: dict) -> Step:
+    """A MEDS folder loads in one step (one transaction over every raw table); its cache key covers each
+    shard and metadata file (the folder itself has no top-level files)."""
+    root = Path(source)
+    files = tuple(str(p) for p in sorted([*root.glob("data/**/*.parquet"), *root.glob("metadata/*")]))
+    return Step(f"ingest.{ds.key}.meds", "ingest", {"source": source, "table": "meds", "codes": ds.codes}, ds.key,
+                writes=(*RAW_MIMIC, "raw.meds_splits", "raw.meds_codes"), files=files or (source,), scope=scope)
 
 
 def ingest_steps_of(steps: list[Step], dataset: str) -> tuple[str, ...]:
@@ -229,7 +244,7 @@ def build_plan(cfg: PipelineConfig, synth_dir: Path, data_dir: Path) -> Plan:
         refs = tuple(str(p) for p in reference_files(data_dir).values())
         steps.append(Step("reference", "reference", {}, writes=REFERENCE, files=refs))
         for ds in cfg.datasets:
-            rx = tuple(n for n in ingest_steps_of(ingest, ds.key) if n.endswith(".prescriptions"))
+            rx = tuple(n for n in ingest_steps_of(ingest, ds.key) if n.endswith((".prescriptions", ".meds")))
             steps.append(
                 Step(f"codes.{ds.key}", "codes", {}, ds.key, needs=(*rx, "reference"),
                      reads=codes_stage.READS, writes=CORE, scope={"dataset": ds.key})

@@ -42,6 +42,11 @@ def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
 
         with open_warehouse(db) as con:
             return {"rows": load_oracle(con, Path(p["source"]), dataset=spec["dataset"])}
+    elif p["table"] == "meds":
+        from medtx.meds import ingest_meds
+
+        meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"))
+        return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
     else:
         result = ingest_mimic3_table(db, p["table"], p["source"], spec["dataset"], cache_dir)
     return {"rows_loaded": result.rows_loaded, "rows_rejected": result.rows_rejected, "status": result.status}

@@ -142,6 +142,10 @@ def _rejects(snapshot: Path, dataset: str) -> object:
     parts: list = []
     if log.height:
         parts.append(ui.grid(log, id="ingest-log-grid", height=190))
+    meds = queries.meds_codes(snapshot, dataset)
+    if meds.height:  # a MEDS import: which code prefixes became rows, and which were left out
+        parts.append(html.Div("MEDS codes by prefix", className="small fw-semibold mt-2"))
+        parts.append(ui.grid(meds, id="meds-codes-grid", height=190))
     if rejects.height:
         parts.append(html.Div("Rejected rows by table, error type and column", className="small fw-semibold mt-2"))
         parts.append(ui.grid(rejects, id="rejects-grid", height=200))

@@ -52,8 +52,12 @@ def write_splits(
     con: duckdb.DuckDBPyConnection, dataset: str, task: str, units: Iterable[int], seed: int,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
 ) -> dict[int, str]:
-    """Replace the (dataset, task) rows of `samples.splits`; call inside the builder's transaction."""
+    """Replace the (dataset, task) rows of `samples.splits`; call inside the builder's transaction.
+
+    A dataset imported from MEDS keeps the splits it came with (`raw.meds_splits`: the task's own rows, else
+    the dataset-wide ones); only units those do not cover are drawn from the seed."""
     assignment = assign_splits(units, seed, fractions)
+    assignment.update(given_splits(con, dataset, task, assignment))
     con.execute("DELETE FROM samples.splits WHERE dataset = $d AND task = $t", {"d": dataset, "t": task})
     if assignment:
         con.execute(
@@ -61,6 +65,17 @@ def write_splits(
             {"d": dataset, "t": task, "ids": list(assignment), "splits": list(assignment.values()), "seed": seed},
         )
     return assignment
+
+
+def given_splits(con: duckdb.DuckDBPyConnection, dataset: str, task: str, units: Iterable[int]) -> dict[int, str]:
+    """unit id -> split for the units `raw.meds_splits` assigns (task rows win over dataset-wide rows)."""
+    rows = con.execute(
+        """SELECT subject_id, arg_min(split, task IS NULL) FROM raw.meds_splits
+           WHERE dataset = $d AND (task = $t OR task IS NULL) AND subject_id IN (SELECT unnest($ids))
+           GROUP BY subject_id""",
+        {"d": dataset, "t": task, "ids": list(units)},
+    ).fetchall()
+    return dict(rows)
 
 
 def split_counts(assignment: dict[int, str]) -> dict[str, int]:

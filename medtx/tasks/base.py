@@ -24,6 +24,7 @@ SplitUnit = Literal["patient", "text_group", "pair"]
 EHR_VISIT_READS = (
     "raw.admissions", "raw.patients", "raw.diagnoses_icd", "raw.procedures_icd", "core.prescriptions_atc3",
     "ref.icd9_diagnoses", "ref.icd9_procedures",
+    "raw.meds_splits",  # a dataset imported from MEDS keeps its own splits (medtx/samples/splits.py)
 )
 SAMPLE_EXTRAS = ("samples.splits", "samples.vocab", "samples.task_summary")
 

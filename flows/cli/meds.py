@@ -1,0 +1,94 @@
+"""`medtx export meds` and `medtx ingest meds`: MEDS 0.4 datasets out of and into the warehouse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from flows.cli import app
+from flows.cli.ingest import ingest_app
+from medtx.db import open_warehouse
+from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
+from medtx.meds.export import DEFAULT_SHARD_ROWS
+from medtx.meds.mapping import MappingError
+from medtx.settings import get_settings
+
+export_app = typer.Typer(help="Write warehouse datasets in other formats.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+_console = Console(stderr=True)
+_DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
+_PREFECT = typer.Option(False, "--prefect", help="Run as the Prefect flow `meds`.")
+_USER_ERRORS = (ExportError, MedsFormatError, MappingError, ValueError, FileNotFoundError)
+
+
+@export_app.command("meds")
+def export(
+    dataset: str = typer.Option(..., "--dataset", help="Warehouse dataset to export (e.g. mimic3_demo)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the MEDS dataset into (new or empty)."),
+    labels: list[str] = typer.Option(None, "--labels", help="Write this task's labels (repeatable): "
+                                     "readmission, mortality (when that task exists)."),
+    shard_rows: int = typer.Option(DEFAULT_SHARD_ROWS, "--shard-rows", min=1, help="Events per data shard."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+    db: Path = _DB,
+    prefect: bool = _PREFECT,
+) -> None:
+    """Export one dataset as MEDS 0.4: data shards, codes, splits, dataset.json (+ task labels)."""
+    settings = get_settings(db=db)
+    try:
+        if prefect:
+            from flows.meds import meds_flow
+
+            r = meds_flow(export_dataset=dataset, out=out, shard_rows=shard_rows, labels=labels or [],
+                          overwrite=overwrite, db=settings.db)
+        else:
+            with open_warehouse(settings.db) as con:
+                r = export_meds(con, dataset, out, shard_rows=shard_rows, labels=labels or [], overwrite=overwrite)
+    except _USER_ERRORS as exc:
+        _fail("export", exc)
+    table = Table(title=f"MEDS export of {dataset} -> {r.out}")
+    for col in ("subjects", "events", "shards", "codes", "labels"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{r.subjects:,}", f"{r.events:,}", str(len(r.shards)), f"{r.codes:,}",
+                  ", ".join(f"{k}: {v:,}" for k, v in r.labels.items()) or "-")
+    Console().print(table)
+
+
+@ingest_app.command("meds")
+def ingest(
+    source: Path = typer.Option(..., "--source", help="MEDS dataset folder (data/, metadata/)."),
+    dataset: str = typer.Option(None, "--dataset", help="Dataset name [a-z0-9_]+ (default: the folder name)."),
+    codes: str = typer.Option(None, "--codes", help="Code mapping: `medtx`, `mimic4` or a YAML file "
+                              "(default: from metadata/dataset.json's etl_name)."),
+    db: Path = _DB,
+    prefect: bool = _PREFECT,
+) -> None:
+    """Load a MEDS dataset into raw.* so every task builder and model runs on it."""
+    settings = get_settings(db=db)
+    try:
+        if prefect:
+            from flows.meds import meds_flow
+
+            r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db)
+        else:
+            r = ingest_meds(settings.db, source, dataset, codes)
+    except _USER_ERRORS as exc:
+        _fail("ingest", exc)
+    table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")
+    table.add_column("table")
+    table.add_column("rows loaded", justify="right")
+    for name, n in r.rows.items():
+        table.add_row(name, f"{n:,}")
+    table.add_row("events mapped / not mapped", f"{r.events_mapped:,} / {r.events - r.events_mapped:,}")
+    Console().print(table)
+    if r.events > r.events_mapped:
+        _console.print("[yellow]codes no rule maps are counted by prefix in raw.meds_codes")
+
+
+def _fail(what: str, exc: Exception) -> None:
+    _console.print(f"[red]{what} failed:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
