@@ -31,7 +31,7 @@ def export(
     dataset: str = typer.Option(..., "--dataset", help="Warehouse dataset to export (e.g. mimic3_demo)."),
     out: Path = typer.Option(..., "--out", help="Folder to write the MEDS dataset into (new or empty)."),
     labels: list[str] = typer.Option(None, "--labels", help="Write this task's labels (repeatable): "
-                                     "readmission, mortality (when that task exists)."),
+                                     "any binary EHR task of the registry (`medtx build-samples --help`)."),
     shard_rows: int = typer.Option(DEFAULT_SHARD_ROWS, "--shard-rows", min=1, help="Events per data shard."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
     db: Path = _DB,
