@@ -577,3 +577,17 @@ def discharge_note_text(snapshot: Path, dataset: str, hadm_id: int) -> dict | No
         [dataset, hadm_id],
     )
     return df.row(0, named=True) if df.height else None
+
+
+def default_leaderboard_dataset(snapshot: Path, task: str) -> str | None:
+    """Of the datasets with runs of `task`, the one with the most test patients (then most runs, then name):
+    the one where models can be told apart, not a demo with five test visits."""
+    df = query(
+        snapshot,
+        "SELECT r.dataset FROM (SELECT coalesce(dataset, '') AS dataset, count(*) AS runs FROM ml.runs "
+        "WHERE task = ? GROUP BY 1) r LEFT JOIN (SELECT dataset, count(DISTINCT subject_id) AS n FROM samples.splits "
+        "WHERE task = ? AND split = 'test' GROUP BY 1) t USING (dataset) "
+        "ORDER BY coalesce(t.n, 0) DESC, r.runs DESC, r.dataset LIMIT 1",
+        [task, task],
+    )
+    return _scalar(df)

@@ -89,7 +89,8 @@ def register(app: Dash, snapshot: Path) -> None:
             return [], None
         names = tasks.filter(pl.col("task") == task)["dataset"].to_list()
         labels = [n or "(no dataset)" for n in names]
-        return ui.options(names, labels), current if current in names else (names[0] if names else None)
+        default = queries.default_leaderboard_dataset(snapshot, task) if names else None
+        return ui.options(names, labels), current if current in names else default
 
     @app.callback(
         Output("lb-averaging", "options"),

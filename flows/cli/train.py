@@ -54,13 +54,21 @@ def _metrics_table(db: Path, run_id: str) -> Table:
     return table
 
 
+def default_dataset(db: Path, requested: str | None) -> str:
+    """The dataset a command means: the one named, else the only one in the warehouse (see medtx.datasets)."""
+    from medtx.datasets import choose_dataset, warehouse_datasets
+
+    with open_warehouse(db, read_only=True) as con:
+        return choose_dataset(warehouse_datasets(con), requested, db=str(db))
+
+
 @app.command("train")
 def train(
     task: str = typer.Option(..., "--task", help="drug_rec, next_visit, readmission (EHR) or specialty, "
                              "readmission_notes, faq (text)."),
     model: str = typer.Option(..., "--model", help="transformer, transformer_rope, behrt, rnn, gru, lstm, seq2seq, "
                               "most_frequent, copy_last, logreg, oracle (EHR); text models for text tasks."),
-    dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default mimic3_demo)."),
+    dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default: the only one in the warehouse)."),
     epochs: int = typer.Option(None, "--epochs", help="Maximum epochs (early stopping may end sooner)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N."),
     seed: int = typer.Option(0, "--seed", help="Training seed (the split seed is fixed by the samples)."),
@@ -75,7 +83,8 @@ def train(
         if task in EHR_TASKS:
             from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
-            run_id = run_ehr_experiment(settings.db, dataset or "mimic3_demo", task, model, seed, values,
+            dataset = default_dataset(settings.db, dataset)
+            run_id = run_ehr_experiment(settings.db, dataset, task, model, seed, values,
                                         epochs=epochs, device=device,
                                         options=ExperimentOptions(models_dir=settings.models_dir))
         else:
