@@ -293,6 +293,16 @@ def pipeline_steps(snapshot: Path, pipeline_run_id: str) -> pl.DataFrame:
     )
 
 
+def pipeline_progress(snapshot: Path, pipeline_run_id: str) -> pl.DataFrame:
+    """Every planned step of one run (ml.pipeline_plan) with its finished state, if any, in plan order."""
+    return query(
+        snapshot,
+        "SELECT p.step, p.kind, p.expected_seconds, p.started_at, s.state, s.seconds FROM ml.pipeline_plan p "
+        "LEFT JOIN ml.pipeline_steps s USING (pipeline_run_id, step) WHERE p.pipeline_run_id = ? ORDER BY p.position",
+        [pipeline_run_id],
+    )
+
+
 def run_status_counts(snapshot: Path) -> pl.DataFrame:
     return query(snapshot, "SELECT status, count(*) AS n FROM ml.runs GROUP BY status ORDER BY status")
 
