@@ -21,6 +21,12 @@ PLAN = [("ingest.mimic3_demo.patients", "ingest"), ("samples.drug_rec.mimic3_dem
         ("train.drug_rec.mimic3_demo.logreg.s42", "train"), ("train.drug_rec.mimic3_demo.gru.s42", "train")]
 
 
+@pytest.fixture(autouse=True)
+def _headless(request):
+    """No display on CI machines: Chromium headless (set before dash_duo starts the browser)."""
+    request.config.option.headless = True
+
+
 @pytest.fixture
 def live(tmp_path: Path) -> tuple[Path, Path]:
     """A private copy of the real warehouse with a pipeline run in progress: step 1 done, step 2 running."""
@@ -76,8 +82,7 @@ def test_overview_formats_percentages_and_shows_every_unmapped_label(live) -> No
 
 @pytest.mark.browser
 @pytest.mark.skipif(shutil.which("chromedriver") is None, reason="needs chromium + chromedriver")
-def test_overview_shows_the_running_pipeline_change_between_two_loads(dash_duo, live, request) -> None:
-    request.config.option.headless = True
+def test_overview_shows_the_running_pipeline_change_between_two_loads(dash_duo, live) -> None:
     db, snapshot = live
     dash_duo.start_server(create_app(snapshot))
     dash_duo.wait_for_contains_text("#pipeline-progress-text", "1 done · 1 running · 2 queued · 0 failed of 4",
