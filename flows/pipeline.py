@@ -54,10 +54,10 @@ class PipelineFailed(RuntimeError):
 _OBSERVERS: list[Callable[[str, Any], None]] = []
 # Snapshots published while the pipeline runs, so the dashboard shows data as it lands: after each of these
 # stages, and during training at most every PUBLISH_EVERY_S seconds, and never more often than keeps
-# publishing under ~1/PUBLISH_COST_FACTOR of the run's time (a large warehouse takes seconds to copy).
+# publishing under ~1/(1 + PUBLISH_COST_FACTOR) of the run's time (a large warehouse takes seconds to copy).
 PUBLISH_AFTER = ("ingest", "codes", "samples")
 PUBLISH_EVERY_S = 15.0
-PUBLISH_COST_FACTOR = 5.0
+PUBLISH_COST_FACTOR = 10.0
 
 
 @contextmanager

@@ -113,6 +113,13 @@ def test_status_and_leaderboard(one_dataset: Path, tmp_path: Path, monkeypatch) 
     assert wrong.exit_code == 1 and "drug_rec" in wrong.output
 
 
+def test_status_without_a_warehouse_says_what_to_run(tmp_path: Path) -> None:
+    missing = tmp_path / "none.duckdb"
+    result = runner.invoke(app, ["status", "--db", str(missing)])
+    assert result.exit_code == 1 and f"medtx pipeline --db {missing}" in " ".join(result.output.split())
+    assert not missing.exists()  # looking does not create it
+
+
 def test_version() -> None:
     from importlib.metadata import version
 

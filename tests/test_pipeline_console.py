@@ -38,14 +38,14 @@ CONFIG = """
     """
 
 
-def _first_snapshot(snapshot: Path, proc: subprocess.Popen, timeout_s: float = 240) -> tuple[int, str, int]:
-    """(patients, pipeline status, train steps finished) of the first published snapshot."""
+def _first_snapshot(snapshot: Path, proc: subprocess.Popen, timeout_s: float = 240) -> tuple[int, str, int, int]:
+    """(patients, pipeline status, train steps finished, train steps planned) of the first published snapshot."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         if snapshot.exists():
             with duckdb.connect(str(snapshot), read_only=True) as con:
                 patients = con.sql("SELECT count(*) FROM raw.patients").fetchall()[0][0]
-                status = con.sql("SELECT status FROM ml.pipeline_runs ORDER BY started_at DESC LIMIT 1").fetchall()[0][0]
+                status = con.sql("SELECT status FROM ml.pipeline_runs ORDER BY started_at DESC LIMIT 1").fetchone()[0]
                 trained = con.sql("SELECT count(*) FROM ml.pipeline_steps WHERE kind = 'train'").fetchall()[0][0]
                 planned = con.sql("SELECT count(*) FROM ml.pipeline_plan WHERE kind = 'train'").fetchall()[0][0]
             return patients, status, trained, planned

@@ -98,7 +98,8 @@ def _live_progress(snapshot: Path, last: dict) -> html.Div:
     if not plan.height:
         return html.Div("Running (no plan recorded).", id="pipeline-progress", className="mt-1")
     steps = [progress.StepProgress(r["step"], r["kind"], progress.step_status(r["state"], r["started_at"]),
-                                   r["expected_seconds"], r["started_at"], r["seconds"]) for r in plan.iter_rows(named=True)]
+                                   r["expected_seconds"], r["started_at"], r["seconds"])
+             for r in plan.iter_rows(named=True)]
     now = datetime.now()
     n = progress.counts(steps)
     total = len(steps)

@@ -74,14 +74,16 @@ def _status_tables(con: duckdb.DuckDBPyConnection) -> list[Table]:
                       (SELECT state, count(*) AS n FROM ml.pipeline_steps s
                        WHERE s.pipeline_run_id = r.pipeline_run_id GROUP BY state)), r.error
             FROM ml.pipeline_runs r ORDER BY r.started_at DESC LIMIT 1"""):
-        last.add_row(rid, status, f"{started:%Y-%m-%d %H:%M:%S}", f"{finished:%Y-%m-%d %H:%M:%S}" if finished else "—",
+        last.add_row(rid, status, f"{started:%Y-%m-%d %H:%M:%S}",
+                     f"{finished:%Y-%m-%d %H:%M:%S}" if finished else "—",
                      steps or "—", (error or "")[:120])
     return [t for t in (cohort, samples, runs, last) if t.row_count] or []
 
 
 @app.command("status")
 def status(db: Path = _DB) -> None:
-    """What the warehouse holds per dataset: raw tables and rows, samples per task and split, runs, last pipeline run."""
+    """What the warehouse holds per dataset: raw tables and rows, samples per task and split, runs, last
+    pipeline run."""
     settings = get_settings(db=db)
     source = settings.db
     try:
@@ -113,7 +115,8 @@ def _plain_model(markdown: str) -> str:
 
 @app.command("leaderboard")
 def leaderboard(
-    task: str = typer.Option(..., "--task", help="drug_rec, next_visit, readmission, specialty, readmission_notes, faq."),
+    task: str = typer.Option(..., "--task",
+                             help="drug_rec, next_visit, readmission, specialty, readmission_notes, faq."),
     dataset: str = typer.Option(None, "--dataset", help="Dataset (default: the one with the most test patients)."),
     averaging: str = typer.Option(None, "--averaging", help="visit or patient (default: the first present)."),
     n_metrics: int = typer.Option(3, "--metrics", min=1, help="How many metrics to show (the dashboard's order)."),
