@@ -57,7 +57,7 @@ def register(app: Dash, snapshot: Path) -> None:
     )
     def body(dataset: str | None, _version: str | None):
         if not dataset:
-            return ui.empty("No dataset in the warehouse yet: run `medtx ingest` or `medtx pipeline`.")
+            return ui.empty("No dataset in the warehouse yet: run `medtx pipeline`, or `medtx ingest mimic3` for the bundled demo.")
         try:
             dataset = validate.dataset(dataset)
         except validate.InvalidParameter as exc:
@@ -157,7 +157,7 @@ def _cohort(snapshot: Path, dataset: str) -> dbc.Card:
 def _samples(snapshot: Path, dataset: str) -> object:
     df = queries.sample_counts(snapshot, dataset)
     if not df.height:
-        return ui.empty("No task samples built yet (`medtx build-samples`).")
+        return ui.empty(f"No task samples built yet (`medtx build-samples --dataset {dataset}`).")
     order = {"train": 0, "val": 1, "test": 2}
     df = df.sort(pl.col("split").replace_strict(order, default=9, return_dtype=pl.Int64), "task")
     bar = {"type": "bar", "textposition": "outside", "cliponaxis": False}
@@ -184,7 +184,7 @@ def _rejects(snapshot: Path, dataset: str) -> object:
 def _coverage(snapshot: Path, dataset: str) -> object:
     df = queries.mapping_coverage(snapshot, dataset)
     if not df.height:
-        return ui.empty("No NDC → ATC coverage report yet (`medtx build-samples`).")
+        return ui.empty(f"No NDC → ATC coverage report yet (`medtx map-codes --dataset {dataset}`).")
     routes = df.filter(pl.col("route") != "mapped")
     bar = {"type": "bar", "x": routes["route"].to_list(), "y": routes["n_rows"].to_list(),
            "text": routes["pct_rows"].to_list(), "customdata": routes["n_ndc"].to_list(),
