@@ -304,6 +304,16 @@ def pipeline_steps(snapshot: Path, pipeline_run_id: str) -> pl.DataFrame:
     )
 
 
+def pipeline_progress(snapshot: Path, pipeline_run_id: str) -> pl.DataFrame:
+    """Every planned step of one run (ml.pipeline_plan) with its finished state, if any, in plan order."""
+    return query(
+        snapshot,
+        "SELECT p.step, p.kind, p.expected_seconds, p.started_at, s.state, s.seconds FROM ml.pipeline_plan p "
+        "LEFT JOIN ml.pipeline_steps s USING (pipeline_run_id, step) WHERE p.pipeline_run_id = ? ORDER BY p.position",
+        [pipeline_run_id],
+    )
+
+
 def run_status_counts(snapshot: Path) -> pl.DataFrame:
     return query(snapshot, "SELECT status, count(*) AS n FROM ml.runs GROUP BY status ORDER BY status")
 
@@ -613,3 +623,17 @@ def discharge_note_text(snapshot: Path, task: str, dataset: str, hadm_id: int) -
         [dataset, hadm_id],
     )
     return df.row(0, named=True) if df.height else None
+
+
+def default_leaderboard_dataset(snapshot: Path, task: str) -> str | None:
+    """Of the datasets with runs of `task`, the one with the most test patients (then most runs, then name):
+    the one where models can be told apart, not a demo with five test visits."""
+    df = query(
+        snapshot,
+        "SELECT r.dataset FROM (SELECT coalesce(dataset, '') AS dataset, count(*) AS runs FROM ml.runs "
+        "WHERE task = ? GROUP BY 1) r LEFT JOIN (SELECT dataset, count(DISTINCT subject_id) AS n FROM samples.splits "
+        "WHERE task = ? AND split = 'test' GROUP BY 1) t USING (dataset) "
+        "ORDER BY coalesce(t.n, 0) DESC, r.runs DESC, r.dataset LIMIT 1",
+        [task, task],
+    )
+    return _scalar(df)

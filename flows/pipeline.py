@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from medtx import pipeline_runs as runs
+from medtx import progress
 from medtx import pipeline_steps as steps
 from medtx.exchange import export_training_package, package_key, record_result_package
 from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, resolve_devices
@@ -44,6 +47,36 @@ DEFAULT_CONFIG = PROJECT_ROOT / "config" / "default.yaml"
 
 class PipelineFailed(RuntimeError):
     """Raised at the very end, after publishing, when any step failed."""
+
+
+# Who watches this process's flow runs (the CLI's progress display): called with ("plan", [PlannedStep]),
+# ("started", Step), ("finished", StepOutcome), ("published", Snapshot). Not a flow parameter: a display is
+# not serialisable and a served deployment has none.
+_OBSERVERS: list[Callable[[str, Any], None]] = []
+# Snapshots published while the pipeline runs, so the dashboard shows data as it lands: after each of these
+# stages, and during training at most every PUBLISH_EVERY_S seconds, and never more often than keeps
+# publishing under ~1/(1 + PUBLISH_COST_FACTOR) of the run's time (a large warehouse takes seconds to copy).
+PUBLISH_AFTER = ("ingest", "codes", "samples")
+PUBLISH_EVERY_S = 15.0
+PUBLISH_COST_FACTOR = 10.0
+
+
+@contextmanager
+def observed(observer: Callable[[str, Any], None]) -> Iterator[None]:
+    """Call `observer` with the progress events of the flow runs in this process while inside the block."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+def _notify(event: str, payload: Any) -> None:
+    for observer in list(_OBSERVERS):
+        try:
+            observer(event, payload)
+        except Exception:  # a broken display must not break the run
+            log.exception("progress observer failed on %s", event)
 
 
 def retry_on_lock(task, task_run, state) -> bool:
@@ -147,12 +180,28 @@ class _Run:
         gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
         self.train_width, self.torch_threads = cfg.runner.resolved(gpus=gpus)
         log.info("training: %d at once, %s torch thread(s) each", self.train_width, self.torch_threads or "default")
+        self.published_at, self.publish_cost = 0.0, 0.0
 
     def record(self, outcome: runs.StepOutcome) -> None:
         self.outcomes[outcome.step.name] = outcome
         runs.record_step(self.db, self.id, outcome)
         level = logging.WARNING if outcome.state in ("failed", "skipped") else logging.INFO
         log.log(level, "%-55s %s%s", outcome.step.name, outcome.state, f": {outcome.error}" if outcome.error else "")
+        _notify("finished", outcome)
+
+    def publish_progress(self, force: bool) -> None:
+        """Publish the snapshot mid-run (forced after a stage, throttled otherwise). Best effort: the final
+        publish is the one that counts, so a failure here (e.g. a Dask worker holding the file) is logged."""
+        wait = max(PUBLISH_EVERY_S, PUBLISH_COST_FACTOR * self.publish_cost)
+        if not force and time.monotonic() - self.published_at < wait:
+            return
+        try:
+            snapshot = publish_snapshot(self.db, self.settings.snapshot)
+        except (duckdb.Error, OSError) as exc:
+            log.warning("progress publish skipped: %s", exc)
+            return
+        self.published_at, self.publish_cost = time.monotonic(), snapshot.seconds
+        _notify("published", snapshot)
 
     def blocked_by(self, step: Step) -> list[str]:
         return [n for n in step.needs if n in self.outcomes and self.outcomes[n].state in ("failed", "skipped")]
@@ -160,6 +209,8 @@ class _Run:
     def submit(self, step: Step, prints: dict[str, str], key: str) -> PrefectFuture:
         refresh = step.name in self.refresh or not runs.cache_still_valid(self.db, step, key)
         options = dict(refresh_cache=refresh, result_storage=Path(self.settings.results_dir))
+        progress.mark_started(self.db, self.id, step.name)
+        _notify("started", step)
         if step.kind != "train":
             args = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
             return self.local.submit(TASKS[step.kind].with_options(**options), parameters=args)
@@ -215,6 +266,8 @@ class _Run:
         for step, prints, key in ready:
             if len(pending) >= width:
                 self.collect(*pending.pop(self._first_done(pending)))
+                if step.kind == "train":
+                    self.publish_progress(force=False)
             pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
             self.collect(*pending.pop(self._first_done(pending)))
@@ -256,14 +309,18 @@ def pipeline(
     selected = [plan[name] for name in steps_only] if steps_only else list(plan.steps)
     run_id = str(flow_run.id or f"local-{time.time_ns()}")
     runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)})
+    _notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
     try:
         # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
         gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
         with (make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner,
               ThreadPoolTaskRunner(max_workers=1) as local):
             run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
-            for layer in Plan(tuple(selected)).layers():
+            layers = Plan(tuple(selected)).layers()
+            for i, layer in enumerate(layers):
                 run.run_layer(layer)
+                if layer[0].kind in PUBLISH_AFTER and i < len(layers) - 1:  # the last one is published below
+                    run.publish_progress(force=True)
         # The run's status is written before publishing so the dashboard's snapshot shows how it ended;
         # a failed publish below overwrites it with `failed` in the live warehouse.
         failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]

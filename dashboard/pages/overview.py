@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import dash_bootstrap_components as dbc
@@ -10,6 +11,7 @@ from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components as ui
 from dashboard import queries, validate
+from medtx import progress
 
 PATH = "/"
 NAME = "Overview"
@@ -55,7 +57,7 @@ def register(app: Dash, snapshot: Path) -> None:
     )
     def body(dataset: str | None, _version: str | None):
         if not dataset:
-            return ui.empty("No dataset in the warehouse yet: run `medtx ingest` or `medtx pipeline`.")
+            return ui.empty("No dataset in the warehouse yet: run `medtx pipeline`, or `medtx ingest mimic3` for the bundled demo.")
         try:
             dataset = validate.dataset(dataset)
         except validate.InvalidParameter as exc:
@@ -78,6 +80,8 @@ def pipeline_card(snapshot: Path) -> dbc.Alert:
     ]
     if last["error"]:
         parts.append(html.Div(html.Code(str(last["error"])[:500]), className="mt-1"))
+    if last["status"] == "running":
+        parts.append(_live_progress(snapshot, last))
     steps = queries.pipeline_steps(snapshot, last["pipeline_run_id"])
     if steps.height:
         states = steps.group_by("state").len().sort("state")
@@ -85,6 +89,33 @@ def pipeline_card(snapshot: Path) -> dbc.Alert:
         parts.append(html.Details([html.Summary(f"{steps.height} steps: {summary}"),
                                    ui.grid(steps, id="pipeline-steps-grid", height=260)], className="mt-1"))
     return dbc.Alert(parts, color=color, id="pipeline-status")
+
+
+def _live_progress(snapshot: Path, last: dict) -> html.Div:
+    """Steps done / running / queued / failed of the running pipeline, elapsed time and ETA (from the
+    previous runs' step durations), as of the latest publish."""
+    plan = queries.pipeline_progress(snapshot, last["pipeline_run_id"])
+    if not plan.height:
+        return html.Div("Running (no plan recorded).", id="pipeline-progress", className="mt-1")
+    steps = [progress.StepProgress(r["step"], r["kind"], progress.step_status(r["state"], r["started_at"]),
+                                   r["expected_seconds"], r["started_at"], r["seconds"])
+             for r in plan.iter_rows(named=True)]
+    now = datetime.now()
+    n = progress.counts(steps)
+    total = len(steps)
+    bar = dbc.Progress([
+        dbc.Progress(value=100 * n[progress.DONE] / total, color="success", bar=True),
+        dbc.Progress(value=100 * n[progress.FAILED] / total, color="danger", bar=True),
+        dbc.Progress(value=100 * n[progress.RUNNING] / total, color="info", bar=True, striped=True, animated=True),
+    ], className="my-1")
+    running = [s.name for s in steps if s.status == progress.RUNNING]
+    text = (f"{n[progress.DONE]} done · {n[progress.RUNNING]} running · {n[progress.QUEUED]} queued · "
+            f"{n[progress.FAILED]} failed of {total} steps · elapsed "
+            f"{progress.format_seconds((now - last['started_at']).total_seconds())} · "
+            f"ETA {progress.format_seconds(progress.remaining_seconds(steps, now))}")
+    return html.Div([bar, html.Div(text, id="pipeline-progress-text"),
+                     html.Div(("running: " + ", ".join(running)) if running else "", className="small")],
+                    id="pipeline-progress", className="mt-1")
 
 
 @queries.cached_view
@@ -126,7 +157,7 @@ def _cohort(snapshot: Path, dataset: str) -> dbc.Card:
 def _samples(snapshot: Path, dataset: str) -> object:
     df = queries.sample_counts(snapshot, dataset)
     if not df.height:
-        return ui.empty("No task samples built yet (`medtx samples`).")
+        return ui.empty(f"No task samples built yet (`medtx build-samples --dataset {dataset}`).")
     order = {"train": 0, "val": 1, "test": 2}
     df = df.sort(pl.col("split").replace_strict(order, default=9, return_dtype=pl.Int64), "task")
     bar = {"type": "bar", "textposition": "outside", "cliponaxis": False}
@@ -157,7 +188,7 @@ def _rejects(snapshot: Path, dataset: str) -> object:
 def _coverage(snapshot: Path, dataset: str) -> object:
     df = queries.mapping_coverage(snapshot, dataset)
     if not df.height:
-        return ui.empty("No NDC → ATC coverage report yet (`medtx samples`).")
+        return ui.empty(f"No NDC → ATC coverage report yet (`medtx map-codes --dataset {dataset}`).")
     routes = df.filter(pl.col("route") != "mapped")
     bar = {"type": "bar", "x": routes["route"].to_list(), "y": routes["n_rows"].to_list(),
            "text": routes["pct_rows"].to_list(), "customdata": routes["n_ndc"].to_list(),
@@ -165,8 +196,12 @@ def _coverage(snapshot: Path, dataset: str) -> object:
            "hovertemplate": "%{x}: %{y} rows, %{customdata} NDCs<extra></extra>", "marker": {"color": ui.COLORS[0]}}
     fig = {"data": [bar], "layout": {"xaxis": {"title": {"text": "route"}},
                                      "yaxis": {"title": {"text": "prescription rows"}}}}
+    # pct_rows stays a number (it sorts) and is shown as a percentage
+    columns = [{"field": c, "headerName": c.replace("_", " ")} for c in df.columns if c != "pct_rows"]
+    columns.append({"field": "pct_rows", "headerName": "% of rows", "type": "numericColumn",
+                    "valueFormatter": {"function": "params.value == null ? '' : d3.format('.1%')(params.value)"}})
     return html.Div([ui.graph(fig, id="coverage-graph", height=240),
-                     ui.grid(df, id="coverage-grid", height=170)])
+                     ui.grid(df, id="coverage-grid", height=170, column_defs=columns)])
 
 
 def _unmapped(snapshot: Path, dataset: str) -> object:
@@ -176,6 +211,8 @@ def _unmapped(snapshot: Path, dataset: str) -> object:
     df = df.with_columns(pl.coalesce(pl.col("drug"), pl.lit("?")).alias("drug") + " (" + pl.col("ndc") + ")")
     bar = {"type": "bar", "orientation": "h", "x": df["prescriptions"].to_list(), "y": df["drug"].to_list(),
            "marker": {"color": ui.COLORS[0]}}
-    fig = {"data": [bar], "layout": {"yaxis": {"autorange": "reversed", "type": "category"},
+    # dtick 1 + a height per bar: plotly otherwise thins out category labels that do not fit (every other drug)
+    fig = {"data": [bar], "layout": {"yaxis": {"autorange": "reversed", "type": "category", "dtick": 1,
+                                               "automargin": True, "tickfont": {"size": 11}},
                                      "xaxis": {"title": {"text": "prescriptions"}}}}
-    return ui.graph(fig, id="unmapped-graph", height=300)
+    return ui.graph(fig, id="unmapped-graph", height=max(300, 22 * df.height + 80))

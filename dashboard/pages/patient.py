@@ -131,7 +131,7 @@ def register(app: Dash, snapshot: Path) -> None:
     )
     def body(run_id: str | None, subject_id: int | None, hadm_id: int | None, module: str | None):
         if not run_id:
-            return ui.empty("No EHR run with stored predictions yet: run `medtx train` or `medtx pipeline`."), [], None
+            return ui.empty("No EHR run with stored predictions yet: run `medtx pipeline` or `medtx train --task drug_rec --model transformer`."), [], None
         if subject_id is None or hadm_id is None:
             return ui.empty("This run stored no per-visit test predictions."), [], None
         try:

@@ -19,7 +19,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-_COMMAND_MODULES = ("ingest", "synth", "samples", "train", "pipeline", "dashboard", "meds")
+_COMMAND_MODULES = ("ingest", "synth", "samples", "train", "pipeline", "dashboard", "meds", "status")
 
 
 def _prefect_defaults() -> None:

@@ -70,13 +70,21 @@ def _use_available_cores(requested: int | None) -> None:
     torch.set_num_threads(int(requested) if requested else threads_per_training(1))
 
 
+def default_dataset(db: Path, requested: str | None) -> str:
+    """The dataset a command means: the one named, else the only one in the warehouse (see medtx.datasets)."""
+    from medtx.datasets import choose_dataset, warehouse_datasets
+
+    with open_warehouse(db, read_only=True) as con:
+        return choose_dataset(warehouse_datasets(con), requested, db=str(db))
+
+
 @app.command("train")
 def train(
     task: str = typer.Option(..., "--task", help=f"{', '.join(names_of_family('ehr'))} (EHR) or "
                              f"{', '.join(names_of_family('text'))} (text)."),
     model: str = typer.Option(..., "--model", help="transformer, transformer_rope, behrt, rnn, gru, lstm, seq2seq, "
                               "most_frequent, copy_last, logreg, oracle (EHR); text models for text tasks."),
-    dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default mimic3_demo)."),
+    dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default: the only one in the warehouse)."),
     epochs: int = typer.Option(None, "--epochs", help="Maximum epochs (early stopping may end sooner)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N."),
     seed: int = typer.Option(0, "--seed", help="Training seed (the split seed is fixed by the samples)."),
@@ -92,7 +100,8 @@ def train(
         if get_task(task).family == "ehr":
             from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
-            run_id = run_ehr_experiment(settings.db, dataset or "mimic3_demo", task, model, seed, values,
+            dataset = default_dataset(settings.db, dataset)
+            run_id = run_ehr_experiment(settings.db, dataset, task, model, seed, values,
                                         epochs=epochs, device=device,
                                         options=ExperimentOptions(models_dir=settings.models_dir))
         else:

@@ -57,7 +57,7 @@ def build_samples(
     if ehr:
         datasets = list(datasets) if datasets is not None else ehr_datasets(con)
         if not datasets:
-            message = "raw.admissions is empty: ingest an EHR dataset (`medtx ingest`) before building EHR samples"
+            message = "raw.admissions is empty: ingest an EHR dataset (`medtx ingest mimic3` loads the bundled demo) before building EHR samples"
             if explicit:
                 raise EmptyCohortError(message)
             log.warning("%s; skipping %s", message, ", ".join(t.name for t in ehr))

@@ -50,7 +50,8 @@ def create_visits(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     if n_adm == 0:
         known = ", ".join(ehr_datasets(con)) or "none"
         raise EmptyCohortError(
-            f"dataset {dataset!r} has no rows in raw.admissions (datasets present: {known}); run `medtx ingest` first"
+            f"dataset {dataset!r} has no rows in raw.admissions (datasets present: {known}); "
+            f"run `medtx ingest mimic3 --source FOLDER --dataset {dataset}` first"
         )
     con.execute(
         f"""

@@ -55,7 +55,7 @@ def build_drug_rec(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int, f
         mapped = con.execute(
             "SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
         ).fetchall()[0][0]
-        hint = " - run `medtx map-codes` first" if not mapped else ""
+        hint = f" - run `medtx map-codes --dataset {dataset}` first" if not mapped else ""
         raise EmptyCohortError(
             f"drug_rec: no patient of dataset {dataset!r} has 2 or more visits with diagnoses, procedures and "
             f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code types; "

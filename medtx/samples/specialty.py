@@ -50,7 +50,7 @@ def build_specialty(con: duckdb.DuckDBPyConnection, *, seed: int, fractions, min
     if n == 0:
         raise EmptyCohortError(
             f"specialty: raw.mtsamples holds {total} rows and none has both a transcription and a "
-            "medical_specialty; run `medtx ingest` on data/mtsamples first"
+            "medical_specialty; run `medtx ingest mtsamples` first"
         )
     groups = [r[0] for r in con.sql("SELECT DISTINCT group_id FROM _samples_specialty").fetchall()]
     with transaction(con):

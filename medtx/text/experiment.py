@@ -183,7 +183,7 @@ def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> Text
     if task == "specialty":
         frame = con.sql("SELECT note_id, text, label, group_id, split FROM samples.specialty").pl()
         if frame.height == 0:
-            raise ValueError("samples.specialty is empty: run `medtx samples` after ingesting MTSamples")
+            raise ValueError("samples.specialty is empty: run `medtx ingest mtsamples` then `medtx build-samples --task specialty`")
         return specialty_data(frame, dedupe=dedupe)
     if task == "readmission_notes":
         frame = con.sql(  # DuckDB 2.0: execute(...).pl() is gone; sql(..., params=) returns a relation

@@ -225,7 +225,7 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
     try:
         faq = con.sql("SELECT pair_id, question, answer, paraphrase, fold FROM samples.faq ORDER BY pair_id").pl()
         if faq.height == 0:
-            raise ValueError("samples.faq is empty: run `medtx samples` first")
+            raise ValueError("samples.faq is empty: run `medtx build-samples --task faq`")
         run_id = run_id or records.new_run_id("faq", model, DATASET, seed)
         records.start_run(con, run_id, task="faq", model=model, dataset=DATASET, seed=seed,
                           config={"faq": dataclasses.asdict(cfg), "protocol": "kfold_paraphrase"},

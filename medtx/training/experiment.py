@@ -99,7 +99,9 @@ def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) 
         n = con.execute(f"SELECT count(*) FROM samples.{spec.table} s WHERE s.dataset = $dataset{own}",
                         {"dataset": dataset, **({"task": task} if spec.shared else {})}).fetchall()[0][0]
         why = "no samples.splits rows for it" if n else f"no samples.{spec.table} rows"
-        raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); run `medtx samples`")
+        raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); "
+                         f"run `medtx map-codes --dataset {dataset}` then "
+                         f"`medtx build-samples --task {task} --dataset {dataset}`")
     splits = {name: frame.filter(pl.col("split") == name) for name in ("train", "val", "test")}
     for name, part in splits.items():
         if part.height == 0:

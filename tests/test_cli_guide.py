@@ -1,0 +1,126 @@
+"""The CLI that guides, on a real warehouse built by the real commands (bundled MIMIC-III demo).
+
+`train` without --dataset uses the only dataset present, and with two present fails listing both (nothing
+written); `status` shows rows, samples and runs; `leaderboard` prints the dashboard's leaderboard from the
+published snapshot; `--version` prints the installed version.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from medtx.publish import publish_snapshot
+from medtx.settings import snapshot_path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+runner = CliRunner()
+
+
+def _ok(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _runs(db: Path) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.sql("SELECT dataset, task, model, status FROM ml.runs ORDER BY started_at").fetchall()
+
+
+@pytest.fixture(scope="module")
+def one_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse holding only the demo, ingested under a name that is not the old hard-coded default."""
+    folder = tmp_path_factory.mktemp("cli")
+    db = folder / "w.duckdb"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEDTX_MODELS_DIR", str(folder / "models"))
+        mp.setenv("MEDTX_CACHE_DIR", str(folder / "cache"))
+        _ok("ingest", "mimic3", "--dataset", "demo_a", "--db", str(db))
+        _ok("map-codes", "--db", str(db))
+        _ok("build-samples", "--task", "drug_rec", "--db", str(db))
+        yield db
+
+
+def test_train_defaults_to_the_only_dataset_then_lists_them_when_several(one_dataset: Path, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
+    db = one_dataset
+    _ok("train", "--task", "drug_rec", "--model", "most_frequent", "--db", str(db))
+    assert _runs(db) == [("demo_a", "drug_rec", "most_frequent", "completed")]
+
+    # a second dataset: the command may no longer guess; it names both and writes nothing
+    _ok("ingest", "mimic3", "--dataset", "demo_b", "--db", str(db))
+    result = runner.invoke(app, ["train", "--task", "drug_rec", "--model", "most_frequent", "--db", str(db)])
+    assert result.exit_code == 1
+    flat = " ".join(result.output.split())
+    assert "demo_a, demo_b" in flat and "--dataset" in flat, result.output
+    assert len(_runs(db)) == 1
+
+    # a named dataset without samples: the hint is a real command with its arguments
+    result = runner.invoke(app, ["train", "--task", "drug_rec", "--model", "most_frequent", "--dataset", "demo_b",
+                                 "--db", str(db)])
+    assert result.exit_code == 1
+    hints = re.findall(r"`(medtx [^`]+)`", " ".join(result.output.split()))
+    assert hints == ["medtx map-codes --dataset demo_b", "medtx build-samples --task drug_rec --dataset demo_b"], \
+        result.output
+    for hint in hints:  # the hints work, in order
+        _ok(*hint.split()[1:], "--db", str(db))
+    _ok("train", "--task", "drug_rec", "--model", "most_frequent", "--dataset", "demo_b", "--db", str(db))
+    assert [(r[0], r[3]) for r in _runs(db)] == [("demo_a", "completed"), ("demo_b", "failed"), ("demo_b", "completed")]
+
+
+def test_train_on_an_empty_warehouse_says_what_to_ingest(tmp_path: Path) -> None:
+    db = tmp_path / "empty.duckdb"
+    _ok("map-codes", "--db", str(db))  # creates the schema, no dataset
+    result = runner.invoke(app, ["train", "--task", "readmission", "--model", "logreg", "--db", str(db)])
+    assert result.exit_code == 1
+    assert f"medtx ingest mimic3 --db {db}" in " ".join(result.output.split()).replace(" ", " ")
+
+
+def test_status_and_leaderboard(one_dataset: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
+    db = one_dataset
+    if not _runs(db):  # this test alone
+        _ok("train", "--task", "drug_rec", "--model", "most_frequent", "--dataset", "demo_a", "--db", str(db))
+    with duckdb.connect(str(db), read_only=True) as con:
+        patients = con.sql("SELECT count(*) FROM raw.patients WHERE dataset = 'demo_a'").fetchall()[0][0]
+        tests = con.sql("SELECT count(*) FROM samples.drug_rec d JOIN samples.splits s USING (dataset, subject_id) "
+                        "WHERE s.task = 'drug_rec' AND s.split = 'test' AND d.dataset = 'demo_a'").fetchall()[0][0]
+    out = _ok("status", "--db", str(db))
+    assert re.search(rf"demo_a\s+│\s+patients\s+│\s+{patients}\b", out), out
+    assert re.search(rf"demo_a\s+│\s+drug_rec\s+│\s+test\s+│\s+{tests}\b", out), out
+    assert re.search(r"demo_a\s+│\s+drug_rec\s+│\s+completed\s+│\s+1\b", out), out
+
+    missing = runner.invoke(app, ["leaderboard", "--task", "drug_rec", "--db", str(db)])
+    assert missing.exit_code == 1 and "medtx pipeline" in missing.output  # nothing published yet
+    publish_snapshot(db, snapshot_path(db))
+    board = _ok("leaderboard", "--task", "drug_rec", "--dataset", "demo_a", "--db", str(db))
+    assert "drug_rec on demo_a" in board and "most_frequent" in board and "pr_auc_samples" in board, board
+    with duckdb.connect(str(db), read_only=True) as con:  # the default: most test patients among datasets with runs
+        ranked = con.sql("SELECT dataset, count(*) AS n FROM samples.splits WHERE task = 'drug_rec' AND split = 'test' "
+                         "AND dataset IN (SELECT dataset FROM ml.runs) GROUP BY 1").fetchall()
+    best = {d for d, n in ranked if n == max(n for _, n in ranked)}
+    default = re.search(r"drug_rec on (\w+)", _ok("leaderboard", "--task", "drug_rec", "--db", str(db))).group(1)
+    assert default in best
+    assert re.search(r"\d\.\d{3} ± \d\.\d{3}", board), board
+    wrong = runner.invoke(app, ["leaderboard", "--task", "faq", "--db", str(db)])
+    assert wrong.exit_code == 1 and "drug_rec" in wrong.output
+
+
+def test_status_without_a_warehouse_says_what_to_run(tmp_path: Path) -> None:
+    missing = tmp_path / "none.duckdb"
+    result = runner.invoke(app, ["status", "--db", str(missing)])
+    assert result.exit_code == 1 and f"medtx pipeline --db {missing}" in " ".join(result.output.split())
+    assert not missing.exists()  # looking does not create it
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    assert _ok("--version").strip() == f"medtx {version('medtx')}"
