@@ -45,7 +45,7 @@ def _first_snapshot(snapshot: Path, proc: subprocess.Popen, timeout_s: float = 2
         if snapshot.exists():
             with duckdb.connect(str(snapshot), read_only=True) as con:
                 patients = con.sql("SELECT count(*) FROM raw.patients").fetchall()[0][0]
-                status = con.sql("SELECT status FROM ml.pipeline_runs ORDER BY started_at DESC LIMIT 1").fetchone()[0]
+                status = con.sql("SELECT status FROM ml.pipeline_runs ORDER BY started_at DESC LIMIT 1").fetchall()[0][0]
                 trained = con.sql("SELECT count(*) FROM ml.pipeline_steps WHERE kind = 'train'").fetchall()[0][0]
                 planned = con.sql("SELECT count(*) FROM ml.pipeline_plan WHERE kind = 'train'").fetchall()[0][0]
             return patients, status, trained, planned
