@@ -83,9 +83,14 @@ def input_fingerprints(db: Path | str, step: Step) -> dict[str, str]:
     """The explicit cache inputs of a step: upstream table rows, local source files, and code version."""
     prints = {"code": code_version(*step.code)}
     table = step.params.get("table")
-    prefix = "oracle_" if table == "oracle" else f"{table}." if step.kind == "ingest" else ""
+    # A dataset's ingest step reads one file per table of the folder (and nothing else in it).
+    prefixes = [f"{t}." for t in step.params.get("tables") or [table]] if step.kind == "ingest" else [""]
+    if table == "oracle":
+        prefixes = ["oracle_"]
     for i, path in enumerate(step.files):
-        prints[f"file{i}"] = source_fingerprint(path, prefix) if Path(path).exists() else "missing"
+        for prefix in prefixes:
+            key = f"file{i}" if len(prefixes) == 1 else f"file{i}.{prefix}"
+            prints[key] = source_fingerprint(path, prefix) if Path(path).exists() else "missing"
     if step.reads:
         with open_warehouse(db) as con:
             prints["reads"] = tables_fingerprint(con, step.reads, step.scope)
