@@ -174,7 +174,7 @@ def load_csv(
         f"""
         INSERT INTO temp.{quote_ident(STAGED_REJECTS)}
         SELECT $dataset, $table, $file, line, byte_position, column_name, error_type, error_message, csv_line,
-               line_byte_position
+               line_byte_position - 1  -- DuckDB's is 1-based: 0-based offsets from here on
         FROM temp.{quote_ident(_REJECTS)} ORDER BY line, column_idx
         """,
         {"dataset": dataset, "table": spec.name, "file": label},

@@ -28,6 +28,7 @@ class RecordScan:
     lines: int  # physical lines, the header line included; a last line without '\n' counts
     blank_lines: int  # lines holding nothing (or only '\r'): DuckDB skips them without a reject
     line_of: dict[int, int] = field(default_factory=dict)  # byte offset -> 1-based physical line number
+    start_of: dict[int, int] = field(default_factory=dict)  # byte offset -> where that line's record starts
 
 
 def _open(path: Path, compression: str):
@@ -45,6 +46,7 @@ def scan_records(path: Path, compression: str, offsets: Iterable[int] = ()) -> R
     (the reject positions DuckDB reports, which are offsets in the decompressed stream)."""
     wanted = sorted(set(offsets))
     line_of: dict[int, int] = {}
+    start_of: dict[int, int] = {}
     lines = blank = 0
     pos = 0
     prev_tail = b"\n"  # the text before the file starts behaves like a line end: a leading '\n' is blank
@@ -56,15 +58,19 @@ def scan_records(path: Path, compression: str, offsets: Iterable[int] = ()) -> R
         end = pos + len(chunk)
         while wanted and wanted[0] < end:
             offset = wanted.pop(0)
-            line_of[offset] = lines + chunk.count(b"\n", 0, max(offset - pos, 0)) + 1
+            at = offset - pos
+            # DuckDB may point at the '\n' of a CRLF line end before the record: the record is the next line.
+            start = offset + 1 if chunk[at:at + 1] == b"\n" else offset
+            start_of[offset] = start
+            line_of[offset] = lines + chunk.count(b"\n", 0, start - pos) + 1
         lines += chunk.count(b"\n")
         prev_tail = joined[-2:]
         pos, last = end, chunk[-1:]
     if last and last != b"\n":
         lines += 1  # a final line without a line end is still a line
     for offset in wanted:  # past the end (should not happen): point at the last line
-        line_of[offset] = lines
-    return RecordScan(lines, blank, line_of)
+        line_of[offset], start_of[offset] = lines, offset
+    return RecordScan(lines, blank, line_of, start_of)
 
 
 def read_lines_at(path: Path, compression: str, offsets: Iterable[int]) -> dict[int, str]:

@@ -137,7 +137,8 @@ def _create_stage_tables(con: duckdb.DuckDBPyConnection, staged: list[_Staged]) 
     )
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE {quote_ident(_LINES)}"
-        " (table_name VARCHAR, record_byte_position BIGINT, physical_line BIGINT, raw_line VARCHAR)"
+        " (table_name VARCHAR, record_byte_position BIGINT, record_start BIGINT, physical_line BIGINT,"
+        " raw_line VARCHAR)"
     )
 
 
@@ -156,18 +157,23 @@ def _stage(con: duckdb.DuckDBPyConnection, s: _Staged, dataset: str, limit: int 
     ).fetchall()]
     scan = scan_records(path, s.header.compression, offsets)
     if offsets:
-        whole = read_lines_at(path, s.header.compression, offsets)
+        whole = read_lines_at(path, s.header.compression, scan.start_of.values())
         con.executemany(
-            f"INSERT INTO temp.{quote_ident(_LINES)} VALUES (?, ?, ?, ?)",
-            [[spec.name, o, scan.line_of.get(o), whole.get(o)] for o in offsets],
+            f"INSERT INTO temp.{quote_ident(_LINES)} VALUES (?, ?, ?, ?, ?)",
+            [[spec.name, o, scan.start_of[o], scan.line_of[o], whole.get(scan.start_of[o])] for o in offsets],
         )
     if limit is None:
-        _check_accounting(con, s, scan.lines - 1 - scan.blank_lines, offsets, scan.line_of)
+        _check_accounting(con, s, scan.lines - 1 - scan.blank_lines, offsets, scan.line_of, scan.start_of)
     s.seconds = round(time.perf_counter() - clock, 3)
 
 
 def _check_accounting(
-    con: duckdb.DuckDBPyConnection, s: _Staged, data_lines: int, offsets: list[int], line_of: dict[int, int]
+    con: duckdb.DuckDBPyConnection,
+    s: _Staged,
+    data_lines: int,
+    offsets: list[int],
+    line_of: dict[int, int],
+    start_of: dict[int, int],
 ) -> None:
     """Fail when parsed rows, the newlines inside their values and the rejected records do not add up to
     the file's data lines: the difference was swallowed into a rejected record (an unterminated quote)."""
@@ -183,7 +189,7 @@ def _check_accounting(
     if lost <= 0:
         return
     where = (
-        f"the rejected record starting on line {line_of[offsets[0]]:,} (byte {offsets[0]:,})"
+        f"the rejected record starting on line {line_of[offsets[0]]:,} (byte {start_of[offsets[0]]:,})"
         if offsets else "an unknown record"
     )
     raise IngestError(
@@ -228,7 +234,8 @@ def _swap_in(
                                         error, raw_line, ingested_at, record_byte_position, physical_line)
         SELECT r.dataset, r.table_name, r.file, r.line, r.byte_position, r.column_name, r.error_type, r.error,
                -- DuckDB cuts csv_line at 10,000 characters; the whole first physical line may be longer
-               CASE WHEN length(l.raw_line) > length(r.raw_line) THEN l.raw_line ELSE r.raw_line END, $now, r.record_byte_position, l.physical_line
+               CASE WHEN length(l.raw_line) > length(r.raw_line) THEN l.raw_line ELSE r.raw_line END, $now,
+               coalesce(l.record_start, r.record_byte_position), l.physical_line
         FROM temp.{quote_ident(STAGED_REJECTS)} r
         LEFT JOIN temp.{quote_ident(_LINES)} l USING (table_name, record_byte_position)
         WHERE r.table_name = $table ORDER BY r.line
