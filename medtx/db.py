@@ -158,6 +158,11 @@ def quote_table(qualified: str) -> str:
     return ".".join(quote_ident(part) for part in qualified.split("."))
 
 
+def param_marks(n: int) -> str:
+    """`?, ?, ?` for an IN list of n bound values."""
+    return ", ".join("?" * int(n))
+
+
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
     """BEGIN ... COMMIT, or ROLLBACK on any exception (DuckDB DDL is transactional too)."""

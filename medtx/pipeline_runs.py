@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from medtx.db import open_warehouse, transaction
+from medtx.db import open_warehouse, param_marks, transaction
 from medtx.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
 from medtx.pipeline_plan import Step
 
@@ -155,14 +155,13 @@ def metrics_rows(db: Path | str, run_ids: list[str]) -> list[dict[str, Any]]:
     """Test metrics (mean ± sd) of the given runs, one row per (run, metric): the run's metric table."""
     if not run_ids:
         return []
-    marks = ", ".join("?" * len(run_ids))
     with open_warehouse(db) as con:
         return _rows(
             con,
             "SELECT r.dataset, r.task, r.model, r.seed, r.status, m.metric, m.averaging,"
             " round(m.value, 4) AS value, round(m.sd, 4) AS sd"
             f" FROM ml.runs r LEFT JOIN ml.metrics m ON m.run_id = r.run_id AND m.split = 'test'"
-            f" WHERE r.run_id IN ({marks}) ORDER BY r.task, r.dataset, r.model, r.seed, m.metric, m.averaging",
+            f" WHERE r.run_id IN ({param_marks(len(run_ids))}) ORDER BY r.task, r.dataset, r.model, r.seed, m.metric, m.averaging",
             run_ids,
         )
 

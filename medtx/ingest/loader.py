@@ -149,18 +149,18 @@ def load_csv(
     con.execute(f"DROP TABLE IF EXISTS temp.{quote_ident(_SCANS)}")
     columns = ", ".join(f"{sql_literal(name)}: {sql_literal(type_)}" for name, type_ in plan.read_columns)
     target_cols = (["dataset"] if spec.has_dataset else []) + list(plan.select)
-    values = (["$dataset"] if spec.has_dataset else []) + list(plan.select.values())
+    values_sql = (["$dataset"] if spec.has_dataset else []) + list(plan.select.values())  # quoted in plan_load
     # auto_detect off: the types are ours, and the dialect is fixed RFC 4180 (MIMIC and MTSamples use it).
     # read_csv's options must be constants, so they go through the one quoting helper, not parameters.
-    options = (
+    options_sql = (
         f"compression = {sql_literal(header.compression)}, max_line_size = {int(_MAX_LINE_SIZE)},"
         f" columns = {{{columns}}}, rejects_table = {sql_literal(_REJECTS)}, rejects_scan = {sql_literal(_SCANS)}"
     )
     sql = f"""
         INSERT INTO {quote_ident(target)} ({", ".join(map(quote_ident, target_cols))})
-        SELECT {", ".join(values)}
+        SELECT {", ".join(values_sql)}
         FROM read_csv($path, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"',
-                      encoding = 'utf-8', store_rejects = true, {options})
+                      encoding = 'utf-8', store_rejects = true, {options_sql})
         {f"LIMIT {int(limit)}" if limit is not None else ""}
     """
     params: dict[str, object] = {"path": str(path)}

@@ -180,11 +180,8 @@ def _check_accounting(
     text_cols = [c.name for c in s.item.spec.columns if c.type == "VARCHAR"]
     newlines = 0
     if text_cols and s.rows:
-        counts = " + ".join(
-            f"coalesce(sum(length({quote_ident(c)}) - length(replace({quote_ident(c)}, chr(10), ''))), 0)"
-            for c in text_cols
-        )
-        newlines = con.execute(f"SELECT {counts} FROM temp.{quote_ident(s.stage_table)}").fetchall()[0][0]
+        sql = f"SELECT {_newlines_sql(text_cols)} FROM temp.{quote_ident(s.stage_table)}"
+        newlines = con.execute(sql).fetchall()[0][0]
     lost = data_lines - s.rows - newlines - s.rejected
     if lost <= 0:
         return
@@ -196,6 +193,14 @@ def _check_accounting(
         f"{s.label}: {lost:,} of {data_lines:,} data line(s) are neither a parsed row nor a rejected record "
         f"({s.rows:,} rows, {s.rejected:,} rejected): {where} swallowed them (unterminated quote or cut file?)"
         "; nothing was changed"
+    )
+
+
+def _newlines_sql(columns: list[str]) -> str:
+    """How many '\n' the values of `columns` hold, summed over the rows (0 for none)."""
+    return " + ".join(
+        f"coalesce(sum(length({quote_ident(c)}) - length(replace({quote_ident(c)}, chr(10), ''))), 0)"
+        for c in columns
     )
 
 
@@ -221,12 +226,11 @@ def _swap_in(
 ) -> IngestResult:
     """Inside the caller's transaction: replace the dataset's rows of one table, its rejects and its log."""
     spec, item = s.item.spec, s.item
-    table = quote_table(spec.raw_table)
     if spec.has_dataset:
-        con.execute(f"DELETE FROM {table} WHERE dataset = ?", [dataset])
+        con.execute(f"DELETE FROM {quote_table(spec.raw_table)} WHERE dataset = ?", [dataset])
     else:
-        con.execute(f"DELETE FROM {table}")
-    con.execute(f"INSERT INTO {table} SELECT * FROM temp.{quote_ident(s.stage_table)}")
+        con.execute(f"DELETE FROM {quote_table(spec.raw_table)}")
+    con.execute(f"INSERT INTO {quote_table(spec.raw_table)} SELECT * FROM temp.{quote_ident(s.stage_table)}")
     con.execute("DELETE FROM raw.ingest_rejects WHERE dataset = ? AND table_name = ?", [dataset, spec.name])
     con.execute(
         f"""
