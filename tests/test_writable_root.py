@@ -73,6 +73,7 @@ def test_cli_writes_only_under_the_db_folder(tmp_path: Path) -> None:
     medtx("map-codes")
     medtx("build-samples", "--task", "drug_rec")
     medtx("train", "--task", "drug_rec", "--model", "logreg")
+    medtx("train", "--task", "drug_rec", "--model", "gru", "--epochs", "1")  # writes a checkpoint
     assert listing(checkout) == before  # nothing written into the checkout (code, config or data)
     assert list(work.iterdir()) == []
     made = {p.name for p in root.iterdir()}
