@@ -74,7 +74,7 @@ def setup(tmp_path_factory) -> dict:
         map_codes(con, DATA, ["cohort"])
     _samples(base, 42)
     # the "new" versions, and how long each job takes here (the kill points are spread over that time)
-    ref = root / "ref.duckdb"
+    ref = root / "expected.duckdb"  # (not ref.duckdb: a catalog named like the ref schema is ambiguous)
     shutil.copy(base, ref)
     clock = time.perf_counter()
     _ingest(ref, changed)

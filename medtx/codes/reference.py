@@ -79,12 +79,14 @@ def _reference_sql(files: dict[str, Path]) -> dict[str, str]:
         f"FROM (SELECT *, {who_adm_r_sql('adm_r')} AS adm_class FROM {_csv_sql(files['atc'])}) "
         f"WHERE length(atc_code) IN (1, 3, 4, 5, 7) AND atc_name IS NOT NULL GROUP BY atc_code",
         # The GAMENet dict has a stray 'idx' key and 20 empty RxCUIs.
-        "ndc_rxcui": f"SELECT DISTINCT {ndc_sql('ndc')} AS ndc, trim(rxcui) AS rxcui FROM {_csv_sql(files['ndc_rxcui'])} "
+        "ndc_rxcui": f"SELECT DISTINCT {ndc_sql('ndc')} AS ndc, trim(rxcui) AS rxcui "
+        f"FROM {_csv_sql(files['ndc_rxcui'])} "
         f"WHERE regexp_full_match(trim(ndc), '\\d{{11}}') AND nullif(trim(rxcui), '') IS NOT NULL",
         "rxcui_atc": f"SELECT DISTINCT trim(rxcui) AS rxcui, atc3, atc4, nullif(atc5, '') AS atc5 "
         f"FROM {_csv_sql(files['rxcui_atc'])} WHERE {atc3_ok_sql}",
         # Already normalised to 11 digits by its derivation (SOURCES.md): check, do not recompute.
-        "ndc_atc": f"SELECT DISTINCT ndc11 AS ndc, atc3, atc4, nullif(atc5, '') AS atc5 FROM {_csv_sql(files['ndc_atc'])} "
+        "ndc_atc": f"SELECT DISTINCT ndc11 AS ndc, atc3, atc4, nullif(atc5, '') AS atc5 "
+        f"FROM {_csv_sql(files['ndc_atc'])} "
         f"WHERE {atc3_ok_sql} AND regexp_full_match(ndc11, '\\d{{11}}') AND ndc11 <> '00000000000'",
         # Route precedence: NDC->RxCUI->ATC first; the direct NDC->ATC map only for NDCs it leaves unmapped.
         # Every ATC-3 of the winning route is a candidate; support and WHO routes let the mapping pick one.
