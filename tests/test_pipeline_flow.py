@@ -125,7 +125,7 @@ def test_pipeline_end_to_end_with_cache_refresh_and_snapshot(prefect_harness, wo
     assert states.pop(BROKEN) == "Failed"
     assert states.pop("publish") == "Completed"
     assert set(states.values()) == {"Completed"}, states
-    assert len(states) == 39  # synth 1 + ingest 14 + reference 1 + codes 2 + samples 7 + train 14 (+ broken)
+    assert len(states) == 29  # synth 1 + ingest 4 (one per dataset + oracle) + reference 1 + codes 2 + samples 7 + train 14 (+ broken)
 
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("raw.patients", "raw.admissions", "raw.diagnoses_icd", "raw.procedures_icd",
