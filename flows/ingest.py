@@ -45,7 +45,7 @@ def ingest_mimic3_task(
     return ingest_mimic3(db, source, dataset, cache_dir, tables, guard=guard)
 
 
-@task(name="ingest-mtsamples", **_IO_TASK)
+@task(name="ingest-mtsamples", task_run_name="ingest-mtsamples", **_IO_TASK)
 def ingest_mtsamples_task(
     db: Path, source: str, cache_dir: Path, limit: int | None, guard: ShrinkGuard
 ) -> IngestResult:
