@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from medtx.ingest import CORE_MIMIC3_TABLES, ingest_mimic3_table
-from medtx.settings import PROJECT_ROOT
+from medtx.settings import get_settings
 
 FULL_MIMIC3_PATIENTS = 46_520
 
@@ -63,7 +63,7 @@ def synthetic_source(n_patients: int) -> Path:
     """A cached synthetic cohort (generated once; the generator is deterministic by seed)."""
     from medtx.synth import generate_mimic3
 
-    folder = PROJECT_ROOT / "var" / "bench" / f"synth_{n_patients}"
+    folder = get_settings().cache_dir / "bench" / f"synth_{n_patients}"  # under the writable root
     if not (folder / "PRESCRIPTIONS.csv.gz").exists():
         started = time.perf_counter()
         print(f"generating {n_patients:,} synthetic patients into {folder} ...", flush=True)

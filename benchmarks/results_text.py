@@ -19,7 +19,7 @@ import logging
 import re
 from pathlib import Path
 
-from medtx.db import connect
+from medtx.db import connect, param_marks, quote_ident, quote_table
 from medtx.settings import BUNDLED_DATA
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -39,7 +39,7 @@ def prepare(db: Path) -> None:
         con.execute("DELETE FROM raw.mtsamples")
         con.execute(
             "INSERT INTO raw.mtsamples SELECT note_id, description, medical_specialty, sample_name, transcription, "
-            f"keywords FROM read_csv('{src}', header = true, all_varchar = false)"
+            "keywords FROM read_csv(?, header = true, all_varchar = false)", [src]
         )
         build_specialty(con, seed=42, fractions=(0.7, 0.1, 0.2), min_count=1)
         build_faq(con, BUNDLED_DATA, seed=42, k_folds=5)
@@ -89,15 +89,18 @@ def merge_runs(db: Path, sources: list[Path]) -> int:
         tables = [t for (t,) in con.sql("SELECT table_name FROM information_schema.columns WHERE table_schema = 'ml' "
                                         "AND column_name = 'run_id' AND table_name <> 'runs' GROUP BY 1").fetchall()]
         for i, src in enumerate(sources):
-            con.execute(f"ATTACH '{Path(src).as_posix()}' AS src{i} (READ_ONLY)")
-            new = [r for (r,) in con.sql(f"SELECT run_id FROM src{i}.ml.runs WHERE status = 'completed' AND run_id NOT IN "
-                                         "(SELECT run_id FROM ml.runs)").fetchall()]
+            alias_sql = quote_ident(f"src{i}")
+            con.execute(f"ATTACH ? AS {alias_sql} (READ_ONLY)", [Path(src).as_posix()])
+            new = [r for (r,) in con.sql(f"SELECT run_id FROM {alias_sql}.ml.runs WHERE status = 'completed' AND run_id "
+                                         "NOT IN (SELECT run_id FROM ml.runs)").fetchall()]
             if new:
                 with transaction(con):
-                    ids = ", ".join(f"'{r}'" for r in new)
                     for table in ["runs", *tables]:
-                        con.execute(f"INSERT INTO ml.{table} SELECT * FROM src{i}.ml.{table} WHERE run_id IN ({ids})")
-            con.execute(f"DETACH src{i}")
+                        con.execute(
+                            f"INSERT INTO {quote_table('ml.' + table)} SELECT * FROM {alias_sql}.ml.{quote_ident(table)}"
+                            f" WHERE run_id IN ({param_marks(len(new))})", new,
+                        )
+            con.execute(f"DETACH {alias_sql}")
             copied += len(new)
     finally:
         con.close()

@@ -32,7 +32,7 @@ from typing import TypeVar
 import duckdb
 import polars as pl
 
-from medtx.db import WarehouseVersionError, load_migrations
+from medtx.db import WarehouseVersionError, load_migrations, quote_ident
 from medtx.marts import MARTS
 from medtx.marts import SCHEMA as MART_SCHEMA
 from medtx.tasks import all_tasks, tasks_of_family
@@ -84,8 +84,7 @@ def open_snapshot(path: str | Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
-        literal = str(path).replace("'", "''")  # our own configured path, never user input
-        con.execute(f"ATTACH '{literal}' AS snapshot (READ_ONLY)")
+        con.execute("ATTACH ? AS snapshot (READ_ONLY)", [str(path)])
         con.execute("USE snapshot")
         version = con.sql("SELECT coalesce(max(version), 0) FROM snapshot.main.schema_migrations").fetchall()[0][0]
     except duckdb.CatalogException:
@@ -148,14 +147,14 @@ def _cached_query(path: str, signature: Signature, sql: str, params: tuple[objec
         con.close()
 
 
-def _mart(snapshot: Path, name: str) -> str:
+def _mart_sql(snapshot: Path, name: str) -> str:
     """FROM-clause text of a mart: its materialised table when this snapshot has one, else its SELECT.
 
     Both come from the constant `medtx.marts.MARTS`; no request data reaches SQL text.
     """
     if name in _snapshot_marts(snapshot):
-        return f"{MART_SCHEMA}.{name}"
-    return f"({MARTS[name].select}) AS {name}"
+        return f"{MART_SCHEMA}.{quote_ident(name)}"
+    return f"({MARTS[name].select}) AS {quote_ident(name)}"
 
 
 def _snapshot_marts(snapshot: Path) -> set[str]:
@@ -216,7 +215,7 @@ def datasets(snapshot: Path) -> list[str]:
 
 def cohort_counts(snapshot: Path) -> pl.DataFrame:
     """Patients, admissions, diagnoses and prescriptions per dataset."""
-    df = query(snapshot, f"SELECT dataset, table_name, n FROM {_mart(snapshot, 'cohort_counts')} "
+    df = query(snapshot, f"SELECT dataset, table_name, n FROM {_mart_sql(snapshot, 'cohort_counts')} "
                "ORDER BY dataset, table_name")
     if not df.height:
         return pl.DataFrame()
@@ -227,7 +226,7 @@ def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
     """Samples per task and split for one EHR dataset, plus the text-corpus tasks (MTSamples specialty)."""
     df = query(
         snapshot,
-        f"SELECT task, split, n FROM {_mart(snapshot, 'sample_counts')} "
+        f"SELECT task, split, n FROM {_mart_sql(snapshot, 'sample_counts')} "
         "WHERE dataset = ? OR list_contains(?, task) ORDER BY task, split",
         [dataset, _CORPUS_TASKS],
     )
@@ -327,7 +326,7 @@ def task_datasets(snapshot: Path) -> pl.DataFrame:
     return query(
         snapshot,
         "SELECT r.task, coalesce(r.dataset, '') AS dataset, count(*) AS runs, max(t.n_test_units) AS n_test_units "
-        f"FROM ml.runs r LEFT JOIN {_mart(snapshot, 'test_sizes')} t ON t.run_id = r.run_id "
+        f"FROM ml.runs r LEFT JOIN {_mart_sql(snapshot, 'test_sizes')} t ON t.run_id = r.run_id "
         "GROUP BY ALL ORDER BY r.task, dataset",
     )
 
@@ -370,7 +369,7 @@ def leaderboard_metrics(snapshot: Path, task: str, dataset: str, averaging: str 
     return query(
         snapshot,
         "SELECT run_id, metric, value, sd, ci_low, ci_high, reference_run_id, diff, diff_low, diff_high, p_better, "
-        f"verdict FROM {_mart(snapshot, 'leaderboard')} WHERE task = ? AND dataset = ? "
+        f"verdict FROM {_mart_sql(snapshot, 'leaderboard')} WHERE task = ? AND dataset = ? "
         "AND (averaging = 'none' OR averaging = ?)",
         [task, dataset, averaging or "none"],
     )
@@ -380,7 +379,7 @@ def leaderboard_sizes(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
     """(run_id, n_test_units, n_test_samples) of the runs of a task on a dataset."""
     return query(
         snapshot,
-        f"SELECT run_id, n_test_units, n_test_samples FROM {_mart(snapshot, 'test_sizes')} "
+        f"SELECT run_id, n_test_units, n_test_samples FROM {_mart_sql(snapshot, 'test_sizes')} "
         "WHERE task = ? AND dataset = ?",
         [task, dataset],
     )
@@ -452,7 +451,7 @@ def run_calibration(snapshot: Path, run_id: str) -> pl.DataFrame:
     """Reliability diagram: predicted probability vs observed frequency, pooled over labels (10 bins)."""
     return query(
         snapshot,
-        f"SELECT bin, mean_prob, observed, n FROM {_mart(snapshot, 'calibration')} WHERE run_id = ? ORDER BY bin",
+        f"SELECT bin, mean_prob, observed, n FROM {_mart_sql(snapshot, 'calibration')} WHERE run_id = ? ORDER BY bin",
         [run_id],
     )
 
@@ -467,7 +466,7 @@ def explorer_runs(snapshot: Path, tasks: Sequence[str]) -> pl.DataFrame:
     return query(
         snapshot,
         "SELECT run_id, task, model, dataset, seed, has_attention "
-        f"FROM {_mart(snapshot, 'explorer_runs')} WHERE list_contains(?, task) "
+        f"FROM {_mart_sql(snapshot, 'explorer_runs')} WHERE list_contains(?, task) "
         "ORDER BY has_attention DESC, list_position(?, task), model = 'transformer' DESC, started_at DESC",
         [list(tasks), list(tasks)],
     )
@@ -478,7 +477,7 @@ def run_patients(snapshot: Path, run_id: str) -> pl.DataFrame:
     return query(
         snapshot,
         "SELECT subject_id, count(DISTINCT hadm_id) AS visits, bool_or(has_attention) AS has_attention "
-        f"FROM {_mart(snapshot, 'run_visits')} WHERE run_id = ? "
+        f"FROM {_mart_sql(snapshot, 'run_visits')} WHERE run_id = ? "
         "GROUP BY subject_id ORDER BY has_attention DESC, subject_id",
         [run_id],
     )
@@ -488,7 +487,7 @@ def patient_visits(snapshot: Path, run_id: str, subject_id: int) -> pl.DataFrame
     """The patient's visits that have predictions in the run, in time order."""
     return query(
         snapshot,
-        f"SELECT hadm_id, sample_id, admittime FROM {_mart(snapshot, 'run_visits')} "
+        f"SELECT hadm_id, sample_id, admittime FROM {_mart_sql(snapshot, 'run_visits')} "
         "WHERE run_id = ? AND subject_id = ? ORDER BY admittime NULLS LAST, hadm_id",
         [run_id, subject_id],
     )
@@ -499,7 +498,7 @@ def patient_history(snapshot: Path, dataset: str, subject_id: int) -> pl.DataFra
     return query(
         snapshot,
         "SELECT hadm_id, admittime, dischtime, admission_type, diagnoses, drugs "
-        f"FROM {_mart(snapshot, 'patient_history')} WHERE dataset = ? AND subject_id = ? "
+        f"FROM {_mart_sql(snapshot, 'patient_history')} WHERE dataset = ? AND subject_id = ? "
         "ORDER BY admittime, hadm_id",
         [dataset, subject_id],
     )
@@ -569,7 +568,7 @@ def run_notes(snapshot: Path, run_id: str) -> pl.DataFrame:
     """Notes with predictions in a text run, those with attention first, then by id."""
     return query(
         snapshot,
-        f"SELECT sample_id, true_label, pred_label, has_attention FROM {_mart(snapshot, 'run_notes')} "
+        f"SELECT sample_id, true_label, pred_label, has_attention FROM {_mart_sql(snapshot, 'run_notes')} "
         "WHERE run_id = ? ORDER BY has_attention DESC, TRY_CAST(sample_id AS BIGINT) NULLS LAST, sample_id",
         [run_id],
     )
@@ -608,7 +607,7 @@ def top_tokens_per_class(snapshot: Path, run_id: str, per_class: int = 8) -> pl.
     """Tokens that [CLS] attends to most (last layer, mean over heads and notes), per predicted class."""
     return query(
         snapshot,
-        f"SELECT class, token, weight, n, rank FROM {_mart(snapshot, 'top_tokens')} "
+        f"SELECT class, token, weight, n, rank FROM {_mart_sql(snapshot, 'top_tokens')} "
         "WHERE run_id = ? AND rank <= ? ORDER BY class, rank",
         [run_id, per_class],
     )

@@ -1,8 +1,8 @@
-"""Prefect wiring of the ingest stage: one task per table, each a one-line call into medtx.ingest.
+"""Prefect wiring of the ingest stage: one task per dataset (its tables are one atomic unit, see
+medtx/ingest/staging.py), each a one-line call into medtx.ingest.
 
 Tasks retry on I/O errors only (network, locked warehouse file); bad input (IngestError) fails at once.
-Tables load one after another: they share one DuckDB file, which takes one writer at a time, and DuckDB
-already uses every core for each load. Results are `IngestResult`s, usable by later flows.
+Results are `IngestResult`s, usable by later flows.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medtx.ingest import (
-    CORE_MIMIC3_TABLES,
-    OPTIONAL_MIMIC3_TABLES,
+    DEFAULT_MAX_SHRINK,
     IngestResult,
+    ShrinkGuard,
     dataset_name,
-    ingest_mimic3_table,
+    ingest_mimic3,
     ingest_mtsamples,
 )
 from medtx.settings import get_settings
@@ -38,14 +38,18 @@ def retry_on_io_error(task, task_run, state) -> bool:
 _IO_TASK = dict(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_io_error, cache_policy=NO_CACHE)
 
 
-@task(name="ingest-mimic3-table", task_run_name="ingest-{dataset}-{table}", **_IO_TASK)
-def ingest_mimic3_table_task(db: Path, table: str, source: str, dataset: str, cache_dir: Path) -> IngestResult:
-    return ingest_mimic3_table(db, table, source, dataset, cache_dir)
+@task(name="ingest-mimic3", task_run_name="ingest-{dataset}", **_IO_TASK)
+def ingest_mimic3_task(
+    db: Path, source: str, dataset: str, tables: list[str] | None, cache_dir: Path, guard: ShrinkGuard
+) -> list[IngestResult]:
+    return ingest_mimic3(db, source, dataset, cache_dir, tables, guard=guard)
 
 
-@task(name="ingest-mtsamples", **_IO_TASK)
-def ingest_mtsamples_task(db: Path, source: str, cache_dir: Path, limit: int | None = None) -> IngestResult:
-    return ingest_mtsamples(db, source, cache_dir, limit=limit)
+@task(name="ingest-mtsamples", task_run_name="ingest-mtsamples", **_IO_TASK)
+def ingest_mtsamples_task(
+    db: Path, source: str, cache_dir: Path, limit: int | None, guard: ShrinkGuard
+) -> IngestResult:
+    return ingest_mtsamples(db, source, cache_dir, limit=limit, guard=guard)
 
 
 @flow(name="ingest", log_prints=True)
@@ -56,15 +60,19 @@ def ingest(
     tables: list[str] | None = None,
     db: Path | None = None,
     mtsamples_limit: int | None = None,
+    allow_shrink: bool = False,
+    max_shrink: float = DEFAULT_MAX_SHRINK,
 ) -> list[IngestResult]:
     """Ingest a MIMIC-III source (folder or URL prefix) and/or an MTSamples file into the warehouse."""
     settings = get_settings(db=db)
+    guard = ShrinkGuard(allow_shrink, max_shrink)
     results = []
     if mimic3_source:
         name = dataset or dataset_name(mimic3_source)
-        for table in tables or [*CORE_MIMIC3_TABLES, *OPTIONAL_MIMIC3_TABLES]:
-            results.append(ingest_mimic3_table_task(settings.db, table, mimic3_source, name, settings.cache_dir))
+        results += ingest_mimic3_task(settings.db, mimic3_source, name, tables, settings.cache_dir, guard)
     if mtsamples_source:
-        results.append(ingest_mtsamples_task(settings.db, mtsamples_source, settings.cache_dir, mtsamples_limit))
+        results.append(
+            ingest_mtsamples_task(settings.db, mtsamples_source, settings.cache_dir, mtsamples_limit, guard)
+        )
     create_table_artifact(key="ingest-summary", table=[asdict(r) for r in results], description="rows per table")
     return results

@@ -145,6 +145,27 @@ def open_warehouse(
         con.close()
 
 
+def sql_literal(value: str | Path) -> str:
+    """A string (or path) as a SQL string literal. The one place SQL text is built from a value: for the
+    spots DuckDB takes no parameter (ATTACH, read_csv options); everything else binds parameters."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def quote_ident(name: str) -> str:
+    """One identifier, double-quoted (`raw.x` is two: quote each part, or use `quote_table`)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_table(qualified: str) -> str:
+    """`schema.table` (or `db.schema.table`) with every part quoted."""
+    return ".".join(quote_ident(part) for part in qualified.split("."))
+
+
+def param_marks(n: int) -> str:
+    """`?, ?, ?` for an IN list of n bound values."""
+    return ", ".join("?" * int(n))
+
+
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
     """BEGIN ... COMMIT, or ROLLBACK on any exception (DuckDB DDL is transactional too)."""

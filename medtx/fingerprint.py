@@ -13,6 +13,8 @@ from pathlib import Path
 
 import duckdb
 
+from medtx.db import quote_ident, quote_table
+
 import medtx
 
 # Columns that record *when* or *which run* wrote a row, not what it holds: two loads of the same file
@@ -72,10 +74,11 @@ def table_fingerprint(
     columns = [c for c in _columns(con, schema or "main", name) if c not in set(exclude)]
     if not columns:
         return "absent"
-    cols = ", ".join(f'"{c}"' for c in columns)
-    sql = f"SELECT count(*), bit_xor(hash({cols})), sum(hash({cols})::HUGEINT) FROM {table}"
+    cols_sql = ", ".join(map(quote_ident, columns))
+    sql = f"SELECT count(*), bit_xor(hash({cols_sql})), sum(hash({cols_sql})::HUGEINT) FROM {quote_table(table)}"
     if where:
-        sql += f" WHERE {where}"
+        where_sql = where  # built by the caller from column names (code); the values are bound via `params`
+        sql += f" WHERE {where_sql}"
     count, xor, total = con.execute(sql, list(params)).fetchall()[0]
     return f"{count}:{xor or 0:x}:{total or 0:x}"
 

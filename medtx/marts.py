@@ -19,6 +19,7 @@ from typing import NamedTuple
 import duckdb
 
 from medtx.tasks import all_tasks, tasks_of_family
+from medtx.db import quote_ident
 
 log = logging.getLogger("medtx.publish")
 
@@ -187,7 +188,7 @@ def build_marts(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, int]
     the dashboard then computes it from the base tables (or shows its empty state).
     """
     previous = con.sql("SELECT current_database()").fetchall()[0][0]
-    con.execute(f'USE "{database}"')  # the SELECTs name tables unqualified: read the snapshot's copies
+    con.execute(f"USE {quote_ident(database)}")  # the SELECTs name tables unqualified: read the snapshot's copies
     try:
         con.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
         con.execute(f"CREATE SCHEMA {SCHEMA}")
@@ -195,13 +196,16 @@ def build_marts(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, int]
         for name, mart in MARTS.items():
             started = time.perf_counter()
             try:
-                con.execute(f"CREATE TABLE {SCHEMA}.{name} AS SELECT * FROM ({mart.select}) ORDER BY {mart.key}")
+                select_sql, key_sql = mart.select, mart.key  # constants of this module (MARTS)
+                con.execute(
+                    f"CREATE TABLE {SCHEMA}.{quote_ident(name)} AS SELECT * FROM ({select_sql}) ORDER BY {key_sql}"
+                )
             except (duckdb.CatalogException, duckdb.BinderException) as exc:
                 # A table or column a not-yet-run stage (or an older warehouse) lacks: publish anyway.
                 log.warning("mart %s.%s skipped (a source table or column is missing): %s", SCHEMA, name, exc)
                 continue
-            rows[name] = con.sql(f"SELECT count(*) FROM {SCHEMA}.{name}").fetchall()[0][0]
+            rows[name] = con.sql(f"SELECT count(*) FROM {SCHEMA}.{quote_ident(name)}").fetchall()[0][0]
             log.info("mart %s.%s: %d rows in %.2f s", SCHEMA, name, rows[name], time.perf_counter() - started)
     finally:
-        con.execute(f'USE "{previous}"')
+        con.execute(f"USE {quote_ident(previous)}")
     return rows

@@ -116,6 +116,13 @@ class TaskConfig(_Strict):
         return self
 
 
+class IngestConfig(_Strict):
+    """Row-count guard of the ingest steps (medtx.ingest.ShrinkGuard; the CLI's --allow-shrink/--max-shrink)."""
+
+    allow_shrink: bool = False  # accept a table dropping to 0 rows or by more than max_shrink
+    max_shrink: float = Field(default=0.5, ge=0.0, le=1.0)  # largest accepted fraction of rows lost per table
+
+
 class RunnerConfig(_Strict):
     """Where tasks run: a thread pool in the flow's process, or a Dask cluster (local or remote)."""
 
@@ -163,6 +170,7 @@ class PipelineConfig(_Strict):
     name: str = "default"
     datasets: list[DatasetConfig] = Field(default_factory=list)
     mtsamples: TextSourceConfig | None = None  # the FAQ task always reads the bundled mental-health FAQ
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
     tasks: dict[str, TaskConfig] = Field(default_factory=dict)
     seeds: list[int] = Field(default_factory=lambda: [42])
     runner: RunnerConfig = Field(default_factory=RunnerConfig)

@@ -117,8 +117,10 @@ class Plan:
 
 
 def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
-    """One step per (dataset, MIMIC table), so one table can be re-ingested alone; synth cohorts first
-    generate their CSV folder, then load like any folder, plus their oracle tables."""
+    """One step per dataset: its tables are one atomic unit (medtx/ingest/staging.py: all staged and
+    checked, then swapped in by one transaction). Synth cohorts first generate their CSV folder, then load
+    like any folder, plus their oracle tables."""
+    guard = {"allow_shrink": cfg.ingest.allow_shrink, "max_shrink": cfg.ingest.max_shrink}
     steps = []
     for ds in cfg.datasets:
         scope = {"dataset": ds.key}
@@ -136,15 +138,15 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
             steps.append(_meds_ingest_step(ds, source, scope))
             continue
         files = () if ds.kind == "url" else (source,)
-        for table in ds.tables or MIMIC_TABLES:
-            steps.append(Step(f"ingest.{ds.key}.{table}", "ingest", {"source": source, "table": table}, ds.key,
-                              needs=needs, writes=(f"raw.{table}",), files=files, scope=scope))
+        tables = list(ds.tables or MIMIC_TABLES)
+        steps.append(Step(f"ingest.{ds.key}", "ingest", {"source": source, "tables": tables, **guard}, ds.key,
+                          needs=needs, writes=tuple(f"raw.{t}" for t in tables), files=files, scope=scope))
         if ds.kind == "synth":
             steps.append(Step(f"ingest.{ds.key}.oracle", "ingest", {"source": source, "table": "oracle"}, ds.key,
                               needs=needs, writes=SYNTH_ORACLE, files=files, scope=scope))
     if cfg.mtsamples:
         src = cfg.resolve(cfg.mtsamples.source)
-        steps.append(Step("ingest.mtsamples", "ingest", {"source": src, "table": "mtsamples"}, "mtsamples",
+        steps.append(Step("ingest.mtsamples", "ingest", {"source": src, "table": "mtsamples", **guard}, "mtsamples",
                           writes=("raw.mtsamples",), files=(src,)))
     return steps
 
@@ -244,7 +246,7 @@ def build_plan(cfg: PipelineConfig, synth_dir: Path, data_dir: Path) -> Plan:
         refs = tuple(str(p) for p in reference_files(data_dir).values())
         steps.append(Step("reference", "reference", {}, writes=REFERENCE, files=refs))
         for ds in cfg.datasets:
-            rx = tuple(n for n in ingest_steps_of(ingest, ds.key) if n.endswith((".prescriptions", ".meds")))
+            rx = tuple(s.name for s in ingest if s.dataset == ds.key and "raw.prescriptions" in s.writes)
             steps.append(
                 Step(f"codes.{ds.key}", "codes", {}, ds.key, needs=(*rx, "reference"),
                      reads=codes_stage.READS, writes=CORE, scope={"dataset": ds.key})

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from medtx.db import open_warehouse, transaction
+from medtx.db import open_warehouse, param_marks, transaction
 from medtx.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
 from medtx.pipeline_plan import Step
 
@@ -83,9 +83,14 @@ def input_fingerprints(db: Path | str, step: Step) -> dict[str, str]:
     """The explicit cache inputs of a step: upstream table rows, local source files, and code version."""
     prints = {"code": code_version(*step.code)}
     table = step.params.get("table")
-    prefix = "oracle_" if table == "oracle" else f"{table}." if step.kind == "ingest" else ""
+    # A dataset's ingest step reads one file per table of the folder (and nothing else in it).
+    prefixes = [f"{t}." for t in step.params.get("tables") or [table]] if step.kind == "ingest" else [""]
+    if table == "oracle":
+        prefixes = ["oracle_"]
     for i, path in enumerate(step.files):
-        prints[f"file{i}"] = source_fingerprint(path, prefix) if Path(path).exists() else "missing"
+        for prefix in prefixes:
+            key = f"file{i}" if len(prefixes) == 1 else f"file{i}.{prefix}"
+            prints[key] = source_fingerprint(path, prefix) if Path(path).exists() else "missing"
     if step.reads:
         with open_warehouse(db) as con:
             prints["reads"] = tables_fingerprint(con, step.reads, step.scope)
@@ -150,14 +155,13 @@ def metrics_rows(db: Path | str, run_ids: list[str]) -> list[dict[str, Any]]:
     """Test metrics (mean ± sd) of the given runs, one row per (run, metric): the run's metric table."""
     if not run_ids:
         return []
-    marks = ", ".join("?" * len(run_ids))
     with open_warehouse(db) as con:
         return _rows(
             con,
             "SELECT r.dataset, r.task, r.model, r.seed, r.status, m.metric, m.averaging,"
             " round(m.value, 4) AS value, round(m.sd, 4) AS sd"
             f" FROM ml.runs r LEFT JOIN ml.metrics m ON m.run_id = r.run_id AND m.split = 'test'"
-            f" WHERE r.run_id IN ({marks}) ORDER BY r.task, r.dataset, r.model, r.seed, m.metric, m.averaging",
+            f" WHERE r.run_id IN ({param_marks(len(run_ids))}) ORDER BY r.task, r.dataset, r.model, r.seed, m.metric, m.averaging",
             run_ids,
         )
 

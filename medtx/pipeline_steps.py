@@ -31,25 +31,27 @@ def run_synth(spec: Spec, paths: Paths) -> dict[str, Any]:
 
 
 def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
-    """Load one table of a source into raw.* (or the synth oracle files, or the MTSamples corpus)."""
-    from medtx.ingest import ingest_mimic3_table, ingest_mtsamples
+    """Load a dataset's tables into raw.* as one unit (or the synth oracle files, or the MTSamples corpus)."""
+    from medtx.ingest import ShrinkGuard, ingest_mimic3, ingest_mtsamples
 
     db, cache_dir, p = Path(paths["db"]), Path(paths["cache_dir"]), spec["params"]
-    if p["table"] == "mtsamples":
-        result = ingest_mtsamples(db, p["source"], cache_dir)
-    elif p["table"] == "oracle":
+    if p.get("table") == "oracle":
         from medtx.synth.oracle import load_oracle
 
         with open_warehouse(db) as con:
             return {"rows": load_oracle(con, Path(p["source"]), dataset=spec["dataset"])}
-    elif p["table"] == "meds":
+    if p.get("table") == "meds":
         from medtx.meds import ingest_meds
 
         meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"))
         return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
+    guard = ShrinkGuard(p.get("allow_shrink", False), p.get("max_shrink", 0.5))
+    if p.get("table") == "mtsamples":
+        results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard)]
     else:
-        result = ingest_mimic3_table(db, p["table"], p["source"], spec["dataset"], cache_dir)
-    return {"rows_loaded": result.rows_loaded, "rows_rejected": result.rows_rejected, "status": result.status}
+        results = ingest_mimic3(db, p["source"], spec["dataset"], cache_dir, p["tables"], guard=guard)
+    return {r.table: {"rows_loaded": r.rows_loaded, "rows_rejected": r.rows_rejected, "status": r.status}
+            for r in results}
 
 
 def run_reference(spec: Spec, paths: Paths) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import connect
+from medtx.db import connect, quote_ident
 from medtx.marts import build_marts
 
 log = logging.getLogger("medtx.publish")
@@ -62,9 +62,9 @@ def publish_snapshot(db: Path | str, snapshot: Path | str) -> Snapshot:
     con = connect(db)
     try:
         source = con.sql("SELECT current_database()").fetchall()[0][0]
-        con.execute(f"ATTACH '{tmp}' AS medtx_snapshot")
+        con.execute("ATTACH ? AS medtx_snapshot", [str(tmp)])  # a bound path: quotes in --db are fine
         try:
-            con.execute(f'COPY FROM DATABASE "{source}" TO medtx_snapshot')
+            con.execute(f"COPY FROM DATABASE {quote_ident(source)} TO medtx_snapshot")
             # Read models for the dashboard, in the snapshot only (see medtx.marts).
             build_marts(con, "medtx_snapshot")
             tables = con.sql(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,20 +25,48 @@ def _yaml_path() -> Path:
 
 
 class Settings(BaseSettings):
-    """Where things live. Every path can be overridden by `MEDTX_<FIELD>` or the YAML file."""
+    """Where things live. Every path can be overridden by `MEDTX_<FIELD>` or the YAML file.
+
+    Every writable path derives from one root (see `root`): `home` (`MEDTX_HOME`) when set, else the folder
+    of an explicitly given `db` (`--db`, `MEDTX_DB`), else `<checkout>/var`. So `--db /x/w.duckdb` puts the
+    download cache, model checkpoints, Prefect results and Prefect home under `/x/` and nothing is written
+    into the checkout. A path set explicitly (e.g. `MEDTX_CACHE_DIR`) still wins.
+    """
 
     model_config = SettingsConfigDict(env_prefix="MEDTX_", extra="ignore")
 
-    # The live, read-write warehouse. Git-ignored, inside the project by default.
-    db: Path = PROJECT_ROOT / "var" / "warehouse.duckdb"
-    # Bundled offline data (MIMIC-III demo, MTSamples, code dictionaries).
+    # The root of every writable path (MEDTX_HOME); None: the live warehouse's folder (see above).
+    home: Path | None = None
+    # The live, read-write warehouse; default `<root>/warehouse.duckdb`.
+    db: Path | None = None  # always a Path after validation (_derive_paths)
+    # Bundled offline data (MIMIC-III demo, MTSamples, code dictionaries): read only.
     data_dir: Path = BUNDLED_DATA
-    # Download cache for URL sources, model checkpoints, Prefect results.
-    cache_dir: Path = PROJECT_ROOT / "var" / "cache"
-    models_dir: Path = PROJECT_ROOT / "var" / "models"
-    results_dir: Path = PROJECT_ROOT / "var" / "prefect-results"
+    # Download cache for URL sources, model checkpoints, Prefect results: `<root>/cache` etc. when not set.
+    cache_dir: Path | None = None
+    models_dir: Path | None = None
+    results_dir: Path | None = None
     # Training and result packages (medtx.exchange): any folder every training worker mounts.
-    exchange_dir: Path = PROJECT_ROOT / "var" / "exchange"
+    exchange_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> Settings:
+        root = writable_root(self.db, self.home)
+        if self.db is None:
+            self.db = root / "warehouse.duckdb"
+        for name, default in (("cache_dir", "cache"), ("models_dir", "models"), ("results_dir", "prefect-results"),
+                              ("exchange_dir", "exchange")):
+            if getattr(self, name) is None:
+                setattr(self, name, root / default)
+        return self
+
+    @property
+    def root(self) -> Path:
+        """The folder every writable path derives from."""
+        return writable_root(self.db, self.home)
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.root / "prefect-home"
 
     @property
     def snapshot(self) -> Path:
@@ -55,6 +84,15 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         yaml_source = YamlConfigSettingsSource(settings_cls, yaml_file=_yaml_path())
         return (init_settings, env_settings, yaml_source)
+
+
+def writable_root(db: Path | None, home: Path | None = None) -> Path:
+    """`home` if given, else the folder of `db`, else `<checkout>/var` (the default warehouse's folder)."""
+    if home is not None:
+        return Path(home).expanduser()
+    if db is not None:
+        return Path(db).expanduser().parent
+    return PROJECT_ROOT / "var"
 
 
 def snapshot_path(db: Path) -> Path:

@@ -12,6 +12,7 @@ from medtx.db import connect
 from medtx.ingest import (
     MIMIC3_TABLES,
     IngestError,
+    ShrinkGuard,
     dataset_name,
     ingest_mimic3,
     ingest_mimic3_table,
@@ -120,7 +121,8 @@ def test_changed_source_replaces_only_that_dataset(tmp_path):
     folder = write_rx(tmp_path / "mine", "\n".join(rx_row(i) for i in range(1, 4)) + "\n")
     ingest_mimic3_table(db, "prescriptions", folder, dataset="mine")
     write_rx(folder, rx_row(9) + "\n")  # the source changes: re-ingest replaces that dataset's rows
-    result = ingest_mimic3_table(db, "prescriptions", folder, dataset="mine")
+    # 3 -> 1 rows is a shrink past the guard (tests/test_ingest_guards.py): asked for explicitly here
+    result = ingest_mimic3_table(db, "prescriptions", folder, dataset="mine", guard=ShrinkGuard(allow_shrink=True))
     assert result.rows_loaded == 1
     assert q(db, "SELECT dataset, count(*) FROM raw.prescriptions GROUP BY 1 ORDER BY 1") == [
         ("mimic3_demo", 10398), ("mine", 1)]
@@ -149,7 +151,7 @@ def test_mtsamples_bundled_and_kaggle_layout(tmp_path):
     kaggle.write_text(',description,medical_specialty,sample_name,transcription,keywords\n'
                       '0, A note., Allergy / Immunology, Rhinitis,"line one\nline two",allergy\n'
                       '1, B., Bariatrics, Bypass,"x",\n')
-    result = ingest_mtsamples(db, kaggle)
+    result = ingest_mtsamples(db, kaggle, guard=ShrinkGuard(allow_shrink=True))  # 4,999 -> 2 notes: asked for
     assert result.rows_loaded == 2
     assert q(db, "SELECT note_id, medical_specialty, transcription FROM raw.mtsamples ORDER BY 1") == [
         (1, " Allergy / Immunology", "line one\nline two"), (2, " Bariatrics", "x")]

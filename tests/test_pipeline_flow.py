@@ -125,7 +125,7 @@ def test_pipeline_end_to_end_with_cache_refresh_and_snapshot(prefect_harness, wo
     assert states.pop(BROKEN) == "Failed"
     assert states.pop("publish") == "Completed"
     assert set(states.values()) == {"Completed"}, states
-    assert len(states) == 39  # synth 1 + ingest 14 + reference 1 + codes 2 + samples 7 + train 14 (+ broken)
+    assert len(states) == 29  # synth 1 + ingest 4 (one per dataset + oracle) + reference 1 + codes 2 + samples 7 + train 14 (+ broken)
 
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("raw.patients", "raw.admissions", "raw.diagnoses_icd", "raw.procedures_icd",
@@ -152,10 +152,10 @@ def test_pipeline_end_to_end_with_cache_refresh_and_snapshot(prefect_harness, wo
     assert {n: s for n, s in states.items() if s != "Cached"} == {}
 
     # 3. run-task --refresh recomputes exactly the named step
-    result = cli.invoke(app, ["run-task", "ingest.mimic3_demo.admissions", "--refresh",
+    result = cli.invoke(app, ["run-task", "ingest.mimic3_demo", "--refresh",
                               "--config", str(config), "--db", str(db)])
     assert result.exit_code == 0, result.output
-    assert _task_states(_last_pipeline_run(db)) == {"ingest.mimic3_demo.admissions": "Completed",
+    assert _task_states(_last_pipeline_run(db)) == {"ingest.mimic3_demo": "Completed",
                                                     "publish": "Completed"}
     listing = cli.invoke(app, ["run-task", "--config", str(config), "--db", str(db)])
     assert "train.drug_rec.mimic3_demo.logreg.s42" in listing.output
@@ -203,8 +203,7 @@ def test_pipeline_on_a_local_dask_cluster_isolates_a_broken_source(prefect_harne
     state = run_pipeline(config, folder / "warehouse.duckdb", return_state=True)
     assert state.is_failed()
     states = _task_states(state.state_details.flow_run_id)
-    assert {n for n, s in states.items() if s == "Failed"} == {
-        f"ingest.broken_cohort.{t}" for t in ("admissions", "diagnoses_icd", "procedures_icd", "prescriptions")}
+    assert {n for n, s in states.items() if s == "Failed"} == {"ingest.broken_cohort"}  # one unit per dataset
     assert {n: s for n, s in states.items() if "broken" not in n and s != "Completed"} == {}
     with open_snapshot(folder / "warehouse.snapshot.duckdb") as snap:
         assert snap.sql("SELECT dataset, model, status FROM ml.runs ORDER BY model").fetchall() == [

@@ -50,7 +50,7 @@ def test_bundled_configs_load_and_plan(tmp_path: Path) -> None:
     # every configured model is a step; the oracle only on the synthetic cohort
     assert "train.drug_rec.synth_2000.oracle.s42" in default.names
     assert "train.drug_rec.mimic3_demo.oracle.s42" not in default.names
-    assert default["ingest.mimic3_demo.admissions"].params["source"] == str(DATA / "mimic3_demo")
+    assert default["ingest.mimic3_demo"].params["source"] == str(DATA / "mimic3_demo")
 
 
 def test_config_errors_name_file_and_key(tmp_path: Path) -> None:
@@ -83,10 +83,12 @@ def test_plan_dependencies_and_downstream(tmp_path: Path) -> None:
     train = plan["train.drug_rec.mimic3_demo.gru_small.s2"]
     assert train.params == {"model": "gru", "overrides": {"epochs": 1}, "seed": 2}
     assert train.needs == ("samples.drug_rec.mimic3_demo",)
-    down = plan.downstream("ingest.mimic3_demo.prescriptions")
+    down = plan.downstream("ingest.mimic3_demo")  # one step per dataset: its tables are one atomic unit
     assert down[:2] == ["codes.mimic3_demo", "samples.drug_rec.mimic3_demo"]
     assert "train.drug_rec.mimic3_demo.logreg.s42" in down
-    assert "ingest.mimic3_demo.admissions" not in down
+    assert "reference" not in down
+    assert plan["ingest.mimic3_demo"].writes == tuple(f"raw.{t}" for t in (
+        "patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents"))
     with pytest.raises(KeyError, match="known steps"):
         plan["train.nope"]
 

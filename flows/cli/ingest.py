@@ -17,13 +17,15 @@ from rich.table import Table
 from flows.cli import app
 from medtx.ingest import (
     CORE_MIMIC3_TABLES,
+    DEFAULT_MAX_SHRINK,
     MIMIC3_TABLES,
     OPTIONAL_MIMIC3_TABLES,
     IngestError,
     IngestResult,
     check_dataset,
+    ShrinkGuard,
     dataset_name,
-    ingest_mimic3_table,
+    ingest_mimic3,
     ingest_mtsamples,
 )
 from medtx.ingest.sources import ChecksumError, DownloadError, SourceNotFound
@@ -34,7 +36,13 @@ app.add_typer(ingest_app, name="ingest")
 
 _console = Console(stderr=True)
 _DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
-_PREFECT = typer.Option(False, "--prefect", help="Run as the Prefect flow `ingest` (one task per table).")
+_PREFECT = typer.Option(False, "--prefect", help="Run as the Prefect flow `ingest` (one task per dataset).")
+_ALLOW_SHRINK = typer.Option(
+    False, "--allow-shrink", help="Accept a table dropping to 0 rows or by more than --max-shrink of its rows."
+)
+_MAX_SHRINK = typer.Option(
+    DEFAULT_MAX_SHRINK, "--max-shrink", min=0.0, max=1.0, help="Largest accepted fraction of rows lost per table."
+)
 # Errors a user can act on: shown as one line, exit code 1, no traceback.
 _USER_ERRORS = (IngestError, SourceNotFound, DownloadError, ChecksumError, ValueError)
 
@@ -49,8 +57,11 @@ def mimic3(
     tables: list[str] = typer.Option(None, "--table", help="Only these tables (repeatable)."),
     db: Path = _DB,
     prefect: bool = _PREFECT,
+    allow_shrink: bool = _ALLOW_SHRINK,
+    max_shrink: float = _MAX_SHRINK,
 ) -> None:
-    """Ingest PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS when present)."""
+    """Ingest PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS when present)
+    as one unit: every table is staged and checked, then all are swapped in by one transaction."""
     settings = get_settings(db=db)
     source = source or str(settings.data_dir / "mimic3_demo")
     names = [t.lower() for t in tables] if tables else [*CORE_MIMIC3_TABLES, *OPTIONAL_MIMIC3_TABLES]
@@ -62,12 +73,14 @@ def mimic3(
         if prefect:
             from flows.ingest import ingest
 
-            results = ingest(mimic3_source=source, dataset=dataset, tables=names, db=settings.db)
+            results = ingest(mimic3_source=source, dataset=dataset, tables=names, db=settings.db,
+                             allow_shrink=allow_shrink, max_shrink=max_shrink)
         else:
+            guard = ShrinkGuard(allow_shrink, max_shrink)
             results = _with_progress(
-                names,
-                lambda table, progress: ingest_mimic3_table(
-                    settings.db, table, source, dataset, settings.cache_dir, progress=progress
+                "mimic3",
+                lambda progress: ingest_mimic3(
+                    settings.db, source, dataset, settings.cache_dir, names, guard=guard, progress=progress
                 ),
             )
     except _USER_ERRORS as exc:
@@ -81,44 +94,41 @@ def mtsamples(
     limit: int = typer.Option(None, "--limit", min=1, help="Keep only the first N notes."),
     db: Path = _DB,
     prefect: bool = _PREFECT,
+    allow_shrink: bool = _ALLOW_SHRINK,
+    max_shrink: float = _MAX_SHRINK,
 ) -> None:
-    """Ingest MTSamples transcriptions into raw.mtsamples (replacing it)."""
+    """Ingest MTSamples transcriptions into raw.mtsamples (replacing it, in one transaction)."""
     settings = get_settings(db=db)
     source = source or str(settings.data_dir / "mtsamples" / "mtsamples.csv.gz")
     try:
         if prefect:
             from flows.ingest import ingest
 
-            results = ingest(mtsamples_source=source, mtsamples_limit=limit, db=settings.db)
+            results = ingest(mtsamples_source=source, mtsamples_limit=limit, db=settings.db,
+                             allow_shrink=allow_shrink, max_shrink=max_shrink)
         else:
+            guard = ShrinkGuard(allow_shrink, max_shrink)
             results = _with_progress(
-                ["mtsamples"],
-                lambda _table, progress: ingest_mtsamples(
-                    settings.db, source, settings.cache_dir, limit=limit, progress=progress
-                ),
+                "mtsamples",
+                lambda progress: [ingest_mtsamples(
+                    settings.db, source, settings.cache_dir, limit=limit, guard=guard, progress=progress
+                )],
             )
     except _USER_ERRORS as exc:
         _fail(exc)
     _summary(results, settings.db)
 
 
-def _with_progress(tables: list[str], run) -> list[IngestResult]:
-    """Run `run(table, progress_callback)` per table under one rich progress display (downloads show bytes)."""
-    results = []
+def _with_progress(what: str, run) -> list[IngestResult]:
+    """Run `run(progress_callback)` (one whole, atomic ingest) under a rich display; downloads show bytes."""
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_console, transient=True, disable=not _console.is_terminal) as bar:
-        overall = bar.add_task("tables", total=len(tables))
-        for table in tables:
-            bar.update(overall, description=f"ingest {table}")
-            download = bar.add_task(f"  {table}", total=None, visible=False)
+        task_id = bar.add_task(f"ingest {what}", total=None)
 
-            def on_bytes(done: int, total: int | None, task_id=download) -> None:
-                bar.update(task_id, completed=done, total=total, visible=True)
+        def on_bytes(done: int, total: int | None) -> None:
+            bar.update(task_id, completed=done, total=total)
 
-            results.append(run(table, on_bytes))
-            bar.remove_task(download)
-            bar.advance(overall)
-    return results
+        return run(on_bytes)
 
 
 def _summary(results: list[IngestResult], db: Path) -> None:

@@ -30,7 +30,7 @@ import logging
 import duckdb
 
 from medtx.codes.ndc import drug_name_key_sql, ndc_sql
-from medtx.db import transaction
+from medtx.db import quote_ident, transaction
 
 log = logging.getLogger("medtx.codes")
 
@@ -196,7 +196,7 @@ def map_prescriptions(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     log.info("map [%s]: %d rows mapped, %d of them had several ATC-3 candidates (decided by: %s)",
              dataset, mapped, ambiguous, by_rule)
     for table in ("_map_keys", "_map_choice"):
-        con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute(f"DROP TABLE IF EXISTS {quote_ident(table)}")
     return mapped
 
 

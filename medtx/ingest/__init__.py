@@ -9,15 +9,18 @@ from medtx.ingest.mimic3 import check_dataset, ingest_mimic3, ingest_mimic3_tabl
 from medtx.ingest.mtsamples import ingest_mtsamples
 from medtx.ingest.schema import CORE_MIMIC3_TABLES, MIMIC3_TABLES, OPTIONAL_MIMIC3_TABLES
 from medtx.ingest.sources import ChecksumError, DownloadError, SourceNotFound, dataset_name, fetch
+from medtx.ingest.staging import DEFAULT_MAX_SHRINK, ShrinkGuard
 
 __all__ = [
     "CORE_MIMIC3_TABLES",
+    "DEFAULT_MAX_SHRINK",
     "MIMIC3_TABLES",
     "OPTIONAL_MIMIC3_TABLES",
     "ChecksumError",
     "DownloadError",
     "IngestError",
     "IngestResult",
+    "ShrinkGuard",
     "SourceNotFound",
     "check_dataset",
     "dataset_name",

@@ -12,20 +12,16 @@ import csv
 import gzip
 import io
 import logging
-import time
 import uuid
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 
-from medtx.db import connect, transaction
+from medtx.db import quote_ident, sql_literal
 from medtx.ingest.schema import TableSpec, guess_table
-from medtx.fingerprint import file_sha256
-from medtx.ingest.sources import SourceFile
 
 log = logging.getLogger("medtx.ingest")
 
@@ -33,6 +29,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 # Temporary (connection-local) tables DuckDB fills with the rejected rows of one scan.
 _REJECTS = "medtx_csv_rejects"
 _SCANS = "medtx_csv_scans"
+# Connection-local table collecting the rejects of every staged file until they are swapped in.
+STAGED_REJECTS = "medtx_stage_rejects"
 # MIMIC NOTEEVENTS texts reach ~100 kB; leave room for much longer lines before DuckDB refuses one.
 _MAX_LINE_SIZE = 64 * 1024 * 1024
 
@@ -125,7 +123,7 @@ def plan_load(
         else:
             read_columns.append((name, col.type) if col else (f"_extra_{i}", "VARCHAR"))
     select = {
-        c.name: _quote_ident(c.name) if c.name in seen else f"CAST(NULL AS {c.type})" for c in spec.columns
+        c.name: quote_ident(c.name) if c.name in seen else f"CAST(NULL AS {c.type})" for c in spec.columns
     }
     if from_index:
         select[index_column] = '"_index" + 1'
@@ -141,24 +139,28 @@ def load_csv(
     *,
     label: str,
     dataset: str,
+    target: str,
     limit: int | None = None,
 ) -> tuple[int, int]:
-    """INSERT the parsable rows of `path` into `spec.raw_table` and its rejects into raw.ingest_rejects.
-    Returns (rows loaded, rows rejected). Runs inside the caller's transaction; raises IngestError when
-    DuckDB cannot read the file at all (e.g. a gzip corrupt past its header)."""
-    con.execute(f"DROP TABLE IF EXISTS temp.{_REJECTS}")
-    con.execute(f"DROP TABLE IF EXISTS temp.{_SCANS}")
-    columns = ", ".join(f"{_quote_literal(name)}: {_quote_literal(type_)}" for name, type_ in plan.read_columns)
+    """INSERT the parsable rows of `path` into the staging table `target` (same columns as
+    `spec.raw_table`) and its rejects into `temp.{REJECTS}`. Returns (rows loaded, records rejected).
+    Raises IngestError when DuckDB cannot read the file at all (e.g. a gzip corrupt past its header)."""
+    con.execute(f"DROP TABLE IF EXISTS temp.{quote_ident(_REJECTS)}")
+    con.execute(f"DROP TABLE IF EXISTS temp.{quote_ident(_SCANS)}")
+    columns = ", ".join(f"{sql_literal(name)}: {sql_literal(type_)}" for name, type_ in plan.read_columns)
     target_cols = (["dataset"] if spec.has_dataset else []) + list(plan.select)
-    values = (["$dataset"] if spec.has_dataset else []) + list(plan.select.values())
+    values_sql = (["$dataset"] if spec.has_dataset else []) + list(plan.select.values())  # quoted in plan_load
     # auto_detect off: the types are ours, and the dialect is fixed RFC 4180 (MIMIC and MTSamples use it).
+    # read_csv's options must be constants, so they go through the one quoting helper, not parameters.
+    options_sql = (
+        f"compression = {sql_literal(header.compression)}, max_line_size = {int(_MAX_LINE_SIZE)},"
+        f" columns = {{{columns}}}, rejects_table = {sql_literal(_REJECTS)}, rejects_scan = {sql_literal(_SCANS)}"
+    )
     sql = f"""
-        INSERT INTO {spec.raw_table} ({", ".join(map(_quote_ident, target_cols))})
-        SELECT {", ".join(values)}
+        INSERT INTO {quote_ident(target)} ({", ".join(map(quote_ident, target_cols))})
+        SELECT {", ".join(values_sql)}
         FROM read_csv($path, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"',
-                      compression = '{header.compression}', encoding = 'utf-8', max_line_size = {_MAX_LINE_SIZE},
-                      columns = {{{columns}}},
-                      store_rejects = true, rejects_table = '{_REJECTS}', rejects_scan = '{_SCANS}')
+                      encoding = 'utf-8', store_rejects = true, {options_sql})
         {f"LIMIT {int(limit)}" if limit is not None else ""}
     """
     params: dict[str, object] = {"path": str(path)}
@@ -170,25 +172,17 @@ def load_csv(
         raise IngestError(f"{label}: cannot read the file: {_first_line(exc)}") from exc
     con.execute(
         f"""
-        INSERT INTO raw.ingest_rejects
+        INSERT INTO temp.{quote_ident(STAGED_REJECTS)}
         SELECT $dataset, $table, $file, line, byte_position, column_name, error_type, error_message, csv_line,
-               $ingested_at
-        FROM temp.{_REJECTS} ORDER BY line, column_idx
+               line_byte_position - 1  -- DuckDB's is 1-based: 0-based offsets from here on
+        FROM temp.{quote_ident(_REJECTS)} ORDER BY line, column_idx
         """,
-        {"dataset": dataset, "table": spec.name, "file": label, "ingested_at": datetime.now()},
+        {"dataset": dataset, "table": spec.name, "file": label},
     )
-    rejected = con.sql(f"SELECT count(DISTINCT line) FROM temp.{_REJECTS}").fetchall()[0][0]
-    if rejected:
-        log.warning("%s: %d row(s) rejected, kept in raw.ingest_rejects", label, rejected)
+    rejected = con.execute(
+        f"SELECT count(DISTINCT line) FROM temp.{quote_ident(_REJECTS)}"
+    ).fetchall()[0][0]
     return loaded, rejected
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -210,53 +204,6 @@ class IngestResult:
     rows_rejected: int
     status: str  # 'loaded' or 'absent'
     seconds: float
-
-
-def ingest_file(
-    db: Path,
-    spec: TableSpec,
-    source: SourceFile,
-    *,
-    dataset: str,
-    others: dict[str, TableSpec] | None = None,
-    index_column: str | None = None,
-    limit: int | None = None,
-) -> IngestResult:
-    """Replace `dataset`'s rows of `spec.raw_table` (and its rejects) with the contents of one file, and log
-    it, in one transaction: on any error the warehouse is exactly as it was. `limit` keeps only the first
-    N parsed rows (quick demos and tests)."""
-    started = datetime.now()
-    clock = time.perf_counter()
-    label = source.source
-    header = read_header(source.path, label)
-    plan = plan_load(spec, header, label, others, index_column=index_column)
-    # Hash local files while DuckDB loads them: both release the GIL, and the hash is needed only for the log.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        digest = pool.submit(file_sha256, source.path) if source.sha256 is None else None
-        con = connect(db)
-        try:
-            with transaction(con):
-                if spec.has_dataset:
-                    con.execute(f"DELETE FROM {spec.raw_table} WHERE dataset = ?", [dataset])
-                else:
-                    con.execute(f"DELETE FROM {spec.raw_table}")
-                con.execute("DELETE FROM raw.ingest_rejects WHERE dataset = ? AND table_name = ?", [dataset, spec.name])
-                loaded, rejected = load_csv(
-                    con, spec, source.path, plan, header, label=label, dataset=dataset, limit=limit
-                )
-                sha = digest.result() if digest else source.sha256
-                result = IngestResult(
-                    dataset, spec.name, label, str(source.path), sha, source.bytes, loaded, rejected, "loaded",
-                    round(time.perf_counter() - clock, 3),
-                )
-                write_log(con, result, started)
-        finally:
-            con.close()
-    log.info(
-        "%s -> %s [%s]: %d rows loaded, %d rejected in %.1fs",
-        label, spec.raw_table, dataset, loaded, rejected, result.seconds,
-    )
-    return result
 
 
 def write_log(con: duckdb.DuckDBPyConnection, result: IngestResult, started: datetime) -> None:

@@ -2,22 +2,20 @@
 prefix such as PyHealth's Synthetic_MIMIC-III bucket) into `raw.*`, one table per call.
 
 A source is a folder or an http(s) URL prefix holding `<TABLE>.csv` or `<TABLE>.csv.gz` (any name case),
-or a single table file. Each call replaces one dataset's rows of one table atomically.
+or a single table file. Each call replaces one dataset's rows of all the tables asked for in one transaction.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from pathlib import Path
 
-from medtx.db import connect, transaction
-from medtx.ingest.loader import IngestError, IngestResult, ingest_file, write_log
+from medtx.ingest.loader import IngestError, IngestResult
 from medtx.ingest.schema import CORE_MIMIC3_TABLES, MIMIC3_TABLES, OPTIONAL_MIMIC3_TABLES
 from medtx.ingest.sources import SourceFile, SourceNotFound, dataset_name, fetch, is_url
+from medtx.ingest.staging import ShrinkGuard, TableSource, ingest_tables
 
 log = logging.getLogger("medtx.ingest")
 
@@ -88,23 +86,12 @@ def ingest_mimic3_table(
     dataset: str | None = None,
     cache_dir: Path | None = None,
     *,
+    guard: ShrinkGuard = ShrinkGuard(),
     progress: Callable[[int, int | None], None] | None = None,
 ) -> IngestResult:
     """Load one MIMIC-III table of `source` into `raw.<table>` as `dataset` (default: derived from the
-    source name), replacing that dataset's rows atomically and logging to raw.ingest_log.
-
-    A core table missing from the source is an error; NOTEEVENTS missing is logged as 'absent' and leaves
-    the dataset with no notes.
-    """
-    spec = _spec(table)
-    dataset = check_dataset(dataset or dataset_name(source))
-    cache_dir = cache_dir or Path(db).parent / "cache"
-    resolved = resolve_mimic3_source(source, spec.name, cache_dir, progress=progress)
-    if resolved is None:
-        if spec.name in OPTIONAL_MIMIC3_TABLES:
-            return _record_absent(Path(db), spec.name, str(source), dataset)
-        raise IngestError(f"{source}: no {spec.file_stem}.csv or {spec.file_stem}.csv.gz found (required table)")
-    return ingest_file(Path(db), spec, resolved, dataset=dataset, others=MIMIC3_TABLES)
+    source name): `ingest_mimic3` for one table."""
+    return ingest_mimic3(db, source, dataset, cache_dir, [table], guard=guard, progress=progress)[0]
 
 
 def ingest_mimic3(
@@ -113,26 +100,24 @@ def ingest_mimic3(
     dataset: str | None = None,
     cache_dir: Path | None = None,
     tables: Iterable[str] | None = None,
+    *,
+    guard: ShrinkGuard = ShrinkGuard(),
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> list[IngestResult]:
-    """All tables of a MIMIC-III source, one transaction per table (the Prefect flow runs them as tasks)."""
-    names = list(tables) if tables is not None else [*CORE_MIMIC3_TABLES, *OPTIONAL_MIMIC3_TABLES]
-    return [ingest_mimic3_table(db, t, source, dataset, cache_dir) for t in names]
+    """Replace `dataset`'s rows of every table of a MIMIC-III source (default: all tables) as one unit:
+    all are staged and checked, then swapped in by one transaction, or nothing changes (see staging.py).
 
-
-def _record_absent(db: Path, table: str, source: str, dataset: str) -> IngestResult:
-    """An optional table the source lacks: the dataset then has none of it, so its old rows go."""
-    started, clock = datetime.now(), time.perf_counter()
-    spec = MIMIC3_TABLES[table]
-    con = connect(db)
-    try:
-        with transaction(con):
-            con.execute(f"DELETE FROM {spec.raw_table} WHERE dataset = ?", [dataset])
-            con.execute("DELETE FROM raw.ingest_rejects WHERE dataset = ? AND table_name = ?", [dataset, table])
-            result = IngestResult(
-                dataset, table, source, None, None, None, 0, 0, "absent", round(time.perf_counter() - clock, 3)
-            )
-            write_log(con, result, started)
-    finally:
-        con.close()
-    log.info("%s: no %s file; %s[%s] is empty (skipped)", source, spec.file_stem, spec.raw_table, dataset)
-    return result
+    A core table missing from the source is an error; NOTEEVENTS missing is logged as 'absent' and leaves
+    the dataset with no notes (subject to the row-count guard like any other table).
+    """
+    names = [t.lower() for t in tables] if tables is not None else [*CORE_MIMIC3_TABLES, *OPTIONAL_MIMIC3_TABLES]
+    dataset = check_dataset(dataset or dataset_name(source))
+    cache_dir = cache_dir or Path(db).parent / "cache"
+    items = []
+    for table in names:
+        spec = _spec(table)
+        resolved = resolve_mimic3_source(source, spec.name, cache_dir, progress=progress)
+        if resolved is None and spec.name not in OPTIONAL_MIMIC3_TABLES:
+            raise IngestError(f"{source}: no {spec.file_stem}.csv or {spec.file_stem}.csv.gz found (required table)")
+        items.append(TableSource(spec, resolved, str(source)))
+    return ingest_tables(Path(db), dataset, items, others=MIMIC3_TABLES, guard=guard)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from medtx.ingest.loader import IngestError, IngestResult, ingest_file
+from medtx.ingest.loader import IngestError, IngestResult
 from medtx.ingest.schema import MTSAMPLES
 from medtx.ingest.sources import SourceNotFound, fetch
+from medtx.ingest.staging import ShrinkGuard, TableSource, ingest_tables
 
 DATASET = "mtsamples"  # dataset key of its log and rejects rows (raw.mtsamples itself has no dataset column)
 
@@ -24,13 +25,15 @@ def ingest_mtsamples(
     cache_dir: Path | None = None,
     *,
     limit: int | None = None,
+    guard: ShrinkGuard = ShrinkGuard(),
     progress: Callable[[int, int | None], None] | None = None,
 ) -> IngestResult:
     """Replace raw.mtsamples with the notes of `source` (file or URL), atomically, and log the ingest.
-    `limit`: keep only the first N notes (quick demos)."""
+    `limit`: keep only the first N notes (quick demos); `guard`: the row-count guard (staging.ShrinkGuard)."""
     cache_dir = cache_dir or Path(db).parent / "cache"
     try:
         resolved = fetch(source, cache_dir, progress=progress)
     except SourceNotFound as exc:
         raise IngestError(f"{source}: MTSamples file not found ({exc})") from exc
-    return ingest_file(Path(db), MTSAMPLES, resolved, dataset=DATASET, index_column="note_id", limit=limit)
+    item = TableSource(MTSAMPLES, resolved, str(source), index_column="note_id")
+    return ingest_tables(Path(db), DATASET, [item], guard=guard, limit=limit)[0]

@@ -11,6 +11,8 @@ import logging
 
 import duckdb
 
+from medtx.db import quote_ident, quote_table
+
 log = logging.getLogger("medtx.samples")
 
 # MIMIC-III shifts the date of birth of patients older than 89 so that they appear ~300 years old.
@@ -32,7 +34,7 @@ def _code_lists_sql(table: str) -> str:
     return f"""
         SELECT hadm_id, list(code ORDER BY first_seq NULLS LAST, code) AS codes FROM (
             SELECT hadm_id, trim(icd9_code) AS code, min(seq_num) AS first_seq
-            FROM raw.{table}
+            FROM {quote_table('raw.' + table)}
             WHERE dataset = $dataset AND hadm_id IS NOT NULL AND nullif(trim(icd9_code), '') IS NOT NULL
             GROUP BY ALL
         ) GROUP BY hadm_id"""
@@ -104,8 +106,8 @@ def unknown_code_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     out = {}
     for column, ref in (("conditions", "icd9_diagnoses"), ("procedures", "icd9_procedures")):
         out[f"{column}_codes_not_in_dictionary"] = con.sql(
-            f"""SELECT count(DISTINCT code) FROM (SELECT unnest({column}) AS code FROM {VISITS_TABLE})
-                WHERE code NOT IN (SELECT icd9_code FROM ref.{ref})"""
+            f"""SELECT count(DISTINCT code) FROM (SELECT unnest({quote_ident(column)}) AS code FROM {VISITS_TABLE})
+                WHERE code NOT IN (SELECT icd9_code FROM {quote_table('ref.' + ref)})"""
         ).fetchall()[0][0]
     return out
 
@@ -132,24 +134,24 @@ def store_task(
     from medtx.samples.splits import split_counts, write_splits
     from medtx.samples.vocab import write_vocab
 
-    units = [r[0] for r in con.sql(f"SELECT DISTINCT subject_id FROM {source}").fetchall()]
+    units = [r[0] for r in con.sql(f"SELECT DISTINCT subject_id FROM {quote_table(source)}").fetchall()]
     with transaction(con):
         if shared:
-            con.execute(f"DELETE FROM {target} WHERE dataset = $dataset AND task = $task",
+            con.execute(f"DELETE FROM {quote_table(target)} WHERE dataset = $dataset AND task = $task",
                         {"dataset": dataset, "task": task})
         else:
-            con.execute(f"DELETE FROM {target} WHERE dataset = $dataset", {"dataset": dataset})
-        con.execute(f"INSERT INTO {target} BY NAME SELECT * FROM {source}")
+            con.execute(f"DELETE FROM {quote_table(target)} WHERE dataset = $dataset", {"dataset": dataset})
+        con.execute(f"INSERT INTO {quote_table(target)} BY NAME SELECT * FROM {quote_table(source)}")
         assignment = write_splits(con, dataset, task, units, seed, fractions)
-        for feature, expr in vocab.items():
+        for feature, expr_sql in vocab.items():  # list expressions written in code by each task's builder
             write_vocab(
                 con, dataset, task, feature,
-                f"""SELECT unnest({expr}) AS token FROM {source} s
+                f"""SELECT unnest({expr_sql}) AS token FROM {quote_table(source)} s
                     JOIN samples.splits p ON p.dataset = $d AND p.task = $t AND p.subject_id = s.subject_id
                     WHERE p.split = 'train'""",
                 specials=(specials or {}).get(feature, ()), min_count=min_count,
             )
         write_summary(con, dataset, task, {**figures, **split_counts(assignment)})
-    con.execute(f"DROP TABLE IF EXISTS {source}")
+    con.execute(f"DROP TABLE IF EXISTS {quote_table(source)}")
     log.info("%s [%s]: %d samples, splits %s", task, dataset, figures.get("samples", -1), split_counts(assignment))
     return assignment

@@ -33,13 +33,13 @@ def read_faq(con: duckdb.DuckDBPyConnection, data_dir: Path) -> tuple[list[tuple
     faq, para = data_dir / FAQ_FILE, data_dir / PARAPHRASE_FILE
     if not faq.exists():
         raise EmptyCohortError(f"faq: {faq} does not exist")
-    rows = con.sql(
-        f"SELECT Question_ID, Questions, Answers FROM read_csv('{faq.as_posix()}', header = true, all_varchar = true)"
+    rows = con.execute(
+        "SELECT Question_ID, Questions, Answers FROM read_csv(?, header = true, all_varchar = true)", [str(faq)]
     ).fetchall()
     paraphrases: dict[int, str] = {}
     if para.exists():
-        for pair_id, text in con.sql(
-            f"SELECT pair_id, paraphrase FROM read_csv('{para.as_posix()}', header = true, all_varchar = true)"
+        for pair_id, text in con.execute(
+            "SELECT pair_id, paraphrase FROM read_csv(?, header = true, all_varchar = true)", [str(para)]
         ).fetchall():
             if not (pair_id or "").strip().isdigit():
                 raise ValueError(f"{para}: pair_id {pair_id!r} is not a number")

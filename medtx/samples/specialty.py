@@ -34,10 +34,11 @@ GROUPS_SQL = """
 
 def label_noise_ceiling(con: duckdb.DuckDBPyConnection, where: str = "true") -> float | None:
     """Best reachable accuracy over the notes matching `where`: per text group, its majority label's count."""
+    where_sql = where  # a condition written in code by the callers, never from data
     return con.sql(
         f"""SELECT sum(best) / sum(n) FROM (
                 SELECT group_id, max(k) AS best, sum(k) AS n FROM (
-                    SELECT group_id, label, count(*) AS k FROM samples.specialty WHERE {where} GROUP BY ALL
+                    SELECT group_id, label, count(*) AS k FROM samples.specialty WHERE {where_sql} GROUP BY ALL
                 ) GROUP BY group_id)"""
     ).fetchall()[0][0]
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import duckdb
 
+from medtx.db import sql_literal
+
 PAD, UNK = "<pad>", "<unk>"
 PAD_IDX, UNK_IDX = 0, 1
 
@@ -41,14 +43,14 @@ class Vocab:
 
 def vocab_rows_sql(token_sql: str, specials: Sequence[str], min_count: int) -> str:
     """SELECT (token, idx, count) from a query yielding one `token` row per training occurrence."""
-    special_values = ", ".join(f"('{s}', {i})" for i, s in enumerate([PAD, UNK, *specials]))
+    special_values_sql = ", ".join(f"({sql_literal(s)}, {int(i)})" for i, s in enumerate([PAD, UNK, *specials]))
     n_special = 2 + len(specials)
     return f"""
-        WITH specials(token, idx) AS (VALUES {special_values}),
+        WITH specials(token, idx) AS (VALUES {special_values_sql}),
         counts AS (SELECT token, count(*) AS n FROM ({token_sql}) WHERE token IS NOT NULL GROUP BY token)
         SELECT s.token, s.idx, coalesce(c.n, 0) AS count FROM specials s LEFT JOIN counts c USING (token)
         UNION ALL
-        SELECT token, {n_special - 1} + row_number() OVER (ORDER BY n DESC, token), n FROM counts
+        SELECT token, {int(n_special - 1)} + row_number() OVER (ORDER BY n DESC, token), n FROM counts
         WHERE n >= {int(min_count)} AND token NOT IN (SELECT token FROM specials)"""
 
 

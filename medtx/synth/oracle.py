@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import transaction
+from medtx.db import quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.synth")
 
@@ -39,9 +39,8 @@ def _oracle_path(source_dir: Path, stem: str) -> Path:
 
 def _read_sql(path: Path, columns: dict[str, str]) -> str:
     """Strict typed read: a malformed row fails the load, naming the file and line."""
-    types = ", ".join(f"'{c}': '{t}'" for c, t in columns.items())
-    escaped = str(path).replace("'", "''")
-    return f"SELECT * FROM read_csv('{escaped}', header = true, columns = {{{types}}}, auto_detect = false)"
+    types_sql = ", ".join(f"{sql_literal(c)}: {sql_literal(t)}" for c, t in columns.items())
+    return f"SELECT * FROM read_csv({sql_literal(path)}, header = true, columns = {{{types_sql}}}, auto_detect = false)"
 
 
 def load_oracle(con: duckdb.DuckDBPyConnection, source_dir: Path, dataset: str) -> dict[str, int]:
@@ -53,11 +52,15 @@ def load_oracle(con: duckdb.DuckDBPyConnection, source_dir: Path, dataset: str) 
     counts: dict[str, int] = {}
     with transaction(con):
         for stem, (table, columns) in ORACLE_FILES.items():
-            con.execute(f"DELETE FROM {table} WHERE dataset = ?", [dataset])
+            con.execute(f"DELETE FROM {quote_table(table)} WHERE dataset = ?", [dataset])
             try:
-                con.execute(f"INSERT INTO {table} SELECT ?, * FROM ({_read_sql(paths[stem], columns)})", [dataset])
+                con.execute(
+                    f"INSERT INTO {quote_table(table)} SELECT ?, * FROM ({_read_sql(paths[stem], columns)})", [dataset]
+                )
             except duckdb.Error as exc:
                 raise ValueError(f"{paths[stem]}: cannot load oracle file: {exc}") from exc
-            counts[table] = con.execute(f"SELECT count(*) FROM {table} WHERE dataset = ?", [dataset]).fetchall()[0][0]
+            counts[table] = con.execute(
+                f"SELECT count(*) FROM {quote_table(table)} WHERE dataset = ?", [dataset]
+            ).fetchall()[0][0]
     log.info("oracle of %s loaded from %s: %s", dataset, source_dir, counts)
     return counts

@@ -30,6 +30,7 @@ import polars as pl
 import torch
 
 from medtx.db import open_warehouse as _open_warehouse
+from medtx.db import quote_table
 from medtx.fingerprint import code_version, tables_fingerprint
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
@@ -90,13 +91,13 @@ def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) 
     # A table shared by several tasks is filtered on its `task` column (the column itself is dropped).
     own = " AND s.task = $task" if spec.shared else ""
     frame = con.sql(
-        f"""SELECT s.*{' EXCLUDE (task)' if spec.shared else ''}, sp.split FROM samples.{spec.table} s
+        f"""SELECT s.*{' EXCLUDE (task)' if spec.shared else ''}, sp.split FROM {quote_table('samples.' + spec.table)} s
             JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = $task AND sp.subject_id = s.subject_id
             WHERE s.dataset = $dataset{own} ORDER BY s.subject_id, s.hadm_id""",
         params={"task": task, "dataset": dataset},
     ).pl()
     if frame.height == 0:
-        n = con.execute(f"SELECT count(*) FROM samples.{spec.table} s WHERE s.dataset = $dataset{own}",
+        n = con.execute(f"SELECT count(*) FROM {quote_table('samples.' + spec.table)} s WHERE s.dataset = $dataset{own}",
                         {"dataset": dataset, **({"task": task} if spec.shared else {})}).fetchall()[0][0]
         why = "no samples.splits rows for it" if n else f"no samples.{spec.table} rows"
         raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); "
@@ -133,7 +134,7 @@ def load_oracle_rows(con: duckdb.DuckDBPyConnection, dataset: str, task: str) ->
                          "AND table_name = ?", [f"synth_oracle_{task}"]).fetchall()[0][0]
     if not exists:
         return pl.DataFrame()
-    return con.sql(f"SELECT * FROM raw.synth_oracle_{task} WHERE dataset = ?", params=[dataset]).pl()
+    return con.sql(f"SELECT * FROM {quote_table('raw.synth_oracle_' + task)} WHERE dataset = ?", params=[dataset]).pl()
 
 
 def is_synthetic(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from medtx.db import transaction
+from medtx.db import quote_ident, quote_table, transaction
 
 log = logging.getLogger("medtx.training")
 
@@ -45,7 +45,7 @@ def start_run(
     """Insert the run as `running` (replacing any earlier rows of the same run id)."""
     with transaction(con):
         for table in RUN_TABLES:
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
         # Comparisons against this run as the reference described its old predictions: recomputed on finish.
         con.execute("DELETE FROM ml.comparisons WHERE reference_run_id = ?", [run_id])
         con.execute(
@@ -68,11 +68,11 @@ def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> No
         raise ValueError(f"finish_run: unknown ml.runs fields {sorted(unknown)}")
     if "config" in fields:
         fields["config"] = json.dumps(fields["config"], default=str)
-    sets = ", ".join(f"{k} = ?" for k in fields)
+    sets_sql = "".join(f", {quote_ident(k)} = ?" for k in fields)  # names checked against ml.runs above
     with transaction(con):
         con.execute(
             f"UPDATE ml.runs SET status = 'completed', finished_at = ?, error = NULL"
-            f"{', ' + sets if sets else ''} WHERE run_id = ?",
+            f"{sets_sql} WHERE run_id = ?",
             [_now(), *fields.values(), run_id],
         )
     # Every runner (EHR, text, FAQ) ends here with its test predictions stored: the patient-bootstrap
@@ -142,12 +142,12 @@ def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, frame
         raise ValueError(f"{table}: frame lacks columns {missing}")
     rel = frame.select(columns)
     with transaction(con):
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
         if rel.height:
             con.register("_medtx_rows", rel.to_arrow())
             try:
-                cols = ", ".join(columns)
-                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _medtx_rows")
+                cols_sql = ", ".join(map(quote_ident, columns))
+                con.execute(f"INSERT INTO {quote_table(table)} ({cols_sql}) SELECT {cols_sql} FROM _medtx_rows")
             finally:
                 con.unregister("_medtx_rows")
 

@@ -1,0 +1,256 @@
+"""A dataset's ingest as one unit: stage every table, check them all, then swap them in with one COMMIT.
+
+Each file is read into a connection-local TEMP table (never persisted: a crash or kill -9 leaves nothing
+behind), checked (physical record accounting, row-count guards), and only when every table of the
+dataset passed are the dataset's rows of all its raw tables replaced, their rejects and the ingest log
+written, in one transaction. Any failure before the COMMIT, or a kill at any point, leaves the dataset
+exactly as it was: wholly old or wholly new, never new admissions beside old prescriptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from medtx.db import connect, quote_ident, quote_table, transaction
+from medtx.fingerprint import file_sha256
+from medtx.ingest.loader import (
+    STAGED_REJECTS,
+    Header,
+    IngestError,
+    IngestResult,
+    LoadPlan,
+    load_csv,
+    plan_load,
+    read_header,
+    write_log,
+)
+from medtx.ingest.records import read_lines_at, scan_records
+from medtx.ingest.schema import TableSpec
+from medtx.ingest.sources import SourceFile
+
+log = logging.getLogger("medtx.ingest")
+
+DEFAULT_MAX_SHRINK = 0.5  # a table may lose at most half its rows on re-ingest without --allow-shrink
+_LINES = "medtx_stage_lines"  # temp: physical line and whole raw line of each rejected record
+
+
+@dataclass(frozen=True)
+class ShrinkGuard:
+    """Row-count guard: a table that would drop to 0 rows, or lose more than `max_shrink` of the rows
+    loaded for its dataset, fails unless `allow_shrink`."""
+
+    allow_shrink: bool = False
+    max_shrink: float = DEFAULT_MAX_SHRINK
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_shrink <= 1.0:
+            raise ValueError(f"max_shrink must be between 0 and 1, got {self.max_shrink}")
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """One table of a dataset to ingest: its file, or None for an optional table the source lacks."""
+
+    spec: TableSpec
+    file: SourceFile | None
+    searched: str  # what was asked for (folder, file or URL): the label when `file` is None
+    index_column: str | None = None
+
+
+@dataclass
+class _Staged:
+    item: TableSource
+    header: Header | None
+    plan: LoadPlan | None
+    label: str
+    rows: int = 0
+    rejected: int = 0
+    seconds: float = 0.0
+
+    @property
+    def stage_table(self) -> str:
+        return f"medtx_stage_{self.item.spec.name}"
+
+
+def ingest_tables(
+    db: Path,
+    dataset: str,
+    items: list[TableSource],
+    *,
+    others: dict[str, TableSpec] | None = None,
+    guard: ShrinkGuard = ShrinkGuard(),
+    limit: int | None = None,
+) -> list[IngestResult]:
+    """Replace `dataset`'s rows of every table in `items` at once, or change nothing (see module doc).
+    Headers are checked before the warehouse is opened; `limit` keeps the first N parsed rows per file
+    (quick demos: the record accounting is then skipped, since the file is not read to its end)."""
+    started = datetime.now()
+    staged = []
+    for item in items:  # every header first: a wrong file fails before the warehouse is touched
+        label = item.file.source if item.file else item.searched
+        header = read_header(item.file.path, label) if item.file else None
+        plan = plan_load(item.spec, header, label, others, index_column=item.index_column) if header else None
+        staged.append(_Staged(item, header, plan, label))
+    # Hash local files while DuckDB loads them: both release the GIL; the hash is needed only for the log.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        digests = {
+            s.item.spec.name: pool.submit(file_sha256, s.item.file.path)
+            for s in staged if s.item.file and s.item.file.sha256 is None
+        }
+        con = connect(db)
+        try:
+            _create_stage_tables(con, staged)
+            for s in staged:
+                _stage(con, s, dataset, limit)
+            for s in staged:
+                _check_shrink(con, s, dataset, guard)
+            shas = {name: f.result() for name, f in digests.items()}
+            with transaction(con):
+                results = [_swap_in(con, s, dataset, shas, started) for s in staged]
+        finally:
+            con.close()
+    for r in results:
+        log.info("%s -> raw.%s [%s]: %s, %d rows loaded, %d rejected", r.source, r.table, r.dataset, r.status,
+                 r.rows_loaded, r.rows_rejected)
+        if r.rows_rejected:
+            log.warning("%s: %d row(s) rejected, kept in raw.ingest_rejects", r.source, r.rows_rejected)
+    return results
+
+
+def _create_stage_tables(con: duckdb.DuckDBPyConnection, staged: list[_Staged]) -> None:
+    for s in staged:
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {quote_ident(s.stage_table)} AS "
+            f"SELECT * FROM {quote_table(s.item.spec.raw_table)} LIMIT 0"
+        )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE {quote_ident(STAGED_REJECTS)} AS SELECT dataset, table_name, file, line,"
+        " byte_position, column_name, error_type, error, raw_line, record_byte_position"
+        " FROM raw.ingest_rejects LIMIT 0"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE {quote_ident(_LINES)}"
+        " (table_name VARCHAR, record_byte_position BIGINT, record_start BIGINT, physical_line BIGINT,"
+        " raw_line VARCHAR)"
+    )
+
+
+def _stage(con: duckdb.DuckDBPyConnection, s: _Staged, dataset: str, limit: int | None) -> None:
+    """Load one file into its staging table and account for every physical line of it."""
+    if s.item.file is None:
+        return
+    clock = time.perf_counter()
+    spec, path = s.item.spec, s.item.file.path
+    s.rows, s.rejected = load_csv(
+        con, spec, path, s.plan, s.header, label=s.label, dataset=dataset, target=s.stage_table, limit=limit
+    )
+    offsets = [r[0] for r in con.execute(
+        f"SELECT DISTINCT record_byte_position FROM temp.{quote_ident(STAGED_REJECTS)}"
+        " WHERE table_name = ? AND record_byte_position IS NOT NULL ORDER BY 1", [spec.name]
+    ).fetchall()]
+    scan = scan_records(path, s.header.compression, offsets)
+    if offsets:
+        whole = read_lines_at(path, s.header.compression, scan.start_of.values())
+        con.executemany(
+            f"INSERT INTO temp.{quote_ident(_LINES)} VALUES (?, ?, ?, ?, ?)",
+            [[spec.name, o, scan.start_of[o], scan.line_of[o], whole.get(scan.start_of[o])] for o in offsets],
+        )
+    if limit is None:
+        _check_accounting(con, s, scan.lines - 1 - scan.blank_lines, offsets, scan.line_of, scan.start_of)
+    s.seconds = round(time.perf_counter() - clock, 3)
+
+
+def _check_accounting(
+    con: duckdb.DuckDBPyConnection,
+    s: _Staged,
+    data_lines: int,
+    offsets: list[int],
+    line_of: dict[int, int],
+    start_of: dict[int, int],
+) -> None:
+    """Fail when parsed rows, the newlines inside their values and the rejected records do not add up to
+    the file's data lines: the difference was swallowed into a rejected record (an unterminated quote)."""
+    text_cols = [c.name for c in s.item.spec.columns if c.type == "VARCHAR"]
+    newlines = 0
+    if text_cols and s.rows:
+        sql = f"SELECT {_newlines_sql(text_cols)} FROM temp.{quote_ident(s.stage_table)}"
+        newlines = con.execute(sql).fetchall()[0][0]
+    lost = data_lines - s.rows - newlines - s.rejected
+    if lost <= 0:
+        return
+    where = (
+        f"the rejected record starting on line {line_of[offsets[0]]:,} (byte {start_of[offsets[0]]:,})"
+        if offsets else "an unknown record"
+    )
+    raise IngestError(
+        f"{s.label}: {lost:,} of {data_lines:,} data line(s) are neither a parsed row nor a rejected record "
+        f"({s.rows:,} rows, {s.rejected:,} rejected): {where} swallowed them (unterminated quote or cut file?)"
+        "; nothing was changed"
+    )
+
+
+def _newlines_sql(columns: list[str]) -> str:
+    """How many '\n' the values of `columns` hold, summed over the rows (0 for none)."""
+    return " + ".join(
+        f"coalesce(sum(length({quote_ident(c)}) - length(replace({quote_ident(c)}, chr(10), ''))), 0)"
+        for c in columns
+    )
+
+
+def _check_shrink(con: duckdb.DuckDBPyConnection, s: _Staged, dataset: str, guard: ShrinkGuard) -> None:
+    spec = s.item.spec
+    if spec.has_dataset:
+        old = con.execute(f"SELECT count(*) FROM {quote_table(spec.raw_table)} WHERE dataset = ?", [dataset])
+    else:
+        old = con.execute(f"SELECT count(*) FROM {quote_table(spec.raw_table)}")
+    before = old.fetchall()[0][0]
+    if guard.allow_shrink or before == 0:
+        return
+    if s.rows == 0 or s.rows < before * (1 - guard.max_shrink):
+        raise IngestError(
+            f"{s.label}: {spec.raw_table} [{dataset}] would shrink from {before:,} to {s.rows:,} rows "
+            f"(more than {guard.max_shrink:.0%} fewer); nothing was changed — pass --allow-shrink "
+            "(pipeline config: ingest.allow_shrink) if that is intended"
+        )
+
+
+def _swap_in(
+    con: duckdb.DuckDBPyConnection, s: _Staged, dataset: str, shas: dict[str, str], started: datetime
+) -> IngestResult:
+    """Inside the caller's transaction: replace the dataset's rows of one table, its rejects and its log."""
+    spec, item = s.item.spec, s.item
+    if spec.has_dataset:
+        con.execute(f"DELETE FROM {quote_table(spec.raw_table)} WHERE dataset = ?", [dataset])
+    else:
+        con.execute(f"DELETE FROM {quote_table(spec.raw_table)}")
+    con.execute(f"INSERT INTO {quote_table(spec.raw_table)} SELECT * FROM temp.{quote_ident(s.stage_table)}")
+    con.execute("DELETE FROM raw.ingest_rejects WHERE dataset = ? AND table_name = ?", [dataset, spec.name])
+    con.execute(
+        f"""
+        INSERT INTO raw.ingest_rejects (dataset, table_name, file, line, byte_position, column_name, error_type,
+                                        error, raw_line, ingested_at, record_byte_position, physical_line)
+        SELECT r.dataset, r.table_name, r.file, r.line, r.byte_position, r.column_name, r.error_type, r.error,
+               -- DuckDB cuts csv_line at 10,000 characters; the whole first physical line may be longer
+               CASE WHEN length(l.raw_line) > length(r.raw_line) THEN l.raw_line ELSE r.raw_line END, $now,
+               coalesce(l.record_start, r.record_byte_position), l.physical_line
+        FROM temp.{quote_ident(STAGED_REJECTS)} r
+        LEFT JOIN temp.{quote_ident(_LINES)} l USING (table_name, record_byte_position)
+        WHERE r.table_name = $table ORDER BY r.line
+        """,
+        {"now": datetime.now(), "table": spec.name},
+    )
+    file = item.file
+    result = IngestResult(
+        dataset, spec.name, s.label, str(file.path) if file else None,
+        (file.sha256 or shas.get(spec.name)) if file else None, file.bytes if file else None,
+        s.rows, s.rejected, "loaded" if file else "absent", s.seconds,
+    )
+    write_log(con, result, started)
+    return result
