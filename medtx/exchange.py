@@ -34,7 +34,7 @@ from typing import Any
 
 import duckdb
 
-from medtx.db import connect, open_warehouse, transaction
+from medtx.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 # Result tables a run writes, all keyed by run_id (ml.runs first: it names the runs of a package).
 RESULT_TABLES = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.label_metrics", "ml.confusion",
@@ -43,12 +43,8 @@ MANIFEST = "manifest.json"
 _TABLE = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
 
 
-def _sql_string(value: str | Path) -> str:
-    """A SQL string literal (COPY/read_parquet take no bound parameters for their file names)."""
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def _table(name: str) -> str:
+def _checked(name: str) -> str:
+    """A declared `schema.table` name (from task/stage declarations; checked anyway before it is quoted)."""
     if not _TABLE.match(name):
         raise ValueError(f"not a warehouse table name: {name!r}")
     return name
@@ -91,16 +87,13 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
     tables: dict[str, int] = {}
     with open_warehouse(db, read_only=True, wait_s=120) as con:
         for table in sorted(set(reads)):
-            cols = _columns(con, _table(table))
+            cols = _columns(con, table)
             filters = [(c, v) for c, v in scope.items() if c in cols and v is not None]
-            where = " AND ".join(f'"{c}" = ?' for c, _ in filters) or "true"
-            out = tmp / f"{table}.parquet"
-            select = f"SELECT * FROM {table} WHERE {where}"
-            rows = con.execute(f"SELECT count(*) FROM ({select})", [v for _, v in filters]).fetchall()[0][0]
-            # COPY takes no bound parameters: the filter values go in as escaped literals.
-            literal = select.replace("?", "{}").format(*(_sql_string(v) for _, v in filters))
-            con.execute(f"COPY ({literal}) TO {_sql_string(out)} (FORMAT parquet)")
-            tables[table] = rows
+            # COPY takes no bound parameters: the scope values go in through the quoting helper.
+            where_sql = " AND ".join(f"{quote_ident(c)} = {sql_literal(v)}" for c, v in filters) or "true"
+            select_sql = f"SELECT * FROM {quote_table(_checked(table))} WHERE {where_sql}"
+            tables[table] = con.execute(f"SELECT count(*) FROM ({select_sql})").fetchall()[0][0]
+            con.execute(f"COPY ({select_sql}) TO {sql_literal(tmp / f'{table}.parquet')} (FORMAT parquet)")
     (tmp / MANIFEST).write_text(json.dumps({"key": key, "tables": tables, "scope": dict(scope)}, indent=1))
     return _publish_dir(tmp, dest)
 
@@ -119,10 +112,10 @@ def scratch_warehouse(package: Path, folder: Path) -> Path:
         with transaction(con):
             for (table,) in existing:
                 if table not in keep:
-                    con.execute(f"DROP TABLE {_table(table)} CASCADE")
+                    con.execute(f"DROP TABLE {quote_table(_checked(table))} CASCADE")
             for table in manifest["tables"]:
-                con.execute(f"INSERT INTO {_table(table)} BY NAME "
-                            f"SELECT * FROM read_parquet({_sql_string(package / f'{table}.parquet')})")
+                con.execute(f"INSERT INTO {quote_table(_checked(table))} BY NAME SELECT * FROM read_parquet(?)",
+                            [str(package / f"{table}.parquet")])
     finally:
         con.close()
     return db
@@ -130,10 +123,10 @@ def scratch_warehouse(package: Path, folder: Path) -> Path:
 
 def _export_results(db: Path, run_ids: list[str], models_root: Path, out: Path) -> None:
     with open_warehouse(db, read_only=True) as con:
+        ids_sql = ", ".join(map(sql_literal, run_ids)) or "NULL"  # COPY takes no bound parameters
         for table in RESULT_TABLES:
-            ids = ", ".join(_sql_string(r) for r in run_ids) or "NULL"
-            con.execute(f"COPY (SELECT * FROM {table} WHERE run_id IN ({ids})) "
-                        f"TO {_sql_string(out / f'{table}.parquet')} (FORMAT parquet)")
+            con.execute(f"COPY (SELECT * FROM {quote_table(_checked(table))} WHERE run_id IN ({ids_sql})) "
+                        f"TO {sql_literal(out / f'{table}.parquet')} (FORMAT parquet)")
     for run_id in run_ids:
         if (models_root / run_id).exists():
             shutil.copytree(models_root / run_id, out / "models" / run_id)
@@ -178,11 +171,11 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
     run_ids: list[str] = manifest["run_ids"]
     if not run_ids:
         return []
-    ids = ", ".join(_sql_string(r) for r in run_ids)
-    incoming = f"read_parquet({_sql_string(result_dir / 'ml.runs.parquet')})"
+    marks_sql = param_marks(len(run_ids))
     with open_warehouse(db, wait_s=120) as con:
-        same = con.sql(f"SELECT count(*) FROM ml.runs r JOIN {incoming} i USING (run_id) "
-                       "WHERE r.status = i.status AND r.finished_at IS NOT DISTINCT FROM i.finished_at").fetchall()
+        same = con.execute("SELECT count(*) FROM ml.runs r JOIN read_parquet(?) i USING (run_id) "
+                           "WHERE r.status = i.status AND r.finished_at IS NOT DISTINCT FROM i.finished_at",
+                           [str(result_dir / "ml.runs.parquet")]).fetchall()
         if same[0][0] == len(run_ids):
             return run_ids
         for run_id in run_ids:
@@ -190,12 +183,12 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
                 shutil.copytree(result_dir / "models" / run_id, models_dir / run_id, dirs_exist_ok=True)
         with transaction(con):
             for table in reversed(RESULT_TABLES):
-                con.execute(f"DELETE FROM {table} WHERE run_id IN ({ids})")
+                con.execute(f"DELETE FROM {quote_table(_checked(table))} WHERE run_id IN ({marks_sql})", run_ids)
             for table in RESULT_TABLES:
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
-                            f"read_parquet({_sql_string(result_dir / f'{table}.parquet')})")
-            con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({ids})",
-                        [manifest["models_root"], str(models_dir)])
+                con.execute(f"INSERT INTO {quote_table(_checked(table))} BY NAME SELECT * FROM read_parquet(?)",
+                            [str(result_dir / f"{table}.parquet")])
+            con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({marks_sql})",
+                        [manifest["models_root"], str(models_dir), *run_ids])
         _compare_with_reference(con, run_ids)
     return run_ids
 
@@ -207,9 +200,8 @@ def _compare_with_reference(con: duckdb.DuckDBPyConnection, run_ids: list[str]) 
     from medtx.comparisons import compare_runs
     from medtx.training.records import fail_run
 
-    ids = ", ".join(_sql_string(r) for r in run_ids)
-    groups = con.sql(f"SELECT task, dataset, list(run_id) FROM ml.runs WHERE run_id IN ({ids}) "
-                     "AND status = 'completed' GROUP BY task, dataset").fetchall()
+    groups = con.execute(f"SELECT task, dataset, list(run_id) FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "
+                         "AND status = 'completed' GROUP BY task, dataset", run_ids).fetchall()
     for task, dataset, members in groups:
         try:
             compare_runs(con, task, dataset, list(members))
