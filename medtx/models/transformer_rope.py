@@ -14,7 +14,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from medtx.models.transformer import TransformerConfig, TransformerModel
+from medtx.models.registry import ModelSpec, register_model
+from medtx.models.transformer import (
+    CHECKPOINT_DEFAULTS,
+    TASK_DEFAULTS,
+    TransformerConfig,
+    TransformerModel,
+    history_builder,
+)
 
 
 @dataclass
@@ -47,3 +54,10 @@ class TransformerRoPEModel(TransformerModel):
 
     def _rotary(self) -> nn.Module | None:
         return RotaryEmbedding(self.config.d_model // self.config.n_heads, self.config.rope_base)
+
+
+register_model(ModelSpec(
+    name="transformer_rope", family="ehr", kinds=("multilabel", "binary"), config=TransformerRoPEConfig,
+    build=history_builder(TransformerRoPEModel, TransformerRoPEConfig), task_defaults=TASK_DEFAULTS,
+    checkpoint_defaults=CHECKPOINT_DEFAULTS, rank=20,
+))

@@ -39,9 +39,28 @@ from medtx.training.trainer import TrainConfig, fit, predict, set_seed
 log = logging.getLogger("medtx.text")
 
 TEXT_TASKS = ("specialty", "readmission_notes")
-TEXT_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert", "minilm", "bert_scratch")
-NEURAL_MODELS = ("bilstm", "bert", "minilm", "bert_scratch")
+TEXT_TASK_KIND = {"specialty": "multiclass", "readmission_notes": "binary"}  # until the task registry says it
 SPECIALTY_DATASET = "mtsamples"
+
+
+def text_models() -> tuple[str, ...]:
+    """The text models (baselines, then neural), a view of the model registry."""
+    from medtx.models.registry import model_names
+
+    return model_names("text_baseline") + model_names("text")
+
+
+def __getattr__(name: str) -> Any:
+    """Views of the model registry (medtx.models.registry): the text models, and each one's defaults."""
+    from medtx.models.registry import model_names, specs
+
+    if name == "TEXT_MODELS":
+        return text_models()
+    if name == "NEURAL_MODELS":
+        return model_names("text")
+    if name == "MODEL_DEFAULTS":
+        return {s.name: dict(s.defaults) for s in specs("text")}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -104,25 +123,20 @@ class TextConfig:
     n_boot: int = N_BOOT
 
 
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "bilstm": {"lr": 2e-3, "batch_size": 32, "epochs": 15},
-    "bert_scratch": {"lr": 5e-4, "epochs": 10},
-    # Pretrained encoders: small lr, few epochs (a 6-layer MiniLM epoch is minutes on 2 cores).
-    # MiniLM was trained with mean pooling (sentence-transformers), so its chunk vector is the token mean.
-    "minilm": {"lr": 5e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1, "chunk_vector": "mean"},
-    "bert": {"lr": 3e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1},
-}
-
-
 def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: str = "specialty") -> TextConfig:
-    """Defaults < per-model defaults < overrides; unknown keys are an error naming them."""
+    """Defaults < the model's registered defaults < overrides; unknown keys are an error naming them."""
+    from medtx.models.registry import model_defaults, model_names
+
     known = {f.name for f in dataclasses.fields(TextConfig)}
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"unknown text config keys {unknown}; known: {sorted(known)}")
-    values = {**MODEL_DEFAULTS.get(model, {}), **overrides}
-    if task == "readmission_notes" and "pooling" not in overrides:
+    kind = TEXT_TASK_KIND.get(task, "multiclass")
+    family = "text" if model in model_names("text") else "text_baseline"  # unknown: an error naming the known
+    values = {**model_defaults(model, task, kind, family), **overrides}
+    # ClinicalBERT's chunk aggregation is the binary note tasks' default (a text-family rule, not a model's)
+    if kind == "binary" and "pooling" not in overrides:
         values["pooling"] = "clinicalbert"
     return TextConfig(**values)
 
@@ -292,7 +306,7 @@ def _tokenizer_and_model(data: TextData, model: str, cfg: TextConfig, out_dir: P
         tokenizer = load_tokenizer(path)
         encoder = load_encoder("local", path)
     else:
-        raise ValueError(f"unknown text model {model!r}; choose one of {TEXT_MODELS}")
+        raise ValueError(f"unknown text model {model!r}; choose one of {text_models()}")
     net = BertTextClassifier(
         encoder,
         BertTextConfig(n_outputs=n_out, pooling=cfg.pooling, dropout=cfg.dropout, binary=data.binary,
@@ -547,10 +561,12 @@ def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_d
     for split in ("train", "val", "test"):
         if data.split(split).height == 0:
             raise ValueError(f"text task has no {split} notes; check samples.* splits")
-    if model in ("majority", "tfidf_logreg"):
+    from medtx.models.registry import model_names
+
+    if model in model_names("text_baseline"):
         return _fit_sklearn(data, model, cfg, seed)
-    if model not in NEURAL_MODELS:
-        raise ValueError(f"unknown text model {model!r}; choose one of {TEXT_MODELS}")
+    if model not in model_names("text"):
+        raise ValueError(f"unknown text model {model!r}; choose one of {text_models()}")
     return _fit_neural(data, model, cfg, seed, out_dir, on_epoch)
 
 
@@ -647,8 +663,8 @@ def run_text_experiment(
         return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id)
     if task not in TEXT_TASKS:
         raise ValueError(f"unknown text task {task!r}; choose one of {(*TEXT_TASKS, 'faq')}")
-    if model not in TEXT_MODELS:
-        raise ValueError(f"unknown text model {model!r} for {task}; choose one of {TEXT_MODELS}")
+    if model not in text_models():
+        raise ValueError(f"unknown text model {model!r} for {task}; choose one of {text_models()}")
     cfg = text_config(model, overrides, task=task)
     dataset = dataset or (SPECIALTY_DATASET if task == "specialty" else None)
     if dataset is None:

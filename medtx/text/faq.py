@@ -36,7 +36,15 @@ from medtx.training import records
 
 log = logging.getLogger("medtx.text")
 
-FAQ_MODELS = ("seq2seq", "retrieval")
+
+
+def __getattr__(name: str) -> Any:
+    """FAQ_MODELS: a view of the model registry (the models of family "faq")."""
+    if name == "FAQ_MODELS":
+        from medtx.models.registry import model_names
+
+        return model_names("faq")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 DATASET = "mental_health_faq"
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3, matching Seq2SeqConfig pad/bos/eos defaults
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -213,8 +221,10 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
                        *, pipeline_run_id: str | None = None, run_id: str | None = None) -> str:
     """One FAQ run (k-fold over held-out paraphrases) into ml.*; `ml.predictions.prob` holds each answer's
     token F1 and `text` the answer given. Returns the run id."""
-    if model not in FAQ_MODELS:
-        raise ValueError(f"unknown FAQ model {model!r}; choose one of {FAQ_MODELS}")
+    from medtx.models.registry import model_names
+
+    if model not in model_names("faq"):
+        raise ValueError(f"unknown FAQ model {model!r}; choose one of {model_names('faq')}")
     known = {f.name for f in dataclasses.fields(FAQConfig)}
     unknown = sorted(set(overrides or {}) - known)
     if unknown:

@@ -326,9 +326,11 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
     items = {name: bundle.encode(frame) for name, frame in parts.items()}
     if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
         bundle.init_from_train(items["train"])
-    if bundle.pretrain is not None:
+    if bundle.mlm is not None:
+        from medtx.training.pretrain import pretrain_mlm
+
         pre_cfg = dataclasses.replace(cfg, monitor="loss", epochs=opts.pretrain_epochs or cfg.epochs)
-        pre = bundle.pretrain(items["train"], items["val"], pre_cfg, out_dir / "pretrain")
+        pre = pretrain_mlm(bundle.mlm, items["train"], items["val"], pre_cfg, out_dir / "pretrain")
         with open_warehouse(db) as con:
             records.register_checkpoint(con, run_id, "pretrained", str(pre.best_dir), pre.best_epoch,
                                         "mlm_loss", pre.best_value)
