@@ -38,6 +38,7 @@ from tests.fixtures_samples import demo_db  # noqa: F401  (session fixture: the 
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}
 TINY_RNN = {"d_model": 16, "hidden": 16, "dropout": 0.0}
+TINY_RETAIN = {"d_model": 16, "hidden": 16, "dropout": 0.0}
 TINY_S2S = {"d_model": 16, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 32, "dropout": 0.0}
 CONDS = [f"c{i}" for i in range(20)]
 PROCS = [f"p{i}" for i in range(10)]
@@ -58,6 +59,8 @@ def vocab(tokens: list[str]) -> Vocab:
 
 
 def tiny(name: str) -> dict:
+    if name == "retain":
+        return TINY_RETAIN
     return TINY_S2S if name == "seq2seq" else TINY_RNN if name in ("rnn", "gru", "lstm") else TINY
 
 
