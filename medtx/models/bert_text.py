@@ -34,25 +34,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoModel, BertConfig, BertModel, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 
 from medtx.models.base import ModelOutput
+from medtx.models.layers import classification_loss
 from medtx.models.registry import ModelSpec, register_model
 
 log = logging.getLogger("medtx.text")
 
 POOLINGS = ("mean", "max", "clinicalbert")
 CHUNK_VECTORS = ("cls", "mean")
-
-
-def classification_loss(logits: Tensor, labels: Tensor, *, binary: bool, weights: Tensor | None = None) -> Tensor:
-    """Softmax CE for class ids (optionally class-weighted), BCE-with-logits for one binary logit."""
-    if binary:
-        return F.binary_cross_entropy_with_logits(logits.squeeze(-1), labels.float())
-    return F.cross_entropy(logits, labels.long(), weight=weights)
 
 
 def minilm_dir() -> Path:

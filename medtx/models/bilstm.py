@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from medtx.models.base import ModelOutput
-from medtx.models.bert_text import classification_loss
+from medtx.models.layers import classification_loss
 from medtx.models.registry import ModelSpec, register_model
 
 

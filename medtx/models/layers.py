@@ -1,10 +1,10 @@
-"""Building blocks shared by the EHR models (every model file of medtx.models).
+"""Building blocks shared by the model files of medtx.models (EHR and text).
 
 Attention is computed explicitly so every layer's weights [B, heads, queries, keys] can be returned.
 Blocks: `SinusoidalPositions` (+ `sinusoidal_table`), `MultiHeadAttention` (self/cross, causal, rotary),
 `FeedForward`, `EncoderLayer`, `Encoder`; pooling and heads: `masked_mean`, `LabelAttentionPooling`
 (CAML/LAAT), `DrugCopyGate` (COGNet-style copy path); losses and starts: `multilabel_loss`,
-`smoothed_log_odds`, `initial_output_bias`; visit pooling for recurrent models: `visit_embeddings`.
+`classification_loss`, `smoothed_log_odds`, `initial_output_bias`; visit pooling: `visit_embeddings`.
 They live here, not in one model's file, so a model imports the layer below it and never another model.
 """
 
@@ -140,6 +140,13 @@ def masked_mean(states: Tensor, mask: Tensor) -> Tensor:
     """Mean of `states` [B, L, D] over positions where `mask` [B, L] is True."""
     weights = mask.to(states.dtype).unsqueeze(-1)
     return (states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def classification_loss(logits: Tensor, labels: Tensor, *, binary: bool, weights: Tensor | None = None) -> Tensor:
+    """Softmax CE for class ids (optionally class-weighted), BCE-with-logits for one binary logit."""
+    if binary:
+        return F.binary_cross_entropy_with_logits(logits.squeeze(-1), labels.float())
+    return F.cross_entropy(logits, labels.long(), weight=weights)
 
 
 def multilabel_loss(logits: Tensor, labels: Tensor) -> Tensor:
