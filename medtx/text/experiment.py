@@ -34,6 +34,7 @@ from medtx.metrics.classification import classification_metrics, confusion_count
 from medtx.metrics.collapse import is_collapsed
 from medtx.settings import get_settings
 from medtx.training import records
+from medtx.training.runs import attention_frame, is_synthetic, run_folder
 from medtx.training.trainer import TrainConfig, fit, predict, set_seed
 
 log = logging.getLogger("medtx.text")
@@ -354,25 +355,6 @@ def _encode(tokenizer, frame: pl.DataFrame) -> list[dict]:
     return encode_items(tokenizer, frame["sample_id"].to_list(), frame["text"].to_list(), frame["y"].to_list())
 
 
-def attention_frame(attentions: list[dict], sample_ids: list[str], max_tokens: int) -> pl.DataFrame:
-    """Trainer attention rows -> ml.attention long form, cut to the first max_tokens query/key positions."""
-    parts = []
-    for sid, modules in zip(sample_ids, attentions, strict=True):
-        for module, (weights, q_tokens, k_tokens) in modules.items():
-            w = weights[:, :, :max_tokens, :max_tokens]
-            layers, heads, nq, nk = w.shape
-            layer, head, q, k = (a.ravel() for a in np.indices(w.shape))
-            parts.append(pl.DataFrame({
-                "sample_id": [sid] * w.size, "module": [module] * w.size,
-                "layer": layer.astype(np.int32), "head": head.astype(np.int32),
-                "query_pos": q.astype(np.int32), "key_pos": k.astype(np.int32),
-                "weight": w.ravel().astype(np.float32),
-                "query_token": np.asarray(q_tokens[:nq], dtype=object)[q],
-                "key_token": np.asarray(k_tokens[:nk], dtype=object)[k],
-            }))
-    return pl.concat(parts) if parts else pl.DataFrame()
-
-
 @torch.no_grad()
 def frozen_note_vectors(encoder, items: list[dict], collate, batch_size: int = 16) -> np.ndarray:
     """[N, hidden] note vectors of a frozen encoder: masked mean of token states per chunk (the
@@ -546,7 +528,7 @@ def _fit_neural(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir:
             encoder.set_attn_implementation("eager")
         shown = predict(net, showcase, make_collate(with_tokens=True), result.device, output_attentions=True,
                         batch_size=cfg.n_showcase, with_probs=False)
-        attention = attention_frame(shown.attentions, shown.sample_ids, cfg.attention_max_tokens)
+        attention = attention_frame(shown.sample_ids, shown.attentions, cfg.attention_max_tokens, keep="first")
     return TextFit(
         probs=test.probs.reshape(-1) if data.binary else test.probs,
         n_params=sum(p.numel() for p in net.parameters()),
@@ -652,15 +634,18 @@ def run_text_experiment(
     dataset: str | None = None,
     pipeline_run_id: str | None = None,
     run_id: str | None = None,
+    models_dir: Path | None = None,
 ) -> str:
     """Train and evaluate one text model on one task and seed; everything lands in `ml.*`. Returns the run id.
 
-    A failure marks the run `failed` with the error text and re-raises.
+    Checkpoints go to `<models_dir>/<run_id>` (default: settings `models_dir`). A failure marks the run
+    `failed` with the error text and re-raises.
     """
     if task == "faq":
         from medtx.text.faq import run_faq_experiment
 
-        return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id)
+        return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id,
+                                  models_dir=models_dir)
     if task not in TEXT_TASKS:
         raise ValueError(f"unknown text task {task!r}; choose one of {(*TEXT_TASKS, 'faq')}")
     if model not in text_models():
@@ -679,9 +664,9 @@ def run_text_experiment(
         records.start_run(con, run_id, task=task, model=model, dataset=dataset, seed=seed, config=config,
                           data_fingerprint=_fingerprint(con, task, dataset),
                           code_version=code_version("text", "models", "training", "metrics"),
-                          is_synthetic=dataset.startswith("synth"), pipeline_run_id=pipeline_run_id)
+                          is_synthetic=is_synthetic(con, dataset), pipeline_run_id=pipeline_run_id)
         try:
-            out_dir = settings.models_dir / run_id
+            out_dir = run_folder(models_dir or settings.models_dir, run_id)
             fitted = fit_text_model(data, model, cfg, seed, out_dir,
                                     on_epoch=lambda e, m: records.write_epochs(con, run_id, e, m))
             evaluation = evaluate_text(data, fitted.probs, n_boot=cfg.n_boot, seed=seed)

@@ -33,6 +33,7 @@ from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
 from medtx.settings import get_settings
 from medtx.training import records
+from medtx.training.runs import run_folder
 
 log = logging.getLogger("medtx.text")
 
@@ -218,7 +219,8 @@ def score_answers(faq: pl.DataFrame, answers: list[tuple[int, str]], *, n_boot: 
 
 
 def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
-                       *, pipeline_run_id: str | None = None, run_id: str | None = None) -> str:
+                       *, pipeline_run_id: str | None = None, run_id: str | None = None,
+                       models_dir: Path | None = None) -> str:
     """One FAQ run (k-fold over held-out paraphrases) into ml.*; `ml.predictions.prob` holds each answer's
     token F1 and `text` the answer given. Returns the run id."""
     from medtx.models.registry import model_names
@@ -251,7 +253,8 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
                     if fold == 0:
                         records.write_epochs(con, run_id, epoch, metrics)
 
-                answers, info = answer_seq2seq(faq, cfg, seed, settings.models_dir / run_id, on_epoch)
+                folder = run_folder(models_dir or settings.models_dir, run_id)
+                answers, info = answer_seq2seq(faq, cfg, seed, folder, on_epoch)
             metrics, predictions = score_answers(faq, answers, n_boot=cfg.n_boot, seed=seed)
             records.write_metrics(con, run_id, "test", metrics)
             records.write_predictions(con, run_id, predictions)
