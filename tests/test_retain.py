@@ -93,3 +93,24 @@ def test_retain_run_beats_the_label_prior_and_stores_both_attention_levels(tiny_
     assert {r[1] for r in rows} == {"visits", "codes"} and len({r[0] for r in rows}) == 3
     assert all(abs(r[2] - 1.0) < 1e-4 for r in rows)  # alpha over visits, code shares over codes
     assert all(r[4].startswith("v") for r in rows) and any(":C" in r[4] for r in rows if r[1] == "codes")
+
+
+def test_patient_explorer_draws_both_retain_attention_levels(tiny_db: Path, tmp_path: Path):  # noqa: F811
+    """The patient explorer's attention queries and heatmaps read RETAIN's rows like any other model's."""
+    from dashboard import queries
+    from dashboard.pages.patient import MEAN_HEAD, attention_view, single_heatmap
+    from medtx.publish import publish_snapshot
+
+    opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=2)
+    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "retain", seed=0, overrides=TINY, epochs=1,
+                                device="cpu", options=opts)
+    snapshot = tmp_path / "warehouse.snapshot.duckdb"
+    publish_snapshot(tiny_db, snapshot)
+    sample = _q(tiny_db, "SELECT min(sample_id) FROM ml.attention WHERE run_id = ?", [run_id])[0][0]
+    modules = queries.attention_modules(snapshot, run_id, sample)
+    assert modules["module"].to_list() == ["codes", "visits"] and modules["heads"].to_list() == [1, 1]
+    for module in ("visits", "codes"):
+        figure = single_heatmap(queries.attention(snapshot, run_id, sample, module), 0, MEAN_HEAD, {})
+        (trace,) = figure["data"]
+        assert len(trace["z"]) == 1 and abs(sum(trace["z"][0]) - 1.0) < 1e-4  # one query row, summing to 1
+        assert attention_view(snapshot, run_id, sample, module, 0, MEAN_HEAD, "single") is not None
