@@ -17,6 +17,9 @@ def test_a_dataset_is_synthetic_by_name_or_by_its_oracle_rows(tmp_db: Path):
         assert is_synthetic(con, "synth_2000") and not is_synthetic(con, "mimic3_demo")
         con.execute("INSERT INTO raw.synth_oracle_readmission (dataset, hadm_id, prob) VALUES ('cohort_b', 1, 0.2)")
         assert is_synthetic(con, "cohort_b")  # generated, under a name that does not say so
+        con.execute("INSERT INTO raw.synth_oracle_drug_rec (dataset, hadm_id, atc3, prob) "
+                    "VALUES ('cohort_c', 1, 'A01A', 0.5)")
+        assert is_synthetic(con, "cohort_c")  # any task's oracle rows count
         assert not is_synthetic(con, "mimic3_demo")
     finally:
         con.close()

@@ -1,6 +1,7 @@
 """Rules every run family (EHR neural, EHR baselines, text, FAQ) shares, stated once.
 
-- `is_synthetic`: a dataset is synthetic when its name says so or the generator's oracle rows exist for it;
+- `is_synthetic`: a dataset is synthetic when its name says so or any of the generator's oracle tables has rows
+  for it;
 - `run_folder`: a run's checkpoints go to `<models_dir>/<run_id>/` (`best/`, `last/`, `pretrain/` ...);
 - `attention_frame`: the trainer's per-sample attention -> `ml.attention` long form, cut to `max_tokens`
   query/key positions from the end that matters for the family (EHR: the last, i.e. the current visit;
@@ -19,18 +20,23 @@ import polars as pl
 
 
 def oracle_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether raw.<table> exists (the oracle tables are created when a synthetic cohort is ingested)."""
     return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'raw' "
                        "AND table_name = ?", [table]).fetchall()[0][0] > 0
 
 
 def is_synthetic(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:
-    """A dataset is synthetic when its name says so or the generator's oracle rows exist for it."""
+    """A dataset is synthetic when its name says so or the generator's oracle rows (any task's) exist for it."""
+    from medtx.synth.oracle import ORACLE_FILES
+
     if dataset.startswith("synth"):
         return True
-    if not oracle_exists(con, "synth_oracle_readmission"):
-        return False
-    return con.execute("SELECT count(*) FROM raw.synth_oracle_readmission WHERE dataset = ?",
-                       [dataset]).fetchall()[0][0] > 0
+    for table, _ in ORACLE_FILES.values():
+        name = table.removeprefix("raw.")
+        if oracle_exists(con, name) and con.execute(
+                f"SELECT count(*) FROM raw.{name} WHERE dataset = ?", [dataset]).fetchall()[0][0] > 0:
+            return True
+    return False
 
 
 def run_folder(models_dir: Path | str, run_id: str) -> Path:
