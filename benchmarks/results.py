@@ -32,15 +32,13 @@ from medtx.training.experiment import open_warehouse  # noqa: E402  (waits out a
 
 log = logging.getLogger("medtx.benchmarks")
 
-NEURAL = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
-BASELINES = ("most_frequent", "copy_last", "logreg", "oracle")
-TASK_MODELS = {
-    "drug_rec": (*NEURAL, *BASELINES),
-    "next_visit": ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", *BASELINES),
-    # copy_last is not defined for readmission (no label to copy); every other model the registry allows.
-    "readmission": ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "most_frequent", "logreg",
-                    "oracle"),
-}
+from medtx.models.ehr_data import TASKS as _EHR_TASKS  # noqa: E402
+from medtx.models.registry import ehr_models_for, model_names  # noqa: E402
+
+# Views of the model registry (medtx.models.registry): a model registered for a task's kind is run here.
+NEURAL = model_names("ehr")
+BASELINES = model_names("ehr_baseline")
+TASK_MODELS = {task: ehr_models_for(task) for task in _EHR_TASKS}
 # CPU budget (2 shared cores): few epochs, early stopping patience 2, batch 64. Stated in RESULTS.md.
 # One torch thread: on 2 shared cores, 2 threads per process measured ~4x slower (spin contention).
 TRAIN = {"epochs": 6, "patience": 2, "batch_size": 32, "lr": 3e-3, "num_threads": 1}
