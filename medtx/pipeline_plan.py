@@ -27,8 +27,8 @@ KINDS = ("synth", "ingest", "reference", "codes", "samples", "train")
 MIMIC_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
 RAW_MIMIC = tuple(f"raw.{t}" for t in MIMIC_TABLES)
 CORE = codes_stage.WRITES
-# Tables every EHR train step reads besides its task's: the split, the vocabularies, and the synthetic
-# generator's oracle tables (the "is this dataset synthetic" rule and the oracle baseline read them).
+# Tables every train step reads besides its task's: the split and the vocabularies (plus the synthetic
+# generator's oracle tables, SYNTH_ORACLE: the "is this dataset synthetic" rule and the oracle baseline read them).
 TRAIN_READS = ("samples.splits", "samples.vocab")
 # The module(s) each kind's step function runs; a step's code key is their import closure (plus its task's
 # module), so an edit to the models redoes training but not ingest, and editing one task's builder redoes
@@ -208,7 +208,8 @@ def _train_steps(cfg: PipelineConfig) -> list[Step]:
     steps = []
     for name, tc in cfg.tasks.items():
         task = get_task(name)
-        reads = (task.sample_table, *TRAIN_READS, *task.train_reads, *(SYNTH_ORACLE if task.family == "ehr" else ()))
+        # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
+        reads = (task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE)
         for dataset, spec in itertools.product(_task_datasets(cfg, task), tc.models):
             if not _runs_on(spec, dataset, cfg):
                 continue

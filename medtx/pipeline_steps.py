@@ -107,7 +107,8 @@ def run_train(
         if get_task(spec["task"]).family != "ehr":  # text runner (notes, FAQ)
             overrides = {"device": device, **p["overrides"]}
             run_id = run_text_experiment(db, spec["task"], p["model"], p["seed"], overrides,
-                                         dataset=spec["dataset"], pipeline_run_id=pipeline_run_id)
+                                         dataset=spec["dataset"], pipeline_run_id=pipeline_run_id,
+                                         models_dir=Path(paths["models_dir"]))
         else:
             options = ExperimentOptions(models_dir=Path(paths["models_dir"]), pipeline_run_id=pipeline_run_id)
             run_id = run_ehr_experiment(db, spec["dataset"], spec["task"], p["model"], p["seed"], p["overrides"],
@@ -139,6 +140,7 @@ def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, devi
     """Make sure a failed training shows up in ml.runs: the experiment records its own failures once it has
     started a run; this covers a failure before that (bad config, missing samples)."""
     from medtx.training import records
+    from medtx.training.runs import is_synthetic
 
     p = spec["params"]
     with open_warehouse(db) as con:
@@ -153,7 +155,7 @@ def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, devi
         records.start_run(
             con, run_id, task=spec["task"], model=p["model"], dataset=spec["dataset"], seed=p["seed"],
             config={"overrides": p["overrides"]}, device=device, pipeline_run_id=pipeline_run_id,
-            is_synthetic=spec["dataset"].startswith("synth"),
+            is_synthetic=is_synthetic(con, spec["dataset"]),
         )
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         records.fail_run(con, run_id, error)

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 import torch
 
-from medtx.models.behrt import BehrtForMaskedLM, MLMCollator, fixed_masks, mask_tokens
+from medtx.models.behrt import BehrtForMaskedLM
 from medtx.models.ehr_data import (
     CLS,
     SEP,
@@ -32,11 +32,13 @@ from medtx.models.registry import (
 )
 from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
 from medtx.models.transformer_rope import RotaryEmbedding
+from medtx.training.pretrain import MLMCollator, fixed_masks, mask_tokens, pretrain_mlm
 from medtx.samples.vocab import Vocab
 from tests.fixtures_samples import demo_db  # noqa: F401  (session fixture: the demo built by the real pipeline)
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}
 TINY_RNN = {"d_model": 16, "hidden": 16, "dropout": 0.0}
+TINY_RETAIN = {"d_model": 16, "hidden": 16, "dropout": 0.0}
 TINY_S2S = {"d_model": 16, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 32, "dropout": 0.0}
 CONDS = [f"c{i}" for i in range(20)]
 PROCS = [f"p{i}" for i in range(10)]
@@ -57,6 +59,8 @@ def vocab(tokens: list[str]) -> Vocab:
 
 
 def tiny(name: str) -> dict:
+    if name == "retain":
+        return TINY_RETAIN
     return TINY_S2S if name == "seq2seq" else TINY_RNN if name in ("rnn", "gru", "lstm") else TINY
 
 
@@ -299,7 +303,7 @@ def test_behrt_pretraining_uses_the_shared_trainer_on_train_items(tmp_path):
     items = bundle.encode(next_visit_frame(12))
     before = bundle.model.behrt.embeddings.code.weight.detach().clone()
     cfg = TrainConfig(epochs=3, batch_size=4, lr=1e-2, patience=5, device="cpu", progress=False)
-    result = bundle.pretrain(items[:8], items[8:], cfg, tmp_path / "pretrain")
+    result = pretrain_mlm(bundle.mlm, items[:8], items[8:], cfg, tmp_path / "pretrain")
     assert (result.best_dir / "model.safetensors").exists() and len(result.history) == 3
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
     assert not torch.equal(before, bundle.model.behrt.embeddings.code.weight.detach())  # shared module updated
@@ -307,7 +311,7 @@ def test_behrt_pretraining_uses_the_shared_trainer_on_train_items(tmp_path):
     val = fixed_masks(items[8:], bundle.config, seed=0)
     assert val == fixed_masks(items[8:], bundle.config, seed=0)
     collate = MLMCollator(behrt_codec("next_visit", {"visits": vocab(CONDS)},
-                                      LabelSpace.from_vocab(vocab(CONDS), False), 128), bundle.config)
+                                      LabelSpace.from_vocab(vocab(CONDS), False), 128).collate, bundle.config)
     batch = collate(items[:8])
     assert "labels" not in batch and batch["mlm_labels"].shape == batch["input_ids"].shape
     out = BehrtForMaskedLM(bundle.model.behrt)(batch)
@@ -395,7 +399,7 @@ def test_checkpoint_roundtrip_through_the_trainer_and_vocab_mismatch(tmp_path):
 
 def test_transformer_pooling_options():
     """Label attention (default) and mean pooling both fit; an unknown pooling is a clear error."""
-    from medtx.models.transformer import LabelAttentionPooling
+    from medtx.models.layers import LabelAttentionPooling
 
     assert isinstance(bundle_for("transformer").model.head, LabelAttentionPooling)
     bundle = bundle_for("transformer", pooling="mean")
@@ -432,7 +436,7 @@ def copy_frame(n: int, seed: int) -> pl.DataFrame:
 
 
 def test_copy_gate_is_on_for_drug_rec_by_default_and_configurable():
-    from medtx.models.transformer import DrugCopyGate
+    from medtx.models.layers import DrugCopyGate
 
     for name in ("transformer", "transformer_rope"):  # one implementation, shared
         assert isinstance(bundle_for(name).model.copy, DrugCopyGate)

@@ -61,6 +61,50 @@ def test_task_names_live_only_in_their_own_module():
     assert out == ["medtx/tasks/mortality.py"]
 
 
+def test_model_names_live_only_in_their_own_file():
+    """The issue's check for the worked model: `git grep -il retain -- medtx flows dashboard warehouse` lists only
+    medtx/models/retain.py: no task lists it, it applies to every task of the kinds it serves."""
+    out = subprocess.run(["git", "grep", "-il", "retain", "--", "medtx", "flows", "dashboard", "warehouse"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, check=False).stdout.split()
+    assert out == ["medtx/models/retain.py"]
+
+
+def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
+    from medtx.models.registry import MODEL_TASKS, models_for
+
+    ehr = {"most_frequent", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm",
+           "retain"}
+    assert set(models_for("drug_rec")) == ehr | {"copy_last", "seq2seq"}
+    assert set(models_for("next_visit")) == ehr | {"copy_last"}  # seq2seq: no separate diagnosis column
+    assert set(models_for("readmission")) == ehr  # copy_last and seq2seq serve no binary task
+    assert set(models_for("mortality")) == ehr - {"behrt", "oracle"}  # the task's excluded_models
+    assert set(models_for("faq")) == {"retrieval", "seq2seq"}
+    assert "bert" in models_for("specialty") and "bert" not in models_for("drug_rec")
+    assert MODEL_TASKS["retain"] == tuple(t.name for t in tasks_of_family("ehr"))
+    assert "mortality" not in MODEL_TASKS["behrt"] and MODEL_TASKS["seq2seq"] == ("drug_rec",)
+
+
+def test_config_refuses_a_model_of_another_kind(tmp_path):
+    from medtx.pipeline_config import load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("datasets: [{source: synth:10}]\ntasks:\n  readmission:\n    models: [{model: copy_last}]\n")
+    with pytest.raises(ValueError, match=r"tasks.readmission.models: \['copy_last'\] do not apply to readmission"):
+        load_config(path)
+
+
+def test_per_task_model_defaults_come_from_the_task():
+    from medtx.models.registry import model_defaults
+
+    assert model_defaults("transformer", "drug_rec", "multilabel") == {"copy_feature": "drugs_hist"}
+    # transformer_rope takes the transformer's per-task defaults (the task lists only "transformer")
+    assert model_defaults("transformer_rope", "drug_rec", "multilabel") == {"copy_feature": "drugs_hist"}
+    assert model_defaults("behrt", "next_visit", "multilabel") == {"copy_recencies": (0,)}
+    assert model_defaults("behrt", "drug_rec", "multilabel") == {"copy_feature": "drugs_hist", "copy_recencies": (1,)}
+    assert model_defaults("transformer", "readmission", "binary") == {}
+    assert model_defaults("retain", "drug_rec", "multilabel") == {}
+
+
 # ------------------------------------------------------------------------------------------ mortality samples
 # Patient 1: admission 10 survived, admission 11 died (flag 1). Patient 2: admission 20 survived, no codes.
 # Patient 3: admission 30 has no flag (left out, counted, never guessed as a survivor).

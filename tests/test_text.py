@@ -350,7 +350,7 @@ def _saved_tiny_bert(tokenizer, folder, layers: int = 3):
 def test_cached_lower_states_give_the_live_logits(tokenizer, notes, tmp_path, dtype, atol):
     """Top-1-of-3 fine-tuning: logits from cached lower-layer states equal the live encoder's on 2 notes."""
     from medtx.text.data import CachedStateCollate
-    from medtx.text.experiment import _lower_state_tensors, _split_items
+    from medtx.text.fitting import _lower_state_tensors, _split_items
 
     torch.manual_seed(0)
     encoder = _saved_tiny_bert(tokenizer, tmp_path / "tiny")

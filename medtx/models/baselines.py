@@ -33,6 +33,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
 from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.registry import ModelSpec, register_model
 
 log = logging.getLogger("medtx.models")
 
@@ -235,3 +236,9 @@ def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: pl.Dat
             raise ValueError("oracle: pass the raw.synth_oracle rows of the dataset")
         return Oracle(task, labels, oracle_rows)
     raise ValueError(f"unknown baseline {name!r}; expected one of {BASELINE_MODELS}")
+
+
+# copy_last copies the previous visit's labels: a multi-label task only (a binary task has no label to copy).
+for _rank, (_name, _kinds) in enumerate((("most_frequent", ("multilabel", "binary")), ("copy_last", ("multilabel",)),
+                                          ("logreg", ("multilabel", "binary")), ("oracle", ("multilabel", "binary")))):
+    register_model(ModelSpec(name=_name, family="ehr_baseline", kinds=_kinds, rank=10 * (_rank + 1)))

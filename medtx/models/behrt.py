@@ -4,19 +4,19 @@ position embeddings, pre-trained with masked language modelling, then fine-tuned
 Input: `[CLS] v1 [SEP] v2 [SEP] ...` (codes of each visit, see ehr_data.BehrtCodec) where every token
 embedding is the sum of
     code embedding + age-at-visit embedding + segment (A/B alternating per visit) + visit position (sinusoidal)
-followed by LayerNorm and the encoder blocks of medtx.models.transformer (pre-LN; BEHRT used post-LN BERT
+followed by LayerNorm and the encoder blocks of medtx.models.layers (pre-LN; BEHRT used post-LN BERT
 blocks — pre-LN is stabler at our small sizes). Ages are unknown (id 0) for drug_rec/readmission rows, whose
 sample tables carry no age; next_visit rows carry them.
 
-- `BehrtForMaskedLM`: MLM head; `pretrain_mlm` masks 15% of code tokens (80% -> [MASK], 10% -> a random
-  code, 10% unchanged; [CLS]/[SEP]/padding never), dynamically per epoch, on TRAIN items only (validation
-  items, masked once with a fixed seed, drive early stopping), through the shared trainer
-  `medtx.training.trainer.fit`.
+- `BehrtForMaskedLM`: MLM head; `medtx.training.pretrain.pretrain_mlm` masks 15% of code tokens (80% ->
+  [MASK], 10% -> a random code, 10% unchanged; [CLS]/[SEP]/padding never), dynamically per epoch, on TRAIN
+  items only (validation items, masked once with a fixed seed, drive early stopping), through the shared
+  trainer `medtx.training.trainer.fit`. The bundle offers it as `EHRModelBundle.mlm`.
 - `BehrtForMultiLabel`: pooled states -> one logit per label; next_visit and drug_rec (multi-label),
   readmission (one logit). It shares the `BehrtModel` instance the MLM pre-training updated.
   Pooling (`pooling`): "cls" = BEHRT/BERT's [CLS] state -> tanh pooler -> linear head (the paper's);
   "mean" = masked mean over the sequence's tokens -> linear head; "label_attention" = one attention-pooled view
-  per label (CAML/LAAT, `transformer.LabelAttentionPooling`).
+  per label (CAML/LAAT, `layers.LabelAttentionPooling`).
 
 Why the options (issue #5, next_visit on synth_10000: 1,469 labels from 1,801 training samples): the
 paper's model stayed at the label prior (val PR-AUC 0.198, most_frequent 0.199, every seed flagged
@@ -27,7 +27,7 @@ label-attention pooling moved it (0.194-0.196). The copy gate did (`copy_recenci
 `DrugCopyGate`, COGNet-style): a learned per-label logit for "label a is among the codes `r` visits back",
 started at its training log-odds ratio (next_visit: r = 0, the current visit's diagnoses recur in the next
 visit, 0.292 before fine-tuning, ~0.297 after; drug_rec: `copy_feature="drugs_hist"`, r = 1, 0.748 ->
-0.780). The registry turns the gate on per task (`BEHRT_TASK_DEFAULTS`); the config defaults stay the paper's
+0.780). The tasks turn the gate on for themselves (`Task.model_defaults`, medtx/tasks); the config defaults stay the paper's
 model. Figures: seed 0, validation only (benchmarks/results.py states them).
 """
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,8 +42,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
-from medtx.models.ehr_data import BehrtCodec
-from medtx.models.transformer import (
+from medtx.models.ehr_data import MASK, CodeIndex, LabelSpace, behrt_codec, vocab_tokens
+from medtx.models.layers import (
     DrugCopyGate,
     Encoder,
     LabelAttentionPooling,
@@ -52,6 +51,16 @@ from medtx.models.transformer import (
     initial_output_bias,
     masked_mean,
     multilabel_loss,
+)
+from medtx.models.registry import (
+    BuildContext,
+    EHRModelBundle,
+    MaskedLM,
+    ModelSpec,
+    chunked_init,
+    make_config,
+    register_model,
+    sigmoid_proba,
 )
 
 IGNORE = -100  # cross-entropy ignore index for unmasked positions
@@ -199,72 +208,38 @@ class BehrtForMultiLabel(nn.Module):
         self.head.bias.copy_(initial_output_bias(batches, self.copy, self.copy_presence).to(self.head.bias.dtype))
 
 
-# ----------------------------------------------------------------------------------------------- MLM
+# ----------------------------------------------------------------------------------------------- registry
 
 
-def mask_tokens(input_ids: Tensor, config: BehrtConfig, generator: torch.Generator | None = None
-                ) -> tuple[Tensor, Tensor]:
-    """BERT masking of code tokens -> (masked input ids, labels with IGNORE where nothing is predicted).
-
-    Selects each code token with probability `mlm_prob`; of those 80% become [MASK], 10% a random code,
-    10% stay. A sequence with codes but no selected token gets one (random) selected, so every sequence
-    contributes to the loss — this nudges the rate above 15% only for very short sequences.
-    """
-    maskable = (input_ids >= 2) & (input_ids < config.n_codes)
-    noise = torch.rand(input_ids.shape, generator=generator)
-    selected = (noise < config.mlm_prob) & maskable
-    empty = maskable.any(1) & ~selected.any(1)
-    if empty.any():  # pick the maskable position with the smallest noise among rows that got none
-        fallback = noise.masked_fill(~maskable, 2.0).argmin(1)
-        selected[empty.nonzero().squeeze(1), fallback[empty]] = True
-    labels = input_ids.masked_fill(~selected, IGNORE)
-    action = torch.rand(input_ids.shape, generator=generator)
-    masked = input_ids.masked_fill(selected & (action < 0.8), config.mask_id)
-    randomise = selected & (action >= 0.8) & (action < 0.9)
-    random_codes = torch.randint(2, max(config.n_codes, 3), input_ids.shape, generator=generator)
-    return torch.where(randomise, random_codes, masked), labels
+def copy_targets(features: tuple[str, ...], vocabs: dict[str, Any], labels: LabelSpace, index: CodeIndex,
+                 config: BehrtConfig) -> list[int]:
+    """Label index of each BEHRT token id that is a code of the copy feature (-1 elsewhere)."""
+    feature = config.copy_feature or (features[0] if len(features) == 1 else None)
+    if feature not in features:
+        raise ValueError(f"BehrtConfig.copy_feature={config.copy_feature!r}: expected one of {list(features)}")
+    targets = [-1] * len(index)
+    for token in vocab_tokens(vocabs[feature])[2:]:  # idx 0/1 are <pad>/<unk>
+        code_id = index.code(feature, token)
+        if code_id > 1:
+            targets[code_id] = labels.index.get(token, -1)
+    return targets
 
 
-class MLMCollator:
-    """BEHRT collate + fresh masks per call (the trainer re-seeds torch per epoch, so runs repeat).
-
-    Items that already carry `mlm_input_ids` (the fixed validation masks) keep them. The multi-hot
-    `labels` are dropped: pre-training sees no task labels.
-    """
-
-    def __init__(self, codec: BehrtCodec, config: BehrtConfig) -> None:
-        self.codec, self.config = codec, config
-
-    def __call__(self, items: Sequence[dict]) -> dict[str, Any]:
-        batch = self.codec.collate(items)
-        batch.pop("labels")
-        if "mlm_input_ids" not in batch:
-            batch["mlm_input_ids"], batch["mlm_labels"] = mask_tokens(batch["input_ids"], self.config)
-        return batch
+def build(ctx: BuildContext) -> EHRModelBundle:
+    index = behrt_codec(ctx.task, ctx.vocabs, ctx.labels, 1).index
+    fixed = {"vocab_size": len(index), "n_labels": len(ctx.labels), "n_codes": index.n_codes,
+             "mask_id": index.special(MASK)}
+    config = make_config(BehrtConfig, fixed, ctx.overrides)
+    codec = behrt_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_len)
+    model = BehrtForMultiLabel(config, copy_targets(ctx.spec.features, ctx.vocabs, ctx.labels, codec.index, config)
+                               if config.copy_recencies else None)
+    return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba,
+                          mlm=MaskedLM(lambda: BehrtForMaskedLM(model.behrt), codec.collate, config),
+                          label_names=ctx.labels.names, init_from_train=chunked_init(model, codec.collate))
 
 
-def fixed_masks(items: Sequence[dict], config: BehrtConfig, seed: int) -> list[dict]:
-    """Copies of `items` masked once with `seed` (stable validation loss across epochs)."""
-    generator = torch.Generator().manual_seed(seed)
-    out = []
-    for item in items:
-        ids = torch.tensor([item["input_ids"]])
-        masked, labels = mask_tokens(ids, config, generator)
-        out.append({**item, "mlm_input_ids": masked[0].tolist(), "mlm_labels": labels[0].tolist()})
-    return out
-
-
-def pretrain_mlm(model: BehrtForMultiLabel, codec: BehrtCodec, train_items: Sequence[dict],
-                 val_items: Sequence[dict], cfg: Any, out_dir: Path) -> Any:
-    """MLM pre-training of `model.behrt` on TRAIN items (val items for early stopping) via the shared trainer.
-
-    `cfg` is a `medtx.training.trainer.TrainConfig` (monitor must be "loss"). On return `model.behrt` holds
-    the best pre-trained weights (the MLM model shares it); returns the trainer's `FitResult`.
-    """
-    from medtx.training.trainer import fit  # imported here: medtx.training imports the models, not vice versa
-
-    if cfg.monitor != "loss":
-        raise ValueError(f"MLM pre-training selects on validation MLM loss; got monitor={cfg.monitor!r}")
-    mlm = BehrtForMaskedLM(model.behrt)
-    return fit(mlm, train_items, fixed_masks(val_items, model.config, cfg.seed), MLMCollator(codec, model.config),
-               cfg, Path(out_dir))
+register_model(ModelSpec(
+    name="behrt", family="ehr", kinds=("multilabel", "binary"), config=BehrtConfig, build=build, rank=30,
+    # checkpoints from before these options: the [CLS] pooler, no copy gate
+    checkpoint_defaults={"pooling": "cls", "copy_recencies": ()},
+))

@@ -34,24 +34,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoModel, BertConfig, BertModel, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 
 from medtx.models.base import ModelOutput
+from medtx.models.layers import classification_loss
+from medtx.models.registry import ModelSpec, register_model
 
 log = logging.getLogger("medtx.text")
 
 POOLINGS = ("mean", "max", "clinicalbert")
 CHUNK_VECTORS = ("cls", "mean")
-
-
-def classification_loss(logits: Tensor, labels: Tensor, *, binary: bool, weights: Tensor | None = None) -> Tensor:
-    """Softmax CE for class ids (optionally class-weighted), BCE-with-logits for one binary logit."""
-    if binary:
-        return F.binary_cross_entropy_with_logits(logits.squeeze(-1), labels.float())
-    return F.cross_entropy(logits, labels.long(), weight=weights)
 
 
 def minilm_dir() -> Path:
@@ -292,3 +286,16 @@ class NoteVectorClassifier(nn.Module):
         if "labels" in batch:
             loss = classification_loss(logits, batch["labels"], binary=self.binary, weights=self.class_weights)
         return ModelOutput(logits=logits, loss=loss)
+
+
+# Trainer and chunking defaults per model (the text runner's TextConfig holds the fields). Pretrained
+# encoders: small lr, few epochs (a 6-layer MiniLM epoch is minutes on 2 cores). MiniLM was trained with mean
+# pooling (sentence-transformers), so its chunk vector is the token mean.
+_KINDS = ("multiclass", "binary")
+register_model(ModelSpec(name="bert", family="text", kinds=_KINDS, config=BertTextConfig, rank=40,
+                         defaults={"lr": 3e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1}))
+register_model(ModelSpec(name="minilm", family="text", kinds=_KINDS, config=BertTextConfig, rank=50,
+                         defaults={"lr": 5e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1,
+                                   "chunk_vector": "mean"}))
+register_model(ModelSpec(name="bert_scratch", family="text", kinds=_KINDS, config=BertTextConfig, rank=60,
+                         defaults={"lr": 5e-4, "epochs": 10}))

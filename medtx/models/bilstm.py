@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from medtx.models.base import ModelOutput
-from medtx.models.bert_text import classification_loss
+from medtx.models.layers import classification_loss
+from medtx.models.registry import ModelSpec, register_model
 
 
 @dataclass
@@ -84,3 +85,8 @@ class BiLSTMClassifier(nn.Module):
             attentions={"bilstm": (weights[:, None, None, :],)},  # [B, 1 head, 1 query, T keys]
             attention_tokens={"bilstm": ([["[NOTE]"] for _ in tokens], [list(t) for t in tokens])},
         )
+
+
+# Trainer defaults for this model (the text runner's TextConfig holds the fields).
+register_model(ModelSpec(name="bilstm", family="text", kinds=("multiclass", "binary"), config=BiLSTMConfig,
+                         defaults={"lr": 2e-3, "batch_size": 32, "epochs": 15}, rank=30))

@@ -336,7 +336,7 @@ class BehrtCodec:
             batch[key] = _pad([it[key] for it in items])
         batch["attention_mask"] = _pad([[1] * len(it["input_ids"]) for it in items]).bool()
         batch["tokens"] = [it["tokens"] for it in items]
-        if "mlm_input_ids" in items[0]:  # fixed validation masks for MLM pre-training (behrt.pretrain_mlm)
+        if "mlm_input_ids" in items[0]:  # fixed validation masks for MLM pre-training (training.pretrain)
             batch["mlm_input_ids"] = _pad([it["mlm_input_ids"] for it in items])
             batch["mlm_labels"] = _pad([it["mlm_labels"] for it in items], value=-100)
         return batch

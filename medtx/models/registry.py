@@ -1,8 +1,11 @@
-"""One entry point for every neural EHR model: `build_ehr_model(name, task, vocabs, label_vocab)`.
+"""One registry of every model medtx trains: each model file registers itself, everything else reads views.
 
-It returns an `EHRModelBundle`: the model, its config dataclass, and the functions the trainer needs
-(encode sample rows, collate a batch, turn a batch into probabilities, and BEHRT's MLM pre-training).
-Loop over `EHR_NEURAL_MODELS` (and `MODEL_TASKS`) for benchmarks and results tables.
+A model file calls `register_model(ModelSpec(...))` at import time: its name, family (which runner trains
+it), the task kinds it serves, its config dataclass, its defaults, and (neural EHR models) how to build it.
+Adding a model is adding one file to medtx/models: `specs()` imports every module of the package once.
+
+Views: `EHR_NEURAL_MODELS`, `MODEL_TASKS` (neural EHR model -> tasks it serves), `model_names(family, kind)`,
+`model_defaults(model, task_name, task_kind)`. The neural EHR entry point:
 
     vocabs = {f: load_vocab(con, dataset, task, f) for f in required_features(name, task)}
     bundle = build_ehr_model(name, task, vocabs, load_vocab(con, dataset, task, label_feature(task)))
@@ -12,8 +15,9 @@ Loop over `EHR_NEURAL_MODELS` (and `MODEL_TASKS`) for benchmarks and results tab
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,31 +26,31 @@ import polars as pl
 import torch
 from torch import Tensor, nn
 
-from medtx.models.behrt import BehrtConfig, BehrtForMultiLabel, pretrain_mlm
-from medtx.models.ehr_data import (
-    MASK,
-    N_TARGET_SPECIALS,
-    SEQ2SEQ_SOURCE,
-    CodeIndex,
-    LabelSpace,
-    behrt_codec,
-    history_codec,
-    seq2seq_codec,
-    task_spec,
-    vocab_tokens,
-)
-from medtx.models.rnn import RNNConfig, RNNModel
-from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqForDrugRec
-from medtx.models.transformer import TransformerConfig, TransformerModel
-from medtx.models.transformer_rope import TransformerRoPEConfig, TransformerRoPEModel
-from medtx.tasks import tasks_of_family
+from medtx.models.checkpoint import load_weights, saved_model_config
+from medtx.models.ehr_data import LabelSpace, TaskSpec, task_spec
+from medtx.tasks import Task, get_task, tasks_of_family
 
-EHR_NEURAL_MODELS = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
-# Views of the task registry (medtx/tasks/): which EHR tasks list each model, each task's label feature.
-MODEL_TASKS: dict[str, tuple[str, ...]] = {
-    name: tuple(t.name for t in tasks_of_family("ehr") if t.applies_to(name)) for name in EHR_NEURAL_MODELS
-}
-LABEL_FEATURE = {t.name: t.label_feature for t in tasks_of_family("ehr")}  # samples.vocab feature
+KINDS = ("multilabel", "binary", "multiclass", "generation")
+# Which runner trains the model, and how error messages name the family.
+FAMILIES = {"ehr": "neural EHR", "ehr_baseline": "EHR baseline", "text": "neural text",
+            "text_baseline": "text baseline", "faq": "FAQ"}
+# A view of the task registry (medtx/tasks/): each EHR task's samples.vocab label feature (None: binary task).
+LABEL_FEATURE = {t.name: t.label_feature for t in tasks_of_family("ehr")}
+# The model families that can train a task of each task family (generation: the FAQ runner).
+TASK_FAMILY_MODELS = {"ehr": ("ehr", "ehr_baseline"), "text": ("text_baseline", "text")}
+# Config fields computed from the vocabularies: never overridden, and compared when a checkpoint is loaded.
+DERIVED_FIELDS = ("n_labels", "vocab_sizes", "vocab_size", "src_vocab_size", "tgt_vocab_size", "n_codes")
+
+
+@dataclass
+class MaskedLM:
+    """What a model offers for masked-LM pre-training; `medtx.training.pretrain.pretrain_mlm` runs it."""
+
+    # Builds the MLM head over the fine-tuning model's (shared) encoder; built only when pre-training
+    # starts, so the head's random init draws from the same generator state as before this registry.
+    make_model: Callable[[], nn.Module]
+    collate: Callable[[list[dict]], dict]  # the model's collate (labels included; masking is added on top)
+    config: Any  # masking settings: mlm_prob, mask_id, n_codes
 
 
 @dataclass
@@ -56,11 +60,11 @@ class EHRModelBundle:
     encode: Callable[[pl.DataFrame], list[dict]]  # sample-table rows -> items for collate
     collate: Callable[[list[dict]], dict]  # items -> batch dict (tensors + sample_id, subject_id, tokens)
     predict_proba: Callable[[nn.Module, dict], Tensor]  # batch -> [B, n_labels] probabilities
-    pretrain: Callable[..., Any] | None = None  # BEHRT: pretrain(train_items, val_items, cfg, out_dir) -> FitResult
+    mlm: MaskedLM | None = None  # BEHRT: pre-trained with masked LM before fine-tuning
     label_names: list[str] = field(default_factory=list)  # column j of labels/probabilities
     generate: Callable[[nn.Module, dict], list[list[str]]] | None = None  # seq2seq: decoded label sequences
     # Data-dependent initialisation from the encoded training items, called once before training
-    # (transformer / transformer_rope: output bias = log-odds of each label's training frequency).
+    # (e.g. output bias = log-odds of each label's training frequency).
     init_from_train: Callable[[list[dict]], None] | None = None
 
     @property
@@ -68,44 +72,128 @@ class EHRModelBundle:
         return sum(p.numel() for p in self.model.parameters())
 
 
-# Transformer / Transformer+RoPE config defaults per task (overrides win). drug_rec: the COGNet-style copy
-# gate from the previous visit's drugs (medtx.models.transformer.DrugCopyGate), chosen on validation.
-TRANSFORMER_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    t.name: t.defaults_for("transformer") for t in tasks_of_family("ehr") if t.defaults_for("transformer")}
-# BEHRT config defaults per task (overrides win), chosen on validation (issue #5; see medtx/models/behrt.py).
-# next_visit: the copy gate from the current visit's diagnoses (recency 0); without it BEHRT stayed at the
-# label prior on synth_10000 (val PR-AUC 0.198 vs most_frequent 0.199; with it 0.294 at the same budget).
-# drug_rec: the copy gate from the previous visit's drugs, as the Transformer (val PR-AUC 0.748 -> 0.777).
-BEHRT_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    t.name: t.defaults_for("behrt") for t in tasks_of_family("ehr") if t.defaults_for("behrt")}
+@dataclass(frozen=True)
+class BuildContext:
+    """What a neural EHR model's `build` gets: the task, its training vocabularies and label space."""
+
+    task: str
+    spec: TaskSpec
+    vocabs: dict[str, Any]
+    labels: LabelSpace
+    overrides: dict[str, Any]  # the model's defaults for this task, then the caller's overrides
 
 
-def _behrt_copy_targets(task: str, vocabs: dict[str, Any], labels: LabelSpace, index: CodeIndex,
-                        config: BehrtConfig) -> list[int]:
-    """Label index of each BEHRT token id that is a code of the copy feature (-1 elsewhere)."""
-    features = task_spec(task).features
-    feature = config.copy_feature or (features[0] if len(features) == 1 else None)
-    if feature not in features:
-        raise ValueError(f"BehrtConfig.copy_feature={config.copy_feature!r}: expected one of {list(features)}")
-    targets = [-1] * len(index)
-    for token in vocab_tokens(vocabs[feature])[2:]:  # idx 0/1 are <pad>/<unk>
-        code_id = index.code(feature, token)
-        if code_id > 1:
-            targets[code_id] = labels.index.get(token, -1)
-    return targets
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str  # one of FAMILIES
+    kinds: tuple[str, ...]  # task kinds served (KINDS)
+    config: type | None = None  # the config dataclass (None: the family's own, e.g. text models' TextConfig)
+    build: Callable[[BuildContext], EHRModelBundle] | None = None  # neural EHR models
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # for every task
+    kind_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # task kind -> defaults
+    # Per-task defaults live with the tasks (`Task.model_defaults`); a model that shares another's per-task
+    # defaults names it here (transformer_rope takes the transformer's).
+    task_defaults_of: str | None = None
+    source_features: tuple[str, ...] | None = None  # sample features it reads (None: all the task's features)
+    # Values of config fields a checkpoint written before the field existed was trained with.
+    checkpoint_defaults: Mapping[str, Any] = field(default_factory=dict)
+    rank: int = 100  # display order in tables and benchmarks (lower first)
+
+    def serves(self, task: Task) -> bool:
+        """The model serves the task's kind, finds the sample features it reads, and the task takes it."""
+        needed = self.source_features or ()
+        return task.kind in self.kinds and all(f in task.features for f in needed) and task.applies_to(self.name)
 
 
-def _copy_targets(vocabs: dict[str, Any], labels: LabelSpace, copy_feature: str | None) -> list[int] | None:
-    """Label index of each code id of `copy_feature` (-1: not a label), in the history codec's id order."""
-    if copy_feature is None or copy_feature not in vocabs:
-        return None  # the model raises a clear error when it was asked to copy from a missing feature
-    return [labels.index.get(token, -1) for token in CodeIndex(vocabs, [copy_feature]).labels]
+_SPECS: dict[tuple[str, str], ModelSpec] = {}
+_DISCOVERED = False
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Add a model (called by its own file at import time); a second model of that name and family is an error."""
+    if spec.family not in FAMILIES:
+        raise ValueError(f"model {spec.name!r}: unknown family {spec.family!r}; expected one of {list(FAMILIES)}")
+    unknown = sorted(set(spec.kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"model {spec.name!r}: unknown task kind(s) {unknown}; expected among {KINDS}")
+    key = (spec.family, spec.name)
+    if key in _SPECS and _SPECS[key] != spec:
+        raise ValueError(f"model {spec.name!r} ({spec.family}) is registered twice")
+    _SPECS[key] = spec
+    return spec
+
+
+def specs(family: str | None = None) -> list[ModelSpec]:
+    """Every registered model (of one family), in display order; imports each medtx.models module once."""
+    global _DISCOVERED
+    if not _DISCOVERED:
+        package = importlib.import_module("medtx.models")
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"medtx.models.{module.name}")
+        _DISCOVERED = True
+    chosen = [s for s in _SPECS.values() if family is None or s.family == family]
+    return sorted(chosen, key=lambda s: (s.rank, s.name))
+
+
+def get_spec(name: str, family: str = "ehr") -> ModelSpec:
+    known = {s.name: s for s in specs(family)}
+    if name not in known:
+        raise ValueError(f"unknown {FAMILIES[family]} model {name!r}; expected one of {list(known)}")
+    return known[name]
+
+
+def ehr_task_kind(task: str) -> str:
+    """The kind of an EHR task (from the task registry)."""
+    task_spec(task)  # an unknown or non-EHR task: an error naming the EHR tasks
+    return get_task(task).kind
+
+
+def model_names(family: str, kind: str | None = None) -> tuple[str, ...]:
+    return tuple(s.name for s in specs(family) if kind is None or kind in s.kinds)
+
+
+def ehr_models_for(task: str, families: tuple[str, ...] = ("ehr", "ehr_baseline")) -> tuple[str, ...]:
+    """The EHR models (neural, then baselines) that serve this task."""
+    task_spec(task)
+    return tuple(s.name for f in families for s in specs(f) if s.serves(get_task(task)))
+
+
+def models_for(task: str) -> tuple[str, ...]:
+    """Every model (of any family that trains the task's family) that applies to the task."""
+    info = get_task(task)
+    families = ("faq",) if info.kind == "generation" else TASK_FAMILY_MODELS[info.family]
+    return tuple(s.name for f in families for s in specs(f) if s.serves(info))
+
+
+def model_defaults(model: str, task_name: str, task_kind: str, family: str = "ehr") -> dict[str, Any]:
+    """A model's config defaults for a task: the model's for every task < for the task's kind < the task's
+    own for this model (`Task.defaults_for`, the one home of per-task defaults)."""
+    spec = get_spec(model, family)
+    task_own = get_task(task_name).defaults_for(spec.task_defaults_of or spec.name)
+    return {**spec.defaults, **spec.kind_defaults.get(task_kind, {}), **task_own}
+
+
+def __getattr__(name: str) -> Any:
+    """Views computed on first use (so model files can import this module while it discovers them)."""
+    if name == "EHR_NEURAL_MODELS":
+        return model_names("ehr")
+    if name == "MODEL_TASKS":
+        return {s.name: ehr_models_tasks(s) for s in specs("ehr")}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def ehr_models_tasks(spec: ModelSpec) -> tuple[str, ...]:
+    return tuple(t.name for t in tasks_of_family("ehr") if spec.serves(t))
+
+
+# ----------------------------------------------------------------------------------------------- building
 
 
 def required_features(name: str, task: str) -> tuple[str, ...]:
     """The samples.vocab features (= sample columns) the model needs a vocabulary for (labels excluded)."""
-    _check(name, task)
-    return SEQ2SEQ_SOURCE if name == "seq2seq" else task_spec(task).features
+    spec = _check(name, task)
+    return spec.source_features or task_spec(task).features
 
 
 def label_feature(task: str) -> str | None:
@@ -114,15 +202,16 @@ def label_feature(task: str) -> str | None:
     return LABEL_FEATURE[task]
 
 
-def _check(name: str, task: str) -> None:
-    if name not in EHR_NEURAL_MODELS:
-        raise ValueError(f"unknown neural EHR model {name!r}; expected one of {list(EHR_NEURAL_MODELS)}")
+def _check(name: str, task: str) -> ModelSpec:
+    spec = get_spec(name, "ehr")
+    tasks = ehr_models_tasks(spec)
     task_spec(task)
-    if task not in MODEL_TASKS[name]:
-        raise ValueError(f"model {name!r} does not support task {task!r} (supports {list(MODEL_TASKS[name])})")
+    if task not in tasks:
+        raise ValueError(f"model {name!r} does not support task {task!r} (supports {list(tasks)})")
+    return spec
 
 
-def _config(cls: type, fixed: dict[str, Any], overrides: dict | None) -> Any:
+def make_config(cls: type, fixed: dict[str, Any], overrides: dict | None) -> Any:
     """`cls(**fixed, **overrides)`, refusing unknown fields and overrides of data-derived fields."""
     overrides = dict(overrides or {})
     names = {f.name for f in dataclasses.fields(cls)}
@@ -140,71 +229,27 @@ def sigmoid_proba(model: nn.Module, batch: dict) -> Tensor:
     return torch.sigmoid(model(batch).logits.float())
 
 
+def chunked_init(model: nn.Module, collate: Callable[[list[dict]], dict]) -> Callable[[list[dict]], None]:
+    """`init_from_train` for a model with `init_from_train(batches)`: collated 1,024 items at a time
+    (bounded memory at full-MIMIC scale)."""
+    def init(train_items: list[dict]) -> None:
+        chunks = range(0, len(train_items), 1024)
+        model.init_from_train(collate(train_items[i: i + 1024]) for i in chunks)
+    return init
+
+
 def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any,
                     overrides: dict | None = None) -> EHRModelBundle:
     """Model + codec for (model name, task) on these training vocabularies; `overrides` set config fields.
 
     `vocabs` maps each of `required_features(name, task)` to its `medtx.samples.vocab.Vocab`;
-    `label_vocab` is the task's label vocabulary (ignored for the binary readmission task).
+    `label_vocab` is the task's label vocabulary (ignored for a binary task).
     """
-    _check(name, task)
-    spec = task_spec(task)
-    labels = LabelSpace.from_vocab(label_vocab, spec.binary, spec.label_name)
-    n_labels = len(labels)
-
-    if name in ("transformer", "transformer_rope", "rnn", "gru", "lstm"):
-        sizes = {f: len(vocab_index) for f, vocab_index in history_codec(task, vocabs, labels, 1, 1).index.items()}
-        fixed: dict[str, Any] = {"n_labels": n_labels, "vocab_sizes": sizes, "features": spec.features}
-        if name in ("rnn", "gru", "lstm"):
-            config = _config(RNNConfig, {**fixed, "cell": name}, overrides)
-            model: nn.Module = RNNModel(config)
-        else:
-            cls, config_cls = ((TransformerModel, TransformerConfig) if name == "transformer"
-                               else (TransformerRoPEModel, TransformerRoPEConfig))
-            config = _config(config_cls, fixed, {**TRANSFORMER_TASK_DEFAULTS.get(task, {}), **(overrides or {})})
-            model = cls(config, _copy_targets(vocabs, labels, config.copy_feature))
-        codec = history_codec(task, vocabs, labels, config.max_visits, config.max_codes)
-        init = None
-        if isinstance(model, TransformerModel):
-            def init(train_items: list[dict]) -> None:
-                chunks = range(0, len(train_items), 1024)  # bounded memory at full-MIMIC scale
-                model.init_from_train(codec.collate(train_items[i: i + 1024]) for i in chunks)
-        return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names,
-                              init_from_train=init)
-
-    if name == "behrt":
-        index = behrt_codec(task, vocabs, labels, 1).index
-        fixed = {"vocab_size": len(index), "n_labels": n_labels, "n_codes": index.n_codes,
-                 "mask_id": index.special(MASK)}
-        config = _config(BehrtConfig, fixed, {**BEHRT_TASK_DEFAULTS.get(task, {}), **(overrides or {})})
-        codec = behrt_codec(task, vocabs, labels, config.max_len)
-        model = BehrtForMultiLabel(config, _behrt_copy_targets(task, vocabs, labels, codec.index, config)
-                                   if config.copy_recencies else None)
-
-        def pretrain(train_items: list[dict], val_items: list[dict], cfg: Any, out_dir: Path) -> Any:
-            return pretrain_mlm(model, codec, train_items, val_items, cfg, out_dir)
-
-        def init_behrt(train_items: list[dict]) -> None:
-            chunks = range(0, len(train_items), 1024)  # bounded memory at full-MIMIC scale
-            model.init_from_train(codec.collate(train_items[i: i + 1024]) for i in chunks)
-
-        return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, pretrain=pretrain,
-                              label_names=labels.names, init_from_train=init_behrt)
-
-    # seq2seq (drug_rec)
-    index = seq2seq_codec(vocabs, labels, 1, 1).index
-    fixed = {"src_vocab_size": len(index), "tgt_vocab_size": N_TARGET_SPECIALS + n_labels}
-    config = _config(Seq2SeqConfig, fixed, overrides)
-    model = Seq2SeqForDrugRec(config)
-    codec = seq2seq_codec(vocabs, labels, config.max_src, config.max_tgt)
-
-    def generate(m: nn.Module, batch: dict) -> list[list[str]]:
-        return m.generate(batch, labels.names)
-
-    # In eval mode Seq2SeqForDrugRec's logits already are the decoded label scores (noisy-OR over the
-    # greedy decode), so the sigmoid default applies and the trainer decodes once per batch.
-    return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names,
-                          generate=generate)
+    spec = _check(name, task)
+    task_info = task_spec(task)
+    labels = LabelSpace.from_vocab(label_vocab, task_info.binary, task_info.label_name)
+    merged = {**model_defaults(name, task, ehr_task_kind(task)), **(overrides or {})}
+    return spec.build(BuildContext(task, task_info, vocabs, labels, merged))
 
 
 def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any, folder: Path,
@@ -214,26 +259,19 @@ def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: An
     The vocabularies must be the ones the model was trained on: a size mismatch is a clear error naming
     the field, instead of a shape error deep inside safetensors.
     """
-    from medtx.training.trainer import load_weights
-
     folder = Path(folder)
-    saved = json.loads((folder / "config.json").read_text()).get("model") or {}
+    saved = saved_model_config(folder)
     bundle = build_ehr_model(name, task, vocabs, label_vocab)
     current = dataclasses.asdict(bundle.config)
-    derived = ("n_labels", "vocab_sizes", "vocab_size", "src_vocab_size", "tgt_vocab_size", "n_codes")
-    mismatch = {k: (saved[k], current[k]) for k in derived if k in saved and saved[k] != current[k]}
+    mismatch = {k: (saved[k], current[k]) for k in DERIVED_FIELDS if k in saved and saved[k] != current[k]}
     if mismatch:
         raise ValueError(f"vocab/label mismatch between checkpoint {folder} and the current vocabularies "
                          f"(saved, current): {mismatch}")
     overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items()
-                 if k in current and k not in derived and k not in ("features", "mask_id", "cell")}
-    if "pooling" in current and saved and "pooling" not in saved:
-        # checkpoints from before the option: the transformer pooled by masked mean, BEHRT by its [CLS] pooler
-        overrides["pooling"] = "cls" if name == "behrt" else "mean"
-    if "copy_feature" in current and saved and "copy_feature" not in saved:
-        overrides["copy_feature"] = None  # checkpoints from before the copy gate have none
-    if "copy_recencies" in current and saved and "copy_recencies" not in saved:
-        overrides["copy_recencies"] = ()  # BEHRT checkpoints from before its copy gate have none
+                 if k in current and k not in DERIVED_FIELDS and k not in ("features", "mask_id", "cell")}
+    if saved:  # a checkpoint from before a config field existed was trained without that option
+        overrides.update({k: v for k, v in get_spec(name).checkpoint_defaults.items()
+                          if k in current and k not in saved})
     bundle = build_ehr_model(name, task, vocabs, label_vocab, overrides)
     load_weights(bundle.model, folder, device)
     return bundle

@@ -17,7 +17,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from medtx.models.base import ModelOutput
-from medtx.models.transformer import multilabel_loss
+from medtx.models.ehr_data import history_codec
+from medtx.models.layers import multilabel_loss, visit_embeddings
+from medtx.models.registry import BuildContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -34,13 +36,6 @@ class RNNConfig:
     dropout: float = 0.2
     max_visits: int = 20  # most recent visits kept
     max_codes: int = 128  # most recent codes kept per feature (shared codec with the Transformer)
-
-
-def visit_embeddings(codes: Tensor, visit: Tensor, mask: Tensor, n_visits: int) -> Tensor:
-    """Sum code embeddings [B, L, D] into their visits -> [B, n_visits, D] (padding codes add nothing)."""
-    out = codes.new_zeros(codes.shape[0], n_visits, codes.shape[-1])
-    index = visit.clamp(0, n_visits - 1).unsqueeze(-1).expand_as(codes)
-    return out.scatter_add(1, index, codes * mask.unsqueeze(-1).to(codes.dtype))
 
 
 class VisitRNN(nn.Module):
@@ -80,3 +75,19 @@ class RNNModel(nn.Module):
         logits = self.head(self.dropout(torch.cat(pooled, dim=-1)))
         loss = multilabel_loss(logits, batch["labels"]) if "labels" in batch else None
         return ModelOutput(logits=logits, loss=loss)  # recurrent models have no attention weights to return
+
+
+def _builder(cell: str):
+    def build(ctx: BuildContext) -> EHRModelBundle:
+        sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
+        fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.spec.features, "cell": cell}
+        config = make_config(RNNConfig, fixed, ctx.overrides)
+        codec = history_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_visits, config.max_codes)
+        return EHRModelBundle(RNNModel(config), config, codec.encode, codec.collate, sigmoid_proba,
+                              label_names=ctx.labels.names)
+    return build
+
+
+for _rank, _cell in enumerate(CELLS):
+    register_model(ModelSpec(name=_cell, family="ehr", kinds=("multilabel", "binary"), config=RNNConfig,
+                             build=_builder(_cell), rank=40 + 10 * _rank))

@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
-from medtx.models.ehr_data import N_TARGET_SPECIALS
-from medtx.models.transformer import Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
+from medtx.models.ehr_data import N_TARGET_SPECIALS, SEQ2SEQ_SOURCE, seq2seq_codec
+from medtx.models.layers import Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
+from medtx.models.registry import BuildContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
 
 
 @dataclass
@@ -241,3 +242,31 @@ class Seq2SeqForDrugRec(nn.Module):
             decoded = greedy_decode(self.seq2seq, batch["src_ids"], batch["src_mask"])
         return [[label_names[t - N_TARGET_SPECIALS] for t in row if t >= N_TARGET_SPECIALS]
                 for row in decoded.sequences]
+
+
+# ----------------------------------------------------------------------------------------------- registry
+
+
+def build(ctx: BuildContext) -> EHRModelBundle:
+    """ICD -> ATC-3 generation: the visit's diagnoses and procedures in, its label set out."""
+    labels = ctx.labels
+    index = seq2seq_codec(ctx.vocabs, labels, 1, 1).index
+    fixed = {"src_vocab_size": len(index), "tgt_vocab_size": N_TARGET_SPECIALS + len(labels)}
+    config = make_config(Seq2SeqConfig, fixed, ctx.overrides)
+    model = Seq2SeqForDrugRec(config)
+    codec = seq2seq_codec(ctx.vocabs, labels, config.max_src, config.max_tgt)
+
+    def generate(m: nn.Module, batch: dict) -> list[list[str]]:
+        return m.generate(batch, labels.names)
+
+    # In eval mode Seq2SeqForDrugRec's logits already are the decoded label scores (noisy-OR over the
+    # greedy decode), so the sigmoid default applies and the trainer decodes once per batch.
+    return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba, label_names=labels.names,
+                          generate=generate)
+
+
+# A multi-label task whose samples hold the visit's diagnoses and procedures (the source sequence).
+register_model(ModelSpec(name="seq2seq", family="ehr", kinds=("multilabel",), config=Seq2SeqConfig, build=build,
+                         source_features=SEQ2SEQ_SOURCE, rank=70))
+# The same encoder-decoder word-level for FAQ answering (trained by medtx.text.faq).
+register_model(ModelSpec(name="seq2seq", family="faq", kinds=("generation",), config=Seq2SeqConfig, rank=10))

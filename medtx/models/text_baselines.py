@@ -13,6 +13,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from medtx.models.registry import ModelSpec, register_model
+
 
 def majority_classifier() -> DummyClassifier:
     """Always predicts the most frequent training class (probabilities = training class shares)."""
@@ -65,3 +67,9 @@ class TfidfRetriever:
 
     def predict(self, queries: Sequence[str]) -> list[str]:
         return [self.answers[i] for i in self.scores(queries).argmax(axis=1)]
+
+
+_TEXT_KINDS = ("multiclass", "binary")
+register_model(ModelSpec(name="majority", family="text_baseline", kinds=_TEXT_KINDS, rank=10))
+register_model(ModelSpec(name="tfidf_logreg", family="text_baseline", kinds=_TEXT_KINDS, rank=20))
+register_model(ModelSpec(name="retrieval", family="faq", kinds=("generation",), rank=20))

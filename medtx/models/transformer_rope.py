@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from medtx.models.transformer import TransformerConfig, TransformerModel
+from medtx.models.registry import ModelSpec, register_model
+from medtx.models.transformer import (
+    CHECKPOINT_DEFAULTS,
+    TransformerConfig,
+    TransformerModel,
+    history_builder,
+)
 
 
 @dataclass
@@ -47,3 +53,11 @@ class TransformerRoPEModel(TransformerModel):
 
     def _rotary(self) -> nn.Module | None:
         return RotaryEmbedding(self.config.d_model // self.config.n_heads, self.config.rope_base)
+
+
+register_model(ModelSpec(
+    name="transformer_rope", family="ehr", kinds=("multilabel", "binary"), config=TransformerRoPEConfig,
+    build=history_builder(TransformerRoPEModel, TransformerRoPEConfig),
+    task_defaults_of="transformer",  # the tasks' transformer defaults (e.g. the copy gate) hold for it too
+    checkpoint_defaults=CHECKPOINT_DEFAULTS, rank=20,
+))

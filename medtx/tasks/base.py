@@ -71,7 +71,10 @@ class Task:
     label_name: str = "positive"  # the single output label of a binary task
     tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)
     recall_ks: tuple[int, ...] = ()
-    models: tuple[str, ...] = ()  # models that apply ((): any model serving the task's kind and family)
+    # Models that apply: (): any model serving the task's kind and family (so a new model file applies to
+    # every task of its kinds without editing them), less `excluded_models`; a listed set is the only ones.
+    models: tuple[str, ...] = ()
+    excluded_models: tuple[str, ...] = ()
     dataset: str | None = None  # fixed warehouse dataset (text corpora); None: every EHR dataset
     shared_table: bool = False  # the sample table holds several tasks' rows, told apart by a `task` column
     files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
@@ -95,7 +98,8 @@ class Task:
         return self.sample_table.split(".", 1)[1]
 
     def applies_to(self, model: str) -> bool:
-        return not self.models or model in self.models
+        """The task takes this model (the model registry also checks that the model serves the task's kind)."""
+        return (not self.models or model in self.models) and model not in self.excluded_models
 
     def defaults_for(self, model: str) -> dict[str, Any]:
         """The task's config defaults for one model ("*" entries first, the model's own win)."""

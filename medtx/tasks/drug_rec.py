@@ -30,8 +30,7 @@ TASK = Task(
     metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
     monitor="pr_auc_samples",
     tune_metric="jaccard_samples",
-    models=("most_frequent", "copy_last", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn",
-            "gru", "lstm", "seq2seq", "retain"),
+    # models: every EHR model serving a multi-label task (the default)
     build=build,
     reads=EHR_VISIT_READS,
     writes=("samples.drug_rec", *SAMPLE_EXTRAS),

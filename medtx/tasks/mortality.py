@@ -67,9 +67,9 @@ TASK = Task(
     reads=EHR_VISIT_READS,
     writes=(TABLE, *SAMPLE_EXTRAS),
     shared_table=True,
-    # The EHR models that read per-visit code histories; BEHRT needs ages, seq2seq generates drug sets, and
-    # copy_last / oracle have no rule for this outcome.
-    models=("most_frequent", "logreg", "transformer", "transformer_rope", "rnn", "gru", "lstm", "retain"),
+    # Every EHR model serving a binary task but these: BEHRT needs ages, and the oracle has no rule for this
+    # outcome (copy_last and seq2seq serve no binary task).
+    excluded_models=("behrt", "oracle"),
     order=40,
     description="in-hospital death (binary) from the admission's diagnoses, procedures and drugs",
 )

@@ -29,8 +29,8 @@ TASK = Task(
     monitor="pr_auc_samples",
     tune_metric="f1_samples",
     recall_ks=(10, 20),
-    models=("most_frequent", "copy_last", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn",
-            "gru", "lstm", "retain"),
+    # models: every EHR model serving a multi-label task whose features it finds (the default; seq2seq needs
+    # the visit's diagnoses and procedures as separate columns)
     build=build,
     reads=EHR_VISIT_READS,
     writes=("samples.next_visit", *SAMPLE_EXTRAS),

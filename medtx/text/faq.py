@@ -33,10 +33,19 @@ from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
 from medtx.settings import get_settings
 from medtx.training import records
+from medtx.training.runs import run_folder
 
 log = logging.getLogger("medtx.text")
 
-FAQ_MODELS = ("seq2seq", "retrieval")
+
+
+def __getattr__(name: str) -> Any:
+    """FAQ_MODELS: a view of the model registry (the models of family "faq")."""
+    if name == "FAQ_MODELS":
+        from medtx.models.registry import model_names
+
+        return model_names("faq")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 DATASET = "mental_health_faq"
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3, matching Seq2SeqConfig pad/bos/eos defaults
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -210,11 +219,14 @@ def score_answers(faq: pl.DataFrame, answers: list[tuple[int, str]], *, n_boot: 
 
 
 def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
-                       *, pipeline_run_id: str | None = None, run_id: str | None = None) -> str:
+                       *, pipeline_run_id: str | None = None, run_id: str | None = None,
+                       models_dir: Path | None = None) -> str:
     """One FAQ run (k-fold over held-out paraphrases) into ml.*; `ml.predictions.prob` holds each answer's
     token F1 and `text` the answer given. Returns the run id."""
-    if model not in FAQ_MODELS:
-        raise ValueError(f"unknown FAQ model {model!r}; choose one of {FAQ_MODELS}")
+    from medtx.models.registry import model_names
+
+    if model not in model_names("faq"):
+        raise ValueError(f"unknown FAQ model {model!r}; choose one of {model_names('faq')}")
     known = {f.name for f in dataclasses.fields(FAQConfig)}
     unknown = sorted(set(overrides or {}) - known)
     if unknown:
@@ -241,7 +253,8 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
                     if fold == 0:
                         records.write_epochs(con, run_id, epoch, metrics)
 
-                answers, info = answer_seq2seq(faq, cfg, seed, settings.models_dir / run_id, on_epoch)
+                folder = run_folder(models_dir or settings.models_dir, run_id)
+                answers, info = answer_seq2seq(faq, cfg, seed, folder, on_epoch)
             metrics, predictions = score_answers(faq, answers, n_boot=cfg.n_boot, seed=seed)
             records.write_metrics(con, run_id, "test", metrics)
             records.write_predictions(con, run_id, predictions)

@@ -41,7 +41,8 @@ from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.samples.vocab import Vocab, load_vocab
 from medtx.tasks import get_task, tasks_of_family
 from medtx.training import records
-from medtx.training.trainer import Predictions, TrainConfig, fit, predict, resolve_device, set_seed
+from medtx.training.runs import attention_frame, is_synthetic, oracle_exists, run_folder
+from medtx.training.trainer import TrainConfig, fit, predict, resolve_device, set_seed
 
 log = logging.getLogger("medtx.training")
 
@@ -130,19 +131,9 @@ def load_ddi_pairs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
 
 def load_oracle_rows(con: duckdb.DuckDBPyConnection, dataset: str, task: str) -> pl.DataFrame:
     """raw.synth_oracle_<task> rows of the dataset (empty frame when the table or rows are missing)."""
-    exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'raw' "
-                         "AND table_name = ?", [f"synth_oracle_{task}"]).fetchall()[0][0]
-    if not exists:
+    if not oracle_exists(con, f"synth_oracle_{task}"):
         return pl.DataFrame()
     return con.sql(f"SELECT * FROM {quote_table('raw.synth_oracle_' + task)} WHERE dataset = ?", params=[dataset]).pl()
-
-
-def is_synthetic(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:
-    """A dataset is synthetic when its name says so or the generator's oracle rows exist for it."""
-    from medtx.synth.oracle import WRITES as ORACLE_TABLES
-
-    return dataset.startswith("synth") or any(
-        load_oracle_rows(con, dataset, table.removeprefix("raw.synth_oracle_")).height > 0 for table in ORACLE_TABLES)
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
@@ -259,27 +250,6 @@ def prediction_frame(frame: pl.DataFrame, y: np.ndarray, p: np.ndarray, threshol
     return out
 
 
-def attention_frame(preds: Predictions, max_tokens: int) -> pl.DataFrame:
-    """Long-form attention of the showcase samples; positions beyond `max_tokens` keep the LAST ones
-    (the current visit), so rows of a truncated sample no longer sum to exactly 1 (stated in ml docs)."""
-    parts = []
-    for sample_id, modules in zip(preds.sample_ids, preds.attentions, strict=True):
-        for module, (weights, q_tokens, k_tokens) in modules.items():
-            w = weights[:, :, -max_tokens:, -max_tokens:]
-            qt, kt = q_tokens[-max_tokens:], k_tokens[-max_tokens:]
-            layers, heads, nq, nk = w.shape
-            grid = np.indices((layers, heads, nq, nk)).reshape(4, -1)
-            parts.append(pl.DataFrame({
-                "sample_id": [str(sample_id)] * grid.shape[1], "module": [module] * grid.shape[1],
-                "layer": grid[0].astype(np.int32), "head": grid[1].astype(np.int32),
-                "query_pos": grid[2].astype(np.int32), "key_pos": grid[3].astype(np.int32),
-                "weight": w.reshape(-1).astype(np.float32),
-                "query_token": np.asarray(qt, dtype=object)[grid[2]].astype(str),
-                "key_token": np.asarray(kt, dtype=object)[grid[3]].astype(str),
-            }))
-    return pl.concat(parts) if parts else pl.DataFrame()
-
-
 def showcase_items(items: list[dict], n: int, max_tokens: int) -> list[dict]:
     """The first `n` test items whose every sequence fits `max_tokens` (complete attention rows), topped up
     with the next items when too few fit."""
@@ -337,9 +307,11 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
     items = {name: bundle.encode(frame) for name, frame in parts.items()}
     if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
         bundle.init_from_train(items["train"])
-    if bundle.pretrain is not None:
+    if bundle.mlm is not None:
+        from medtx.training.pretrain import pretrain_mlm
+
         pre_cfg = dataclasses.replace(cfg, monitor="loss", epochs=opts.pretrain_epochs or cfg.epochs)
-        pre = bundle.pretrain(items["train"], items["val"], pre_cfg, out_dir / "pretrain")
+        pre = pretrain_mlm(bundle.mlm, items["train"], items["val"], pre_cfg, out_dir / "pretrain")
         with open_warehouse(db) as con:
             records.register_checkpoint(con, run_id, "pretrained", str(pre.best_dir), pre.best_epoch,
                                         "mlm_loss", pre.best_value)
@@ -369,7 +341,8 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
     config = {"model": dataclasses.asdict(bundle.config) if dataclasses.is_dataclass(bundle.config)
               else bundle.config, "train": dataclasses.asdict(cfg)}
     return _Outcome(p_val, p_test, None, config, sum(p.numel() for p in bundle.model.parameters()),
-                    result.best_epoch, result.device, attention_frame(shown, opts.max_attention_tokens))
+                    result.best_epoch, result.device,
+                    attention_frame(shown.sample_ids, shown.attentions, opts.max_attention_tokens, keep="last"))
 
 
 def _write_vocab_files(folder: Path, vocabs: dict[str, Vocab], label_vocab: Vocab | None) -> None:
@@ -418,7 +391,7 @@ def run_ehr_experiment(
         if model in BASELINE_MODELS:
             outcome = _run_baseline(db, dataset, task, model, parts, labels, model_overrides)
         else:
-            out_dir = Path(opts.models_dir or db.parent / "models") / run_id
+            out_dir = run_folder(opts.models_dir or db.parent / "models", run_id)
             outcome = _run_neural(db, run_id, task, model, parts, vocabs, label_vocab, cfg, model_overrides,
                                   opts, out_dir)
         _evaluate_and_record(db, run_id, task, model, seed, parts, labels, ddi_pairs, outcome, opts,

@@ -189,3 +189,11 @@ def _num(value: float | None) -> float | None:
         return None
     value = float(value)
     return value if value == value and abs(value) != float("inf") else None
+
+
+def write_confusion(con, run_id: str, split: str, rows: list[tuple[str, str, int]]) -> None:
+    """Replace a split's confusion cells (true, predicted, n) in ml.confusion."""
+    with transaction(con):
+        con.execute("DELETE FROM ml.confusion WHERE run_id = ? AND split = ?", [run_id, split])
+        if rows:
+            con.executemany("INSERT INTO ml.confusion VALUES (?, ?, ?, ?, ?)", [(run_id, split, *r) for r in rows])

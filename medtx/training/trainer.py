@@ -26,10 +26,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
+
+# Checkpoint I/O belongs to the models layer; re-exported here for the trainer's callers.
+from medtx.models.checkpoint import jsonable, load_weights, save_checkpoint  # noqa: F401
 
 log = logging.getLogger("medtx.training")
 
@@ -113,34 +115,10 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------- checkpoints
 
 
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    return obj
-
-
-def save_checkpoint(model: nn.Module, folder: Path, config: dict[str, Any], state: dict[str, Any]) -> Path:
-    """Write `config.json`, `model.safetensors`, `trainer_state.json` into `folder` (created or overwritten)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(folder / "model.safetensors"))  # handles tied/shared weights
-    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    (folder / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
-    return folder
-
-
-def load_weights(model: nn.Module, folder: Path, device: torch.device | str = "cpu") -> nn.Module:
-    """Load `folder/model.safetensors` into `model` (strict: a different architecture is an error)."""
-    path = Path(folder) / "model.safetensors"
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint weights at {path}")
-    load_model(model, str(path), strict=True, device=str(device))
-    return model
-
-
 def _checkpoint_config(model: nn.Module, cfg: TrainConfig) -> dict[str, Any]:
     """Everything needed to rebuild the model and re-run training: model config (if any) + trainer config."""
     model_cfg = getattr(model, "config", None)
-    return {"model_class": type(model).__name__, "model": _jsonable(model_cfg), "train": dataclasses.asdict(cfg)}
+    return {"model_class": type(model).__name__, "model": jsonable(model_cfg), "train": dataclasses.asdict(cfg)}
 
 
 # ----------------------------------------------------------------------------------------------- fit

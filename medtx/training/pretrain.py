@@ -1,0 +1,82 @@
+"""Masked-LM pre-training of an EHR model's encoder (BEHRT) on training patients, through the shared trainer.
+
+The model offers what to pre-train (`medtx.models.registry.MaskedLM`: the MLM head over its encoder, its
+collate and masking settings); this module masks and trains. It lives in the training layer because it runs
+`medtx.training.trainer.fit`: the models layer never imports the training layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from medtx.models.behrt import IGNORE, BehrtConfig
+from medtx.models.registry import MaskedLM
+from medtx.training.trainer import FitResult, TrainConfig, fit
+
+
+def mask_tokens(input_ids: Tensor, config: BehrtConfig, generator: torch.Generator | None = None
+                ) -> tuple[Tensor, Tensor]:
+    """BERT masking of code tokens -> (masked input ids, labels with IGNORE where nothing is predicted).
+
+    Selects each code token with probability `mlm_prob`; of those 80% become [MASK], 10% a random code,
+    10% stay. A sequence with codes but no selected token gets one (random) selected, so every sequence
+    contributes to the loss — this nudges the rate above 15% only for very short sequences.
+    """
+    maskable = (input_ids >= 2) & (input_ids < config.n_codes)
+    noise = torch.rand(input_ids.shape, generator=generator)
+    selected = (noise < config.mlm_prob) & maskable
+    empty = maskable.any(1) & ~selected.any(1)
+    if empty.any():  # pick the maskable position with the smallest noise among rows that got none
+        fallback = noise.masked_fill(~maskable, 2.0).argmin(1)
+        selected[empty.nonzero().squeeze(1), fallback[empty]] = True
+    labels = input_ids.masked_fill(~selected, IGNORE)
+    action = torch.rand(input_ids.shape, generator=generator)
+    masked = input_ids.masked_fill(selected & (action < 0.8), config.mask_id)
+    randomise = selected & (action >= 0.8) & (action < 0.9)
+    random_codes = torch.randint(2, max(config.n_codes, 3), input_ids.shape, generator=generator)
+    return torch.where(randomise, random_codes, masked), labels
+
+
+class MLMCollator:
+    """The model's collate + fresh masks per call (the trainer re-seeds torch per epoch, so runs repeat).
+
+    Items that already carry `mlm_input_ids` (the fixed validation masks) keep them. The multi-hot
+    `labels` are dropped: pre-training sees no task labels.
+    """
+
+    def __init__(self, collate: Callable[[Sequence[dict]], dict[str, Any]], config: BehrtConfig) -> None:
+        self.collate, self.config = collate, config
+
+    def __call__(self, items: Sequence[dict]) -> dict[str, Any]:
+        batch = self.collate(items)
+        batch.pop("labels")
+        if "mlm_input_ids" not in batch:
+            batch["mlm_input_ids"], batch["mlm_labels"] = mask_tokens(batch["input_ids"], self.config)
+        return batch
+
+
+def fixed_masks(items: Sequence[dict], config: BehrtConfig, seed: int) -> list[dict]:
+    """Copies of `items` masked once with `seed` (stable validation loss across epochs)."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for item in items:
+        ids = torch.tensor([item["input_ids"]])
+        masked, labels = mask_tokens(ids, config, generator)
+        out.append({**item, "mlm_input_ids": masked[0].tolist(), "mlm_labels": labels[0].tolist()})
+    return out
+
+
+def pretrain_mlm(mlm: MaskedLM, train_items: Sequence[dict], val_items: Sequence[dict], cfg: TrainConfig,
+                 out_dir: Path) -> FitResult:
+    """MLM pre-training of the model's encoder on TRAIN items (val items for early stopping) via the shared
+    trainer. `cfg.monitor` must be "loss". On return the encoder holds the best pre-trained weights (the MLM
+    head shares it with the fine-tuning model); returns the trainer's `FitResult`."""
+    if cfg.monitor != "loss":
+        raise ValueError(f"MLM pre-training selects on validation MLM loss; got monitor={cfg.monitor!r}")
+    return fit(mlm.make_model(), train_items, fixed_masks(val_items, mlm.config, cfg.seed),
+               MLMCollator(mlm.collate, mlm.config), cfg, Path(out_dir))
