@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from benchmarks.results_intervals import comparison_lines, recompute  # noqa: E402
-from medtx.tasks import get_task  # noqa: E402
 from medtx.training.experiment import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
 
 log = logging.getLogger("medtx.benchmarks")
