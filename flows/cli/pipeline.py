@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows.cli import app
@@ -27,11 +28,38 @@ def _config(config: Path | None) -> Path:
     return config or DEFAULT_CONFIG
 
 
+def _load(config: Path, *, sources: bool):
+    """The validated config, or one line per problem on stderr and exit 2 (before any Prefect server starts)."""
+    from medtx.pipeline_config import ConfigError, load_config
+
+    try:
+        return load_config(config, sources=sources)
+    except ConfigError as exc:
+        for line in exc.lines:
+            _console.print(f"[red]config error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    except FileNotFoundError as exc:
+        _console.print(f"[red]config error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
 def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: list[str] | None) -> None:
     from flows.pipeline import run_pipeline
     from medtx.pipeline_runs import step_table
+    from medtx.processes import exit_cleanly_on_sigterm, stop_descendants
+    from medtx.writer_lock import WarehouseBusy, hold_writer
 
-    state = run_pipeline(config, db, steps_only=steps_only, refresh=refresh, return_state=True)
+    _load(config, sources=True)
+    warehouse = get_settings(db=db).db
+    exit_cleanly_on_sigterm()
+    try:
+        # Refuse at once when another pipeline (or any writer) holds this warehouse: touch nothing.
+        with hold_writer(warehouse, "medtx pipeline", wait_s=0):
+            state = run_pipeline(config, db, steps_only=steps_only, refresh=refresh, return_state=True)
+    except WarehouseBusy as exc:
+        _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        stop_descendants()  # the temporary Prefect server, a local Dask cluster: however the run ended
     rows = step_table(get_settings(db=db).db, str(state.state_details.flow_run_id))
     table = Table(title=f"pipeline run {state.state_details.flow_run_id}: {state.name}")
     for col in ("step", "state", "seconds", "error"):
@@ -61,9 +89,8 @@ def run_task_command(
 ) -> None:
     """Rerun one pipeline step through Prefect (cached unless --refresh), then republish the snapshot."""
     from flows.pipeline import plan_for
-    from medtx.pipeline_config import load_config
 
-    plan = plan_for(load_config(_config(config)), get_settings(db=db))
+    plan = plan_for(_load(_config(config), sources=False), get_settings(db=db))
     if name is None or name not in plan.names:
         if name is not None:
             _console.print(f"[red]no step named {name!r}[/red]")

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.cli import app
+from flows.cli.locking import writes_warehouse
 from medtx.db import open_warehouse
 from medtx.settings import get_settings
 
@@ -55,6 +56,7 @@ def _metrics_table(db: Path, run_id: str) -> Table:
 
 
 @app.command("train")
+@writes_warehouse("medtx train", recover=True)
 def train(
     task: str = typer.Option(..., "--task", help="drug_rec, next_visit, readmission (EHR) or specialty, "
                              "readmission_notes, faq (text)."),
