@@ -70,7 +70,8 @@ def pipeline_card(snapshot: Path) -> dbc.Alert:
     runs = ", ".join(f"{n} {s}" for s, n in counts.iter_rows()) if counts.height else "no training runs yet"
     if last is None:
         return dbc.Alert(f"No pipeline run recorded yet; {runs}.", color="secondary", id="pipeline-status")
-    color = {"completed": "success", "failed": "danger", "running": "warning"}.get(last["status"], "secondary")
+    color = {"completed": "success", "failed": "danger", "running": "warning", "interrupted": "dark"}.get(
+        last["status"], "secondary")
     finished = last["finished_at"].strftime("%Y-%m-%d %H:%M") if last["finished_at"] else "—"
     parts = [
         html.Strong(f"Last pipeline run: {last['status']}"),

@@ -48,12 +48,13 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
     from medtx.processes import exit_cleanly_on_sigterm, stop_descendants
     from medtx.writer_lock import WarehouseBusy, hold_writer
 
-    _load(config, sources=True)
     warehouse = get_settings(db=db).db
     exit_cleanly_on_sigterm()
     try:
-        # Refuse at once when another pipeline (or any writer) holds this warehouse: touch nothing.
+        # Refuse at once when another pipeline (or any writer) holds this warehouse: touch nothing. Checked
+        # before the config, whose model checks import torch (seconds on a busy box).
         with hold_writer(warehouse, "medtx pipeline", wait_s=0):
+            _load(config, sources=True)  # every config error, before any Prefect server starts
             state = run_pipeline(config, db, steps_only=steps_only, refresh=refresh, return_state=True)
     except WarehouseBusy as exc:
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
