@@ -245,3 +245,116 @@ def test_config_errors_are_one_line_each_exit_2_before_any_server(tmp_path: Path
     assert out.returncode == 2
     assert out.stderr.strip() == (f"config error: {typo}: tasks.drug_rec.models[0].seed: unknown key; "
                                   "allowed: model, name, overrides, seeds, datasets")
+
+
+# ------------------------------------------------------------------------------ processes and kill -9 (slow)
+
+
+def _descendant_env(marker: str) -> list[int]:
+    """Every process of this machine whose environment carries `marker` (the pipeline and all it started)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("MEDTX_TEST_MARK") == marker:
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _pipeline_proc(config: Path, db: Path, marker: str, tmp: Path) -> subprocess.Popen:
+    env = {**ENV, "MEDTX_TEST_MARK": marker, "PREFECT_HOME": str(tmp / "prefect"), "PREFECT_API_URL": "",
+           **{f"MEDTX_{k.upper()}": str(tmp / k) for k in ("cache_dir", "results_dir", "models_dir")}}
+    env.pop("PREFECT_API_URL")  # a temporary server of its own, as a user's plain `medtx pipeline` gets
+    return subprocess.Popen([PY, "-c", "from flows.cli import main; main()", "pipeline", "--config", str(config),
+                             "--db", str(db)], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _watch(proc: subprocess.Popen, marker: str, until=None) -> set[int]:
+    """Poll until `proc` exits (or `until()` holds), collecting the pids of everything it started."""
+    seen: set[int] = set()
+    while proc.poll() is None and not (until and until(seen)):
+        seen |= set(_descendant_env(marker)) - {proc.pid}
+        time.sleep(0.5)
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", ["failure", "sigterm"])
+def test_a_pipeline_stops_every_process_it_started(tmp_path: Path, ending: str) -> None:
+    (tmp_path / "empty").mkdir()  # a source folder with no tables: every ingest step fails
+    config = tmp_path / "c.yaml"
+    config.write_text("datasets: [{source: empty}]\ntasks: {drug_rec: {models: [{model: most_frequent}]}}\n"
+                      "runner: {kind: dask, n_workers: 1}\n")
+    db, marker = tmp_path / "w.duckdb", f"mark-{os.getpid()}-{ending}"
+    proc = _pipeline_proc(config, db, marker, tmp_path)
+    # sigterm: as soon as the temporary server and the Dask cluster (>= 3 children) are up
+    seen = _watch(proc, marker, (lambda s: len(s) >= 3) if ending == "sigterm" else None)
+    if ending == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+        seen |= _watch(proc, marker)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, out
+    assert len(seen) >= 2, f"the pipeline started no server/cluster to check: {out[-2000:]}"
+    time.sleep(1)
+    import psutil
+
+    survivors = [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert survivors == [] and _descendant_env(marker) == [], out[-2000:]
+    if db.exists():  # however it ended, its run is not left `running`
+        statuses = _statuses(db, "ml.pipeline_runs", "pipeline_run_id")
+        assert all(s != "running" for s, _ in statuses.values()), statuses
+
+
+KILL_CONFIG = """
+datasets: [{source: synth:30}]
+tasks:
+  drug_rec:
+    models:
+      - {model: most_frequent}
+      - {model: gru, overrides: {epochs: 2, d_model: 8, hidden: 8}}
+runner: {torch_threads: 1}
+"""
+
+
+@pytest.mark.slow
+def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path) -> None:
+    import random
+
+    import psutil
+
+    config = tmp_path / "c.yaml"
+    config.write_text(KILL_CONFIG)
+    db = tmp_path / "w.duckdb"
+    rng = random.Random(12)
+    points = sorted(rng.uniform(3, 70) for _ in range(6))
+    for i, point in enumerate(points):
+        marker = f"kill-{os.getpid()}-{i}"
+        proc = _pipeline_proc(config, db, marker, tmp_path)
+        deadline = time.monotonic() + point
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        everything = _descendant_env(marker)
+        for pid in everything:  # the whole command crashes at once (server and workers included)
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+        proc.wait(timeout=30)
+        if db.exists():
+            connect(db).close()  # the warehouse always opens (and migrates) after a kill
+    # the next start marks every run the killed owners left behind, then the rerun completes
+    marker = f"kill-{os.getpid()}-rerun"
+    proc = _pipeline_proc(config, db, marker, tmp_path)
+    out = proc.communicate(timeout=580)[0]
+    assert proc.returncode == 0, out[-3000:]
+    pipelines = _statuses(db, "ml.pipeline_runs", "pipeline_run_id")
+    models = _statuses(db, "ml.runs", "run_id")
+    assert all(s in ("completed", "interrupted") for s, _ in pipelines.values()), pipelines
+    assert all(s in ("completed", "interrupted") for s, _ in models.values()), models
+    assert sum(s == "completed" for s, _ in pipelines.values()) >= 1
+    assert all("interrupted:" in (e or "") for s, e in pipelines.values() if s == "interrupted")
+    assert not holder_path(db).exists()
