@@ -78,7 +78,7 @@ def pipeline_card(snapshot: Path) -> dbc.Alert:
         f" · {last['pipeline_run_id']} · started {last['started_at']:%Y-%m-%d %H:%M} · finished {finished} · runs: {runs}",
     ]
     if last["error"]:
-        parts.append(html.Div(html.Code(str(last["error"])[:500]), className="mt-1"))
+        parts.append(html.Div(html.Code(validate.public_error(last["error"], 500)), className="mt-1"))
     steps = queries.pipeline_steps(snapshot, last["pipeline_run_id"])
     if steps.height:
         states = steps.group_by("state").len().sort("state")
