@@ -358,3 +358,38 @@ def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path
     assert sum(s == "completed" for s, _ in pipelines.values()) >= 1
     assert all("interrupted:" in (e or "") for s, e in pipelines.values() if s == "interrupted")
     assert not holder_path(db).exists()
+
+
+@pytest.mark.slow
+def test_contention_two_pipelines_and_ingest_with_build_samples(tmp_path: Path) -> None:
+    """Real commands at once: the second pipeline refuses at once while the first completes; ingest and
+    build-samples share the warehouse, one waits for the other with the message, both complete."""
+    config = tmp_path / "c.yaml"
+    config.write_text("datasets: [{source: synth:20}]\ntasks: {drug_rec: {models: [{model: most_frequent}]}}\n")
+    db = tmp_path / "p.duckdb"
+    first = _pipeline_proc(config, db, f"contention-{os.getpid()}", tmp_path)
+    while proc_alive(first) and not holder_path(db).exists():
+        time.sleep(0.2)
+    second = _medtx("pipeline", "--config", str(config), "--db", str(db))
+    out = first.communicate(timeout=580)[0]
+    assert second.returncode == 1 and f"`medtx pipeline` pid {first.pid}" in second.stderr, second.stderr
+    assert first.returncode == 0, out[-3000:]
+    assert [s for s, _ in _statuses(db, "ml.pipeline_runs", "pipeline_run_id").values()] == ["completed"]
+
+    db = tmp_path / "w.duckdb"
+    env = {**ENV, "MEDTX_CACHE_DIR": str(tmp_path / "cache")}
+    assert _medtx("ingest", "mtsamples", "--limit", "300", "--db", str(db), env=env).returncode == 0
+    procs = [subprocess.Popen([PY, "-c", "from flows.cli import main; main()", *args, "--db", str(db)], env=env,
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args in (["ingest", "mimic3"], ["build-samples", "--task", "specialty"])]
+    results = [(p.wait(timeout=580), p.stderr.read()) for p in procs]
+    assert [rc for rc, _ in results] == [0, 0], results
+    waited = [" ".join(err.split()) for _, err in results if "is being written by" in err]
+    assert len(waited) == 1 and "waiting up to 120 s" in waited[0], results
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.sql("SELECT count(*) FROM raw.admissions").fetchall()[0][0] > 0
+        assert con.sql("SELECT count(*) FROM samples.specialty").fetchall()[0][0] > 0
+
+
+def proc_alive(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None
