@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from types import FrameType
 
 import psutil
@@ -17,10 +18,29 @@ import psutil
 log = logging.getLogger("medtx.processes")
 
 
-def stop_descendants(grace_s: float = 5.0) -> list[int]:
-    """Terminate every descendant of this process, then kill those still alive after `grace_s`; returns
-    the pids that had to be stopped."""
-    children = psutil.Process().children(recursive=True)
+def descendants() -> set[int]:
+    """The pids of every process below this one now (taken before a command starts its own)."""
+    return {c.pid for c in psutil.Process().children(recursive=True)}
+
+
+def _started_since(before: set[int]) -> list[psutil.Process]:
+    """Descendants that are not, and do not descend from, a process that was there `before` (a test
+    harness's server, say, is not ours to stop)."""
+    me, mine = psutil.Process().pid, []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            chain = {child.pid} | {p.pid for p in child.parents() if p.pid != me}
+        except psutil.NoSuchProcess:
+            continue
+        if not chain & before:
+            mine.append(child)
+    return mine
+
+
+def stop_descendants(before: set[int] | None = None, grace_s: float = 5.0) -> list[int]:
+    """Terminate every descendant started since `before` (default: all of them), then kill those still
+    alive after `grace_s`; returns the pids that had to be stopped."""
+    children = _started_since(before or set())
     for child in children:
         try:
             child.terminate()
@@ -43,5 +63,7 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def exit_cleanly_on_sigterm() -> None:
-    """SIGTERM ends the process through normal unwinding (so run rows are closed and children stopped)."""
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    """SIGTERM ends the process through normal unwinding (so run rows are closed and children stopped).
+    Only the main thread may set a signal handler; elsewhere (a command run from a worker) this is a no-op."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_on_sigterm)

@@ -43,24 +43,26 @@ def _load(config: Path, *, sources: bool):
 
 
 def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: list[str] | None) -> None:
-    from flows.pipeline import run_pipeline
     from medtx.pipeline_runs import step_table
-    from medtx.processes import exit_cleanly_on_sigterm, stop_descendants
+    from medtx.processes import descendants, exit_cleanly_on_sigterm, stop_descendants
     from medtx.writer_lock import WarehouseBusy, hold_writer
 
     warehouse = get_settings(db=db).db
+    before = descendants()  # what was running before this command is not ours to stop
     exit_cleanly_on_sigterm()
     try:
         # Refuse at once when another pipeline (or any writer) holds this warehouse: touch nothing. Checked
         # before the config, whose model checks import torch (seconds on a busy box).
         with hold_writer(warehouse, "medtx pipeline", wait_s=0):
             _load(config, sources=True)  # every config error, before any Prefect server starts
+            from flows.pipeline import run_pipeline  # imports Prefect: seconds, so after the refusal
+
             state = run_pipeline(config, db, steps_only=steps_only, refresh=refresh, return_state=True)
     except WarehouseBusy as exc:
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
-        stop_descendants()  # the temporary Prefect server, a local Dask cluster: however the run ended
+        stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
     rows = step_table(get_settings(db=db).db, str(state.state_details.flow_run_id))
     table = Table(title=f"pipeline run {state.state_details.flow_run_id}: {state.name}")
     for col in ("step", "state", "seconds", "error"):
