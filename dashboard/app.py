@@ -33,6 +33,30 @@ def resolve_snapshot(db: Path) -> Path:
     return db if db.name.endswith(".snapshot.duckdb") else snapshot_path(db)
 
 
+class _Dash(Dash):
+    """Dash without the server's Python build in `_dash-config` (what a visitor needs not know)."""
+
+    def _config(self):
+        config = super()._config()
+        config.pop("python_version", None)
+        return config
+
+
+def _one_line_error(exc: Exception):
+    """A callback or request that fails: the browser gets one line (400 for a bad request, never a
+    traceback or a server path); the full text goes to the server log."""
+    from werkzeug.exceptions import HTTPException
+
+    from dashboard.validate import InvalidParameter, public_error
+
+    if isinstance(exc, HTTPException):
+        return exc
+    log.error("request failed: %s", exc, exc_info=exc)
+    if isinstance(exc, InvalidParameter):
+        return public_error(exc), 400
+    return f"bad request: {public_error(f'{type(exc).__name__}: {exc}')}", 400
+
+
 def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = None, warm: bool = False) -> Dash:
     """A Dash app reading only `snapshot`; with `credentials` (user, password) every request needs basic auth.
 
@@ -40,7 +64,7 @@ def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = No
     appears (`dashboard.warm`), so the first visitor after a publish does not wait.
     """
     snapshot = Path(snapshot)
-    app = Dash(
+    app = _Dash(
         __name__,
         title="medtx",
         assets_folder=str(ASSETS),
@@ -49,6 +73,7 @@ def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = No
         update_title=None,
     )
     app.layout = _shell()
+    app.server.register_error_handler(Exception, _one_line_error)
     _register_shell(app, snapshot)
     for page in PAGES:
         page.register(app, snapshot)

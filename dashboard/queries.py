@@ -353,12 +353,13 @@ RUN_VARIANT_SQL = """CASE
 
 
 def leaderboard_runs(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
-    """Every run of a task on a dataset, newest first."""
+    """Every run of a task on a dataset, newest first; interrupted runs (owner killed) are not results."""
     return query(
         snapshot,
         "SELECT run_id, model, " + RUN_VARIANT_SQL + " AS variant, seed, status, is_synthetic, collapsed, "
         "collapse_reason, threshold, threshold_source, n_params, best_epoch, train_seconds, started_at, error "
-        "FROM ml.runs WHERE task = ? AND coalesce(dataset, '') = ? ORDER BY started_at DESC",
+        "FROM ml.runs WHERE task = ? AND coalesce(dataset, '') = ? AND status <> 'interrupted'"
+        " ORDER BY started_at DESC",
         [task, dataset],
     )
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import math
 import os
+import threading
+import time
 
 from flask import Flask, Response, request
 
@@ -47,10 +50,44 @@ def credentials_from_env() -> tuple[str, str] | None:
     return os.environ.get(USER_ENV) or DEFAULT_USER, password
 
 
-def install_basic_auth(server: Flask, user: str, password: str) -> None:
-    """Every request (pages, callbacks, assets) must carry the credentials."""
+class FailureBackoff:
+    """Per-client back-off after failed logins: the first `free` failures cost nothing, then each one
+    doubles a lock-out (1 s, 2 s, 4 s ... capped at `cap_s`) during which that client is answered 429
+    without checking a password - so guessing is slow while a typo costs a user nothing."""
+
+    def __init__(self, free: int = 5, cap_s: float = 300.0, clock=time.monotonic) -> None:
+        self.free, self.cap_s, self.clock = free, cap_s, clock
+        self._state: dict[str, tuple[int, float]] = {}  # client -> (failures, locked until)
+        self._lock = threading.Lock()
+
+    def wait_s(self, client: str) -> float:
+        with self._lock:
+            return max(0.0, self._state.get(client, (0, 0.0))[1] - self.clock())
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            if len(self._state) > 10_000:  # bounded memory under a spray of addresses
+                self._state.clear()
+            count = self._state.get(client, (0, 0.0))[0] + 1
+            delay = 0.0 if count <= self.free else min(2.0 ** (count - self.free - 1), self.cap_s)
+            self._state[client] = (count, self.clock() + delay)
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            self._state.pop(client, None)
+
+
+def install_basic_auth(server: Flask, user: str, password: str, backoff: FailureBackoff | None = None) -> None:
+    """Every request (pages, callbacks, assets) must carry the credentials; failures back off per client."""
+    backoff = backoff or FailureBackoff()
+    server.extensions["medtx_auth_backoff"] = backoff
 
     def check() -> Response | None:
+        client = request.remote_addr or "unknown"
+        wait = backoff.wait_s(client)
+        if wait > 0:
+            return Response(f"too many failed logins: retry in {math.ceil(wait)} s", 429,
+                            {"Retry-After": str(math.ceil(wait))})
         auth = request.authorization
         given_user = (auth.username or "") if auth else ""
         given_password = (auth.password or "") if auth else ""
@@ -58,7 +95,10 @@ def install_basic_auth(server: Flask, user: str, password: str) -> None:
         ok_user = hmac.compare_digest(given_user.encode(), user.encode())
         ok_password = hmac.compare_digest(given_password.encode(), password.encode())
         if ok_user and ok_password:
+            backoff.succeeded(client)
             return None
+        if auth is not None:  # a browser's first credential-less request is not a failed guess
+            backoff.failed(client)
         return Response("authentication required", 401, {"WWW-Authenticate": 'Basic realm="medtx"'})
 
     server.before_request(check)

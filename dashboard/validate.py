@@ -18,6 +18,20 @@ _SAMPLE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _MAX_ID = 2**62
 
 
+_PATHISH = re.compile(r"""(?:[A-Za-z]:)?(?:[\\/][\w.\-~@+]+){2,}[\\/]?""")  # /home/x/medtx/y.py, C:\\x\\y
+_LINE_NO = re.compile(r",? line \d+")
+
+
+def public_error(text: object, limit: int = 200) -> str:
+    """What the browser may see of a stored error: one line, no file paths, line numbers or traceback.
+    The full text stays in the warehouse (ml.runs.error) and the server log."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        lines = lines[-1:]  # the exception line of a traceback: `Type: message`
+    line = _LINE_NO.sub("", _PATHISH.sub("<path>", lines[0] if lines else ""))
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 class InvalidParameter(ValueError):
     """A URL or selector value that fails validation; the message names the parameter."""
 

@@ -39,6 +39,7 @@ from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, res
 from medtx.pipeline_plan import Plan, Step, build_plan
 from medtx.publish import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
+from medtx.writer_lock import hold_writer
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -303,33 +304,38 @@ def pipeline(
 
     `refresh` names steps to recompute even when cached (`medtx run-task NAME --refresh`).
     """
-    cfg = load_config(config)
+    cfg = load_config(config, sources=True)
     settings = get_settings(db=db)
     plan = plan_for(cfg, settings)
     selected = [plan[name] for name in steps_only] if steps_only else list(plan.steps)
     run_id = str(flow_run.id or f"local-{time.time_ns()}")
-    runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)})
-    _notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
-    try:
-        # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
-        gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
-        with (make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner,
-              ThreadPoolTaskRunner(max_workers=1) as local):
-            run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
-            layers = Plan(tuple(selected)).layers()
-            for i, layer in enumerate(layers):
-                run.run_layer(layer)
-                if layer[0].kind in PUBLISH_AFTER and i < len(layers) - 1:  # the last one is published below
-                    run.publish_progress(force=True)
-        # The run's status is written before publishing so the dashboard's snapshot shows how it ended;
-        # a failed publish below overwrites it with `failed` in the live warehouse.
-        failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]
-        runs.finish_pipeline_run(run.db, run.id, failed)
-        publish_task(run.db, settings.snapshot)
-        _publish_artifacts(run)
-    except BaseException as exc:
-        runs.finish_pipeline_run(settings.db, run_id, [f"pipeline: {type(exc).__name__}: {exc}"])
-        raise
+    # One pipeline per warehouse: a second one refuses here, before it writes anything (re-entrant for the
+    # CLI, which took the same holder file before starting Prefect).
+    with hold_writer(settings.db, "medtx pipeline", wait_s=0):
+        for gone in runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}):
+            log.warning("%s %s marked interrupted (%s)", gone.table, gone.run_id, gone.reason)
+        _notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
+        try:
+            # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
+            gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
+            with (make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner,
+                  ThreadPoolTaskRunner(max_workers=1) as local):
+                run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
+                layers = Plan(tuple(selected)).layers()
+                for i, layer in enumerate(layers):
+                    run.run_layer(layer)
+                    if layer[0].kind in PUBLISH_AFTER and i < len(layers) - 1:  # the last one is published below
+                        run.publish_progress(force=True)
+            # The run's status is written before publishing so the dashboard's snapshot shows how it ended;
+            # a failed publish below overwrites it with `failed` in the live warehouse.
+            failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]
+            runs.finish_pipeline_run(run.db, run.id, failed)
+            publish_task(run.db, settings.snapshot)
+            _publish_artifacts(run)
+        except BaseException as exc:
+            # Only this run's own row, and only while this process holds it (finish_pipeline_run checks).
+            runs.finish_pipeline_run(settings.db, run_id, [f"pipeline: {type(exc).__name__}: {exc}"])
+            raise
     if failed:
         raise PipelineFailed(f"{len(failed)} step(s) failed or were skipped: {', '.join(failed)}")
     return {name: o.state for name, o in run.outcomes.items()}

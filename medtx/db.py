@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from medtx.writer_lock import WarehouseBusy, lock_wait_s, read_holder
 from warehouse import migrations_dir
 
 log = logging.getLogger("medtx.db")
@@ -90,26 +91,35 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration] | None =
 
 def _duckdb_connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """duckdb.connect, retried with backoff for up to `wait_s` seconds while another process holds the
-    file lock (DuckDB locks the whole file across processes, see STACK.md)."""
+    file lock (DuckDB locks the whole file across processes, see STACK.md); says once who holds it."""
     deadline = time.monotonic() + wait_s
     delay = 0.2
+    told = False
     while True:
         try:
             return duckdb.connect(str(db), read_only=read_only)
         except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+            if "lock" not in str(exc).lower():
                 raise
+            holder = read_holder(db)
+            who = holder.describe(db) if holder else f"warehouse {db} is locked by another process"
+            if time.monotonic() > deadline:
+                raise WarehouseBusy(f"{who}; gave up after waiting {wait_s:g} s") from exc
+            if not told:
+                log.warning("%s; waiting up to %g s", who, wait_s)
+                told = True
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
 
 def connect(
-    db: Path | str, *, read_only: bool = False, migrate_schema: bool = True, wait_s: float = 0.0
+    db: Path | str, *, read_only: bool = False, migrate_schema: bool = True, wait_s: float | None = None
 ) -> duckdb.DuckDBPyConnection:
     """Open the warehouse. Read-write connections create the file and apply pending migrations;
-    read-only ones refuse a missing file and a schema newer than this code. `wait_s` > 0 waits out
-    another process's lock on the file instead of failing at once."""
+    read-only ones refuse a missing file and a schema newer than this code. Another process's lock on
+    the file is waited out for `wait_s` seconds (default MEDTX_LOCK_WAIT_S, 120 s; 0 = fail at once)."""
     db = Path(db)
+    wait_s = lock_wait_s() if wait_s is None else wait_s
     if read_only:
         if not db.exists():
             raise FileNotFoundError(f"warehouse {db} does not exist yet: run `medtx pipeline` first")
@@ -135,7 +145,7 @@ def connect(
 
 @contextmanager
 def open_warehouse(
-    db: Path | str, *, read_only: bool = False, wait_s: float = 0.0
+    db: Path | str, *, read_only: bool = False, wait_s: float | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Short-lived connection: open (waiting up to `wait_s` for another process's lock), yield, always close."""
     con = connect(db, read_only=read_only, wait_s=wait_s)

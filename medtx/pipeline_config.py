@@ -227,23 +227,41 @@ class PipelineConfig(_Strict):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def load_config(path: Path | str) -> PipelineConfig:
-    """Read and validate a pipeline YAML config; errors name the file and the offending key."""
+class ConfigError(ValueError):
+    """A pipeline config that cannot run; `lines` holds one line per problem (file, key path, allowed)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
+    """Read and validate a pipeline YAML config: its schema, models, override keys and ranges
+    (medtx.config_checks); with `sources` (a run, not a plan listing) also that local sources exist.
+    Every problem is one line naming the file and the key path; all of them are raised at once."""
+    from pydantic import ValidationError
+
+    from medtx.config_checks import model_problems, schema_lines, source_problems
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"pipeline config {path} does not exist")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError([f"{path}: not valid YAML: {' '.join(str(exc).split())}"]) from exc
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+        raise ConfigError([f"{path}: top level must be a mapping, got {type(raw).__name__}"])
     # `x-...` keys hold YAML anchors shared by several entries (as in docker-compose files).
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     try:
-        return PipelineConfig(**raw, base_dir=path.resolve().parent)
-    except ValueError as exc:
-        raise ValueError(f"{path}: invalid pipeline config:\n{exc}") from exc
+        cfg = PipelineConfig(**raw, base_dir=path.resolve().parent)
+    except ValidationError as exc:
+        raise ConfigError(schema_lines(path, exc)) from None
+    problems = model_problems(cfg) + (source_problems(cfg) if sources else [])
+    if problems:
+        raise ConfigError([f"{path}: {key} = {value!r}: {why}" for key, value, why in problems])
+    return cfg
 
 
 def resolve_devices(devices: list[str]) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 from medtx.db import open_warehouse, param_marks, transaction
 from medtx.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
 from medtx.pipeline_plan import Step
+from medtx.run_owners import Interrupted, claim, heartbeat, holds_run, mark_interrupted
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -39,22 +40,31 @@ class StepOutcome:
     result: dict[str, Any] | None = None
 
 
-def start_pipeline_run(db: Path | str, pipeline_run_id: str, config: dict[str, Any]) -> None:
-    """Insert (or restart) the ml.pipeline_runs row of this flow run as 'running'."""
+def start_pipeline_run(db: Path | str, pipeline_run_id: str, config: dict[str, Any]) -> list[Interrupted]:
+    """Mark runs whose owner is gone as interrupted, then insert (or restart) this flow run's
+    ml.pipeline_runs row as 'running', owned by this process. Returns the runs it marked interrupted."""
     with open_warehouse(db) as con, transaction(con):
+        interrupted = mark_interrupted(con)
         con.execute("DELETE FROM ml.pipeline_steps WHERE pipeline_run_id = ?", [pipeline_run_id])
         con.execute("DELETE FROM ml.pipeline_runs WHERE pipeline_run_id = ?", [pipeline_run_id])
         con.execute(
             "INSERT INTO ml.pipeline_runs (pipeline_run_id, config, status, started_at) VALUES (?, ?, 'running', ?)",
             [pipeline_run_id, json.dumps(config, default=str), datetime.now()],
         )
+        claim(con, "ml.pipeline_runs", pipeline_run_id)
+    return interrupted
 
 
-def finish_pipeline_run(db: Path | str, pipeline_run_id: str, failed: list[str]) -> str:
-    """Mark the run completed, or failed with the names of the failed steps as its error text."""
+def finish_pipeline_run(db: Path | str, pipeline_run_id: str, failed: list[str]) -> str | None:
+    """Mark the run completed, or failed with the names of the failed steps as its error text. Writes only
+    while this process owns the running row (a failure handler must never touch a run it does not hold);
+    returns the status written, or None when it did not hold the run."""
     status = "failed" if failed else "completed"
     error = f"{len(failed)} step(s) failed: {', '.join(failed)}" if failed else None
     with open_warehouse(db) as con, transaction(con):
+        if not holds_run(con, "ml.pipeline_runs", pipeline_run_id):
+            log.warning("pipeline run %s is not held by this process: leaving it as it is", pipeline_run_id)
+            return None
         con.execute(
             "UPDATE ml.pipeline_runs SET status = ?, finished_at = ?, error = ? WHERE pipeline_run_id = ?",
             [status, datetime.now(), error, pipeline_run_id],
@@ -66,6 +76,7 @@ def record_step(db: Path | str, pipeline_run_id: str, outcome: StepOutcome) -> N
     """Write (idempotently) the ml.pipeline_steps row of one step."""
     s = outcome.step
     with open_warehouse(db) as con, transaction(con):
+        heartbeat(con, "ml.pipeline_runs", pipeline_run_id)  # the flow is alive: it just finished a step
         con.execute("DELETE FROM ml.pipeline_steps WHERE pipeline_run_id = ? AND step = ?", [pipeline_run_id, s.name])
         con.execute(
             "INSERT INTO ml.pipeline_steps (pipeline_run_id, step, kind, dataset, task, model, state, input_key,"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import connect, quote_ident
+from medtx.db import connect, quote_ident, transaction
 from medtx.marts import build_marts
+from medtx.run_owners import mark_interrupted
 
 log = logging.getLogger("medtx.publish")
 
@@ -61,6 +62,8 @@ def publish_snapshot(db: Path | str, snapshot: Path | str) -> Snapshot:
     _remove_stale(tmp)
     con = connect(db)
     try:
+        with transaction(con):  # a run whose owner is gone is copied as `interrupted`, never `running`
+            mark_interrupted(con)
         source = con.sql("SELECT current_database()").fetchall()[0][0]
         con.execute("ATTACH ? AS medtx_snapshot", [str(tmp)])  # a bound path: quotes in --db are fine
         try:

@@ -135,7 +135,7 @@ _HOLD_WRITER = """
 import sys, time, duckdb
 con = duckdb.connect(sys.argv[1])
 con.execute("BEGIN TRANSACTION")  # a writer mid-transaction (killed later: never committed)
-con.execute("INSERT INTO ml.pipeline_runs VALUES ('held', NULL, 'running', now(), NULL, NULL)")
+con.execute("INSERT INTO ml.pipeline_runs (pipeline_run_id, config, status, started_at, finished_at, error) VALUES ('held', NULL, 'running', now(), NULL, NULL)")
 print("holding", flush=True)
 time.sleep(60)
 """
@@ -143,7 +143,7 @@ time.sleep(60)
 
 def test_snapshot_is_atomic_and_readable_while_a_writer_holds_the_warehouse(tmp_db: Path) -> None:
     with open_warehouse(tmp_db) as con:
-        con.execute("INSERT INTO ml.pipeline_runs VALUES ('r1', NULL, 'completed', now(), now(), NULL)")
+        con.execute("INSERT INTO ml.pipeline_runs (pipeline_run_id, config, status, started_at, finished_at, error) VALUES ('r1', NULL, 'completed', now(), now(), NULL)")
     snap = tmp_db.with_name("warehouse.snapshot.duckdb")
     published = publish_snapshot(tmp_db, snap)
     assert published.tables >= 10 and snap.exists() and not snap.with_name(snap.name + ".tmp").exists()
@@ -163,7 +163,7 @@ def test_snapshot_is_atomic_and_readable_while_a_writer_holds_the_warehouse(tmp_
         writer.wait()
 
     with open_warehouse(tmp_db) as con:
-        con.execute("INSERT INTO ml.pipeline_runs VALUES ('r2', NULL, 'completed', now(), now(), NULL)")
+        con.execute("INSERT INTO ml.pipeline_runs (pipeline_run_id, config, status, started_at, finished_at, error) VALUES ('r2', NULL, 'completed', now(), now(), NULL)")
     old_reader = open_snapshot(snap)  # a reader of the old snapshot keeps its view across a republish
     publish_snapshot(tmp_db, snap)
     assert old_reader.sql("SELECT count(*) FROM ml.pipeline_runs").fetchall() == [(1,)]

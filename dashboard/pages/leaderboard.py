@@ -217,7 +217,7 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
         if run["collapsed"]:
             flags.append(f"COLLAPSED: {run['collapse_reason'] or 'constant predictions'}")
         if run["status"] != "completed":
-            flags.append(run["status"] + (f": {str(run['error'])[:80]}" if run["error"] else ""))
+            flags.append(run["status"] + (f": {validate.public_error(run['error'], 80)}" if run["error"] else ""))
         rows.append(
             {
                 "run_id": run["run_id"],

@@ -72,14 +72,15 @@ def pipeline_card(snapshot: Path) -> dbc.Alert:
     runs = ", ".join(f"{n} {s}" for s, n in counts.iter_rows()) if counts.height else "no training runs yet"
     if last is None:
         return dbc.Alert(f"No pipeline run recorded yet; {runs}.", color="secondary", id="pipeline-status")
-    color = {"completed": "success", "failed": "danger", "running": "warning"}.get(last["status"], "secondary")
+    color = {"completed": "success", "failed": "danger", "running": "warning", "interrupted": "dark"}.get(
+        last["status"], "secondary")
     finished = last["finished_at"].strftime("%Y-%m-%d %H:%M") if last["finished_at"] else "—"
     parts = [
         html.Strong(f"Last pipeline run: {last['status']}"),
         f" · {last['pipeline_run_id']} · started {last['started_at']:%Y-%m-%d %H:%M} · finished {finished} · runs: {runs}",
     ]
     if last["error"]:
-        parts.append(html.Div(html.Code(str(last["error"])[:500]), className="mt-1"))
+        parts.append(html.Div(html.Code(validate.public_error(last["error"], 500)), className="mt-1"))
     if last["status"] == "running":
         parts.append(_live_progress(snapshot, last))
     steps = queries.pipeline_steps(snapshot, last["pipeline_run_id"])

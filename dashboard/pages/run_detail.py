@@ -109,7 +109,7 @@ def _summary(run: dict) -> dbc.Alert:
     if run["collapsed"]:
         children.append(html.Div(html.Strong(f"Collapsed: {run['collapse_reason'] or 'constant predictions'}")))
     if run["error"]:
-        children.append(html.Pre(str(run["error"])[:2000], className="small mb-0"))
+        children.append(html.Pre(validate.public_error(run["error"], 500), className="small mb-0"))
     return dbc.Alert(children, color="warning" if run["collapsed"] else color, id="run-summary", className="small")
 
 

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, Te
 from rich.table import Table
 
 from flows.cli import app
+from flows.cli.locking import writes_warehouse
 from medtx.ingest import (
     CORE_MIMIC3_TABLES,
     DEFAULT_MAX_SHRINK,
@@ -48,6 +49,7 @@ _USER_ERRORS = (IngestError, SourceNotFound, DownloadError, ChecksumError, Value
 
 
 @ingest_app.command("mimic3")
+@writes_warehouse("medtx ingest mimic3")
 def mimic3(
     source: str = typer.Option(None, "--source", help="Folder or http(s) URL prefix with <TABLE>.csv[.gz] files "
                                "(default: the bundled MIMIC-III demo)."),
@@ -89,6 +91,7 @@ def mimic3(
 
 
 @ingest_app.command("mtsamples")
+@writes_warehouse("medtx ingest mtsamples")
 def mtsamples(
     source: str = typer.Option(None, "--source", help="MTSamples CSV/CSV.gz file or URL (default: bundled)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Keep only the first N notes."),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows.cli import app
@@ -32,18 +33,58 @@ def _config(config: Path | None) -> Path:
     return config or DEFAULT_CONFIG
 
 
+def _load(config: Path, *, sources: bool):
+    """The validated config, or one line per problem on stderr and exit 2 (before any Prefect server starts)."""
+    from medtx.pipeline_config import ConfigError, load_config
+
+    try:
+        return load_config(config, sources=sources)
+    except ConfigError as exc:
+        for line in exc.lines:
+            _console.print(f"[red]config error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    except FileNotFoundError as exc:
+        _console.print(f"[red]config error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
 def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: list[str] | None,
          verbose: bool = False) -> None:
-    from flows.cli.console import PipelineDisplay, route_logs
-    from flows.pipeline import observed, run_pipeline
-    from medtx.pipeline_runs import step_table
+    from medtx.processes import descendants, exit_cleanly_on_sigterm, stop_descendants
+    from medtx.writer_lock import WarehouseBusy, hold_writer
 
     settings = get_settings(db=db)
+    before = descendants()  # what was running before this command is not ours to stop
+    exit_cleanly_on_sigterm()
+    try:
+        # Refuse at once when another pipeline (or any writer) holds this warehouse: touch nothing. Checked
+        # before the config, whose model checks import torch (seconds on a busy box).
+        with hold_writer(settings.db, "medtx pipeline", wait_s=0):
+            _load(config, sources=True)  # every config error, before any Prefect server starts
+            state, log_file = _run_with_display(config, db, settings, steps_only, refresh, verbose)
+    except WarehouseBusy as exc:
+        _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
+    _summary(settings, state, log_file)
+
+
+def _run_with_display(config: Path, db: Path | None, settings, steps_only, refresh, verbose: bool):
+    from flows.cli.console import PipelineDisplay, route_logs
+    from flows.pipeline import observed, run_pipeline  # imports Prefect: seconds, so after the refusal
+
     out = Console()
-    log_file = route_logs(settings.db.parent / "logs", verbose)
+    log_file = route_logs(settings.root / "logs", verbose)
     _console.print(f"medtx pipeline: {config} -> {settings.db}; log: {log_file}", highlight=False, soft_wrap=True)
     with PipelineDisplay(out, live=out.is_terminal) as display, observed(display):
         state = run_pipeline(config, db, steps_only=steps_only, refresh=refresh, return_state=True)
+    return state, log_file
+
+
+def _summary(settings, state, log_file: Path) -> None:
+    from medtx.pipeline_runs import step_table
+
+    out = Console()
     rows = sorted(step_table(settings.db, str(state.state_details.flow_run_id)),
                   key=lambda r: _STATE_ORDER.get(r["state"], 9))
     counts = ", ".join(f"{sum(r['state'] == s for r in rows)} {s}" for s in _STATE_ORDER
@@ -84,9 +125,8 @@ def run_task_command(
 ) -> None:
     """Rerun one pipeline step through Prefect (cached unless --refresh), then republish the snapshot."""
     from flows.pipeline import plan_for
-    from medtx.pipeline_config import load_config
 
-    plan = plan_for(load_config(_config(config)), get_settings(db=db))
+    plan = plan_for(_load(_config(config), sources=False), get_settings(db=db))
     if name is None or name not in plan.names:
         if name is not None:
             _console.print(f"[red]no step named {name!r}[/red]")

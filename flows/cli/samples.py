@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli import app
+from flows.cli.locking import writes_warehouse
 from medtx.db import open_warehouse
 from medtx.samples import EmptyCohortError, buildable_tasks
 from medtx.settings import get_settings
@@ -28,6 +29,7 @@ def _fail(exc: Exception) -> None:
 
 
 @app.command("map-codes")
+@writes_warehouse("medtx map-codes")
 def map_codes_cmd(db: Path = _DB, dataset: list[str] = _DATASET) -> None:
     """Load ref.* dictionaries and map prescriptions to ATC-3, with a coverage report per dataset."""
     from medtx.codes import map_codes
@@ -46,6 +48,7 @@ def map_codes_cmd(db: Path = _DB, dataset: list[str] = _DATASET) -> None:
 
 
 @app.command("build-samples")
+@writes_warehouse("medtx build-samples")
 def build_samples_cmd(
     task: str = typer.Option(None, "--task", help=f"One of {', '.join(buildable_tasks())} (default: all)."),
     db: Path = _DB,

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.cli import app
+from flows.cli.locking import writes_warehouse
 from medtx.db import open_warehouse
 from medtx.settings import get_settings
 from medtx.tasks import get_task, names_of_family
@@ -79,6 +80,7 @@ def default_dataset(db: Path, requested: str | None) -> str:
 
 
 @app.command("train")
+@writes_warehouse("medtx train", recover=True)
 def train(
     task: str = typer.Option(..., "--task", help=f"{', '.join(names_of_family('ehr'))} (EHR) or "
                              f"{', '.join(names_of_family('text'))} (text)."),

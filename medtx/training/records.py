@@ -19,6 +19,7 @@ import duckdb
 import polars as pl
 
 from medtx.db import quote_ident, quote_table, transaction
+from medtx.run_owners import claim, heartbeat
 
 log = logging.getLogger("medtx.training")
 
@@ -55,6 +56,7 @@ def start_run(
             [run_id, task, model, json.dumps(config or {}, default=str), seed, device, data_fingerprint,
              code_version, dataset, is_synthetic, _now(), pipeline_run_id],
         )
+        claim(con, "ml.runs", run_id)  # this process owns it: a kill -9 is noticed by the next start
     return run_id
 
 
@@ -105,6 +107,7 @@ def write_epochs(con: duckdb.DuckDBPyConnection, run_id: str, epoch: int, metric
             continue
         rows.append((run_id, epoch, split, metric, None if value is None else float(value), seconds))
     with transaction(con):
+        heartbeat(con, "ml.runs", run_id)  # the owner is alive: it just finished an epoch
         con.execute("DELETE FROM ml.epochs WHERE run_id = ? AND epoch = ?", [run_id, epoch])
         if rows:
             con.executemany("INSERT INTO ml.epochs VALUES (?, ?, ?, ?, ?, ?)", rows)

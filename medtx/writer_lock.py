@@ -1,0 +1,179 @@
+"""One writer at a time, politely: a small holder file next to the warehouse (`W.writer.json`).
+
+Why a side file: DuckDB's own file lock is held only while a connection is open, and medtx's writers open
+short connections (a pipeline step, one training epoch), so between them a second writer could slip in and
+the two runs would interleave. The holder file is held for a whole command (`medtx pipeline`, `ingest`,
+`build-samples`, `train`), names who holds it, and lets a second writer wait with a message or refuse at once.
+
+The file is created with O_EXCL (atomic on every local filesystem), removed on exit, and ignored (replaced)
+when it names a process on this host that is no longer alive - so a kill -9 never leaves the warehouse locked.
+A process that already holds the file may acquire it again (its own Prefect tasks, a nested command).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger("medtx.lock")
+
+DEFAULT_LOCK_WAIT_S = 120.0
+LOCK_WAIT_ENV = "MEDTX_LOCK_WAIT_S"
+
+
+class WarehouseBusy(RuntimeError):
+    """Another live process holds the warehouse for writing (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    command: str
+    pid: int
+    host: str
+    since: str  # ISO-8601 UTC
+    started: float | None = None  # the process's create time: a reused pid is not the holder
+
+    def describe(self, db: Path) -> str:
+        return f"warehouse {db} is being written by `{self.command}` pid {self.pid} on {self.host} since {self.since}"
+
+
+def lock_wait_s(default: float = DEFAULT_LOCK_WAIT_S) -> float:
+    """The bounded wait for a busy warehouse: MEDTX_LOCK_WAIT_S, else `default` (120 s)."""
+    raw = os.environ.get(LOCK_WAIT_ENV)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0") from exc
+    if value < 0:
+        raise ValueError(f"{LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0")
+    return value
+
+
+def holder_path(db: Path | str) -> Path:
+    db = Path(db)
+    return db.with_name(db.name + ".writer.json")
+
+
+def process_alive(pid: int, started: float | None = None) -> bool:
+    """True when `pid` runs on this host (and, given its create time, is the same process, not a reused pid)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _me(command: str) -> Holder:
+    pid = os.getpid()
+    return Holder(command, pid, socket.gethostname(),
+                  datetime.now(timezone.utc).isoformat(timespec="seconds"), psutil.Process(pid).create_time())
+
+
+def read_holder(db: Path | str) -> Holder | None:
+    """The live holder of `db`, or None (no file, an unreadable/half-written file, or a dead holder)."""
+    path = holder_path(db)
+    try:
+        data = json.loads(path.read_text())
+        holder = Holder(**data)
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError):
+        return None  # a holder killed between create and write: nobody holds it
+    if holder.host == socket.gethostname() and not process_alive(holder.pid, holder.started):
+        return None
+    return holder
+
+
+def _try_create(path: Path, me: Holder) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as handle:
+        json.dump(me.__dict__, handle)
+    return True
+
+
+@contextmanager
+def _directory_mutex(folder: Path) -> Iterator[None]:
+    """flock on the warehouse's folder: the check-then-take of the holder file is one step for every
+    process on this host (the kernel drops the flock if we die, so it cannot go stale)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _acquire_once(db: Path, me: Holder) -> Holder | None:
+    """Take the holder file; return None on success, else the live holder."""
+    path = holder_path(db)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _directory_mutex(path.parent):
+        if _try_create(path, me):
+            return None
+        holder = read_holder(db)
+        if holder is not None:
+            return holder
+        # Stale (its process is gone) or half-written by a killed process: take it over.
+        log.warning("replacing the stale writer file %s (its process is gone)", path)
+        path.unlink(missing_ok=True)
+        if _try_create(path, me):
+            return None
+        return read_holder(db) or Holder("unknown", -1, "unknown", "unknown")
+
+
+@contextmanager
+def hold_writer(
+    db: Path | str, command: str, *, wait_s: float | None = None, say: Callable[[str], None] | None = None
+) -> Iterator[Holder]:
+    """Hold `db` for writing for the body. Another live holder: wait up to `wait_s` seconds (default
+    `lock_wait_s()`; 0 = refuse at once), telling `say` (default: the log) who holds it; then WarehouseBusy."""
+    db = Path(db)
+    wait = lock_wait_s() if wait_s is None else wait_s
+    me = _me(command)
+    current = read_holder(db)
+    if current is not None and current.pid == me.pid and current.host == me.host:
+        yield current  # re-entrant: this process already holds it (e.g. the pipeline's own tasks)
+        return
+    deadline = time.monotonic() + wait
+    told = False
+    while (holder := _acquire_once(db, me)) is not None:
+        if wait <= 0 or time.monotonic() >= deadline:
+            raise WarehouseBusy(holder.describe(db) + ("; refusing to start a second writer" if wait <= 0
+                                                      else f"; gave up after waiting {wait:g} s"))
+        if not told:
+            (say or log.warning)(f"{holder.describe(db)}; waiting up to {wait:g} s")
+            told = True
+        time.sleep(0.5)
+    try:
+        yield me
+    finally:
+        release(db, me)
+
+
+def release(db: Path | str, me: Holder) -> None:
+    """Remove the holder file if (and only if) it is still ours."""
+    path = holder_path(db)
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return
+    if data.get("pid") == me.pid and data.get("host") == me.host:
+        path.unlink(missing_ok=True)
