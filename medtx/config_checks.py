@@ -135,11 +135,9 @@ def source_problems(cfg: Any) -> list[tuple[str, Any, str]]:
     return out
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model class found by walking `loc` (for the allowed keys of an unknown-key error)."""
-    from medtx.pipeline_config import PipelineConfig
-
-    current: Any = PipelineConfig
+def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class found by walking `loc` from `root` (for the allowed keys of an unknown-key error)."""
+    current: Any = root
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -162,14 +160,15 @@ def _path(loc: tuple) -> str:
     return out
 
 
-def schema_lines(path: Path, exc: ValidationError) -> list[str]:
-    """One line per pydantic error: file, key path, value, message, and the allowed keys of a typo."""
+def schema_lines(path: Path, exc: ValidationError, root: type[BaseModel]) -> list[str]:
+    """One line per pydantic error of the config model `root`: file, key path, value, message, and the
+    allowed keys of a typo."""
     lines = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
         line = f"{path}: {_path(loc) or '(top level)'}: {err['msg']}"
         if err["type"] == "extra_forbidden":
-            model = _model_at(loc)
+            model = _model_at(root, loc)
             if model is not None:
                 keys = [k for k, f in model.model_fields.items() if not f.exclude]
                 line = f"{path}: {_path(loc)}: unknown key; allowed: {', '.join(keys)}"

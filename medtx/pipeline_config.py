@@ -257,7 +257,7 @@ def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
     try:
         cfg = PipelineConfig(**raw, base_dir=path.resolve().parent)
     except ValidationError as exc:
-        raise ConfigError(schema_lines(path, exc)) from None
+        raise ConfigError(schema_lines(path, exc, PipelineConfig)) from None
     problems = model_problems(cfg) + (source_problems(cfg) if sources else [])
     if problems:
         raise ConfigError([f"{path}: {key} = {value!r}: {why}" for key, value, why in problems])
