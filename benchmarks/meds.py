@@ -117,12 +117,12 @@ def main() -> None:
     imp = in_child(import_child, db, out)
     print(f"import: {imp['events']:,} events, {imp['mapped']:,} mapped; rows {imp['rows']}")
     print(f"  wall {imp['seconds']:.1f}s ({imp['cpu_s']:.1f} CPU-s), peak RSS {imp['peak_gb']:.2f} GB (target < 60 s, < 2 GB)")
-    from medtx.db import connect
+    from medtx.db import connect, quote_table
 
     con = connect(db, read_only=True)
     try:
         for table in TABLES:
-            a, b = (con.execute(f"SELECT count(*) FROM raw.{table} WHERE dataset = ?", [d]).fetchall()[0][0]
+            a, b = (con.execute(f"SELECT count(*) FROM {quote_table('raw.' + table)} WHERE dataset = ?", [d]).fetchall()[0][0]
                     for d in (DATASET, COPY))
             print(f"  raw.{table}: original {a:,}, re-imported {b:,}{'' if a == b else '  <-- DIFFERS'}")
     finally:

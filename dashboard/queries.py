@@ -32,7 +32,7 @@ from typing import TypeVar
 import duckdb
 import polars as pl
 
-from medtx.db import WarehouseVersionError, load_migrations, quote_ident
+from medtx.db import WarehouseVersionError, load_migrations, quote_ident, quote_table
 from medtx.marts import MARTS
 from medtx.marts import SCHEMA as MART_SCHEMA
 from medtx.tasks import all_tasks, tasks_of_family
@@ -619,7 +619,7 @@ def discharge_note_text(snapshot: Path, task: str, dataset: str, hadm_id: int) -
     df = query(
         snapshot,
         "SELECT CAST(hadm_id AS VARCHAR) AS note_id, text AS transcription, label "
-        f"FROM {ADMISSION_NOTE_TABLES[task]} WHERE dataset = ? AND hadm_id = ?",
+        f"FROM {quote_table(ADMISSION_NOTE_TABLES[task])} WHERE dataset = ? AND hadm_id = ?",
         [dataset, hadm_id],
     )
     return df.row(0, named=True) if df.height else None

@@ -27,15 +27,14 @@ log = logging.getLogger("medtx.uncertainty")
 def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None) -> str | None:
     """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none."""
     metric, averaging = COMPARED[task][0]
-    models = ", ".join(f"'{m}'" for m in NON_NEURAL)  # constants, no user input
     rows = con.execute(
         f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
             LEFT JOIN ml.metrics v ON v.run_id = r.run_id AND v.split = 'val' AND v.metric = ? AND v.averaging = ?
             WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ? AND r.status = 'completed'
-              AND r.model IN ({models})
+              AND r.model IN (SELECT unnest(?))
               AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions)
             ORDER BY r.started_at DESC, r.run_id DESC""",
-        [metric, averaging, task, dataset]).fetchall()
+        [metric, averaging, task, dataset, list(NON_NEURAL)]).fetchall()
     if not rows:
         return None
     scored = [r for r in rows if r[2] is not None]

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import duckdb
 
 from medtx.tasks import all_tasks, tasks_of_family
-from medtx.db import quote_ident
+from medtx.db import quote_ident, quote_table, sql_literal
 
 log = logging.getLogger("medtx.publish")
 
@@ -32,21 +32,21 @@ _ATTENTION_SAMPLES = "(SELECT DISTINCT run_id, sample_id, true AS stored FROM ml
 
 def _sample_counts_sql() -> str:
     """Rows per (dataset, task, split) of every task that builds its own samples (from the task registry)."""
-    patient = [
-        f"SELECT dataset, subject_id, '{t.name}' AS task FROM {t.sample_table}"
-        + (f" WHERE task = '{t.name}'" if t.shared_table else "")
+    patient_sql = [
+        f"SELECT dataset, subject_id, {sql_literal(t.name)} AS task FROM {quote_table(t.sample_table)}"
+        + (f" WHERE task = {sql_literal(t.name)}" if t.shared_table else "")
         for t in all_tasks() if t.build is not None and t.split_unit == "patient"
     ]
-    grouped = [
-        f"UNION ALL SELECT '{t.dataset}', '{t.name}', coalesce(split, 'unassigned'), count(*) "
-        f"FROM {t.sample_table} GROUP BY ALL"
+    grouped_sql = [
+        f"UNION ALL SELECT {sql_literal(t.dataset)}, {sql_literal(t.name)}, coalesce(split, 'unassigned'), count(*) "
+        f"FROM {quote_table(t.sample_table)} GROUP BY ALL"
         for t in all_tasks() if t.build is not None and t.split_unit == "text_group"
     ]
     return (
         "SELECT x.dataset, x.task, coalesce(s.split, 'unassigned') AS split, count(*) AS n FROM "
-        f"({' UNION ALL '.join(patient)}) x "
+        f"({' UNION ALL '.join(patient_sql)}) x "
         "LEFT JOIN samples.splits s ON s.dataset = x.dataset AND s.subject_id = x.subject_id AND s.task = x.task "
-        "GROUP BY ALL " + " ".join(grouped)
+        "GROUP BY ALL " + " ".join(grouped_sql)
     )
 
 

@@ -37,7 +37,7 @@ DATA_ARROW_SCHEMA = pa.schema(
 )
 
 
-def _part(expr: str) -> str:
+def _part_sql(expr: str) -> str:
     """A code segment: MIMIC free text (admission/discharge locations) upper-cased, '//' never inside one."""
     return f"replace(upper(trim(coalesce({expr}, 'UNKNOWN'))), '{SEP}', '/')"
 
@@ -50,16 +50,17 @@ def events_sql() -> str:
     """
     nul = {c: f"NULL::{t}" for c, t in EXTRA_SQL_TYPES.items()}
 
-    def row(subject, time, code, text="NULL", ord_="0", row_="NULL", **extra) -> str:
-        cols = {**nul, **extra}
-        extras = ", ".join(f"{v} AS {k}" for k, v in cols.items())
-        return (f"SELECT {subject} AS subject_id, CAST({time} AS TIMESTAMP) AS time, {code} AS code, "
-                f"NULL::FLOAT AS numeric_value, {text} AS text_value, {extras}, {ord_} AS _ord, "
-                f"CAST({row_} AS BIGINT) AS _row")
+    # Every argument is a SQL expression written in this function (no value flows in: `$dataset` is bound).
+    def row_sql(subject_sql, time_sql, code_sql, text_sql="NULL", ord_sql="0", rowid_sql="NULL", **extra_sql) -> str:
+        cols_sql = {**nul, **extra_sql}
+        extras_sql = ", ".join(f"{v} AS {k}" for k, v in cols_sql.items())
+        return (f"SELECT {subject_sql} AS subject_id, CAST({time_sql} AS TIMESTAMP) AS time, {code_sql} AS code, "
+                f"NULL::FLOAT AS numeric_value, {text_sql} AS text_value, {extras_sql}, {ord_sql} AS _ord, "
+                f"CAST({rowid_sql} AS BIGINT) AS _row")
 
     # MIMIC writes '0' or nothing for "no NDC": such a row is named by its drug, as MIMIC-IV MEDS does.
-    rx_code = (f"CASE WHEN nullif(trim(r.ndc), '') IS NOT NULL AND trim(r.ndc) <> '0' "
-               f"THEN 'MEDICATION{SEP}NDC{SEP}' || trim(r.ndc) ELSE 'MEDICATION{SEP}START{SEP}' || {_part('r.drug')} END")
+    rx_code_sql = (f"CASE WHEN nullif(trim(r.ndc), '') IS NOT NULL AND trim(r.ndc) <> '0' "
+                   f"THEN 'MEDICATION{SEP}NDC{SEP}' || trim(r.ndc) ELSE 'MEDICATION{SEP}START{SEP}' || {_part_sql('r.drug')} END")
     return f"""
     WITH adm AS (
         SELECT * FROM raw.admissions WHERE dataset = $dataset AND subject_id IS NOT NULL AND hadm_id IS NOT NULL
@@ -71,31 +72,31 @@ def events_sql() -> str:
         SELECT subject_id, hadm_id, coalesce(deathtime, dischtime) AS t FROM adm
         WHERE deathtime IS NOT NULL OR hospital_expire_flag = 1
     )
-    {row("subject_id", "NULL", f"'GENDER{SEP}' || upper(trim(gender))")} FROM pat WHERE nullif(trim(gender), '') IS NOT NULL
-    UNION ALL {row("subject_id", "dob", f"'{BIRTH}'")} FROM pat WHERE dob IS NOT NULL
-    UNION ALL {row("subject_id", "t", f"'{DEATH}'", hadm_id="hadm_id")} FROM died_in
-    UNION ALL {row("subject_id", "dod", f"'{DEATH}'")} FROM pat
+    {row_sql("subject_id", "NULL", f"'GENDER{SEP}' || upper(trim(gender))")} FROM pat WHERE nullif(trim(gender), '') IS NOT NULL
+    UNION ALL {row_sql("subject_id", "dob", f"'{BIRTH}'")} FROM pat WHERE dob IS NOT NULL
+    UNION ALL {row_sql("subject_id", "t", f"'{DEATH}'", hadm_id="hadm_id")} FROM died_in
+    UNION ALL {row_sql("subject_id", "dod", f"'{DEATH}'")} FROM pat
         WHERE dod IS NOT NULL AND subject_id NOT IN (SELECT subject_id FROM died_in)
-    UNION ALL {row("subject_id", "admittime",
-                   f"'HOSPITAL_ADMISSION{SEP}' || {_part('admission_type')} || '{SEP}' || {_part('admission_location')}",
+    UNION ALL {row_sql("subject_id", "admittime",
+                   f"'HOSPITAL_ADMISSION{SEP}' || {_part_sql('admission_type')} || '{SEP}' || {_part_sql('admission_location')}",
                    hadm_id="hadm_id")} FROM adm
-    UNION ALL {row("subject_id", "dischtime", f"'HOSPITAL_DISCHARGE{SEP}' || {_part('discharge_location')}",
-                   ord_="9", hadm_id="hadm_id")} FROM adm
-    UNION ALL {row("d.subject_id", "adm.dischtime", f"'DIAGNOSIS{SEP}ICD{SEP}9{SEP}' || trim(d.icd9_code)", ord_="1",
+    UNION ALL {row_sql("subject_id", "dischtime", f"'HOSPITAL_DISCHARGE{SEP}' || {_part_sql('discharge_location')}",
+                   ord_sql="9", hadm_id="hadm_id")} FROM adm
+    UNION ALL {row_sql("d.subject_id", "adm.dischtime", f"'DIAGNOSIS{SEP}ICD{SEP}9{SEP}' || trim(d.icd9_code)", ord_sql="1",
                    hadm_id="d.hadm_id", seq_num="d.seq_num")}
         FROM raw.diagnoses_icd d JOIN adm USING (hadm_id)
         WHERE d.dataset = $dataset AND nullif(trim(d.icd9_code), '') IS NOT NULL
-    UNION ALL {row("p.subject_id", "adm.dischtime", f"'PROCEDURE{SEP}ICD{SEP}9{SEP}' || trim(p.icd9_code)", ord_="2",
+    UNION ALL {row_sql("p.subject_id", "adm.dischtime", f"'PROCEDURE{SEP}ICD{SEP}9{SEP}' || trim(p.icd9_code)", ord_sql="2",
                    hadm_id="p.hadm_id", seq_num="p.seq_num")}
         FROM raw.procedures_icd p JOIN adm USING (hadm_id)
         WHERE p.dataset = $dataset AND nullif(trim(p.icd9_code), '') IS NOT NULL
-    UNION ALL {row("adm.subject_id", "coalesce(r.startdate, adm.admittime)",
-                   rx_code,
-                   ord_="3", hadm_id="r.hadm_id", drug="r.drug", drug_name_generic="r.drug_name_generic",
-                   route="r.route", row_="r.row_id")}
+    UNION ALL {row_sql("adm.subject_id", "coalesce(r.startdate, adm.admittime)",
+                   rx_code_sql,
+                   ord_sql="3", hadm_id="r.hadm_id", drug="r.drug", drug_name_generic="r.drug_name_generic",
+                   route="r.route", rowid_sql="r.row_id")}
         FROM raw.prescriptions r JOIN adm USING (hadm_id) WHERE r.dataset = $dataset
-    UNION ALL {row("adm.subject_id", "coalesce(n.charttime, n.chartdate)", f"'NOTE{SEP}DISCHARGE_SUMMARY'",
-                   text="n.text", ord_="4", row_="n.row_id", hadm_id="n.hadm_id")}
+    UNION ALL {row_sql("adm.subject_id", "coalesce(n.charttime, n.chartdate)", f"'NOTE{SEP}DISCHARGE_SUMMARY'",
+                   text_sql="n.text", ord_sql="4", rowid_sql="n.row_id", hadm_id="n.hadm_id")}
         FROM raw.noteevents n JOIN adm USING (hadm_id)
         WHERE n.dataset = $dataset AND lower(trim(n.category)) = 'discharge summary'
           AND coalesce(trim(n.iserror), '') <> '1' AND nullif(trim(n.text), '') IS NOT NULL"""

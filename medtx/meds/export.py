@@ -24,6 +24,7 @@ import duckdb
 import pyarrow as pa
 
 import medtx
+from medtx.db import quote_ident, sql_literal
 from medtx.meds.events import DATA_ARROW_SCHEMA, EXTRA_COLUMNS, events_sql
 from medtx.meds.labels import LABEL_ARROW_SCHEMA, label_sql, label_tasks, missing_time_count
 from medtx.samples.splits import DEFAULT_SEED, assign_splits
@@ -59,20 +60,21 @@ class ExportResult:
     labels: dict[str, int] = field(default_factory=dict)
 
 
-def copy_parquet(con: duckdb.DuckDBPyConnection, select: str, path: Path, schema: pa.Schema,
+def copy_parquet(con: duckdb.DuckDBPyConnection, select_sql: str, path: Path, schema: pa.Schema,
                  params: dict | None = None) -> None:
     """COPY a SELECT to parquet, embedding the Arrow schema so readers get the MEDS types exactly
-    (DuckDB alone writes plain `string` where meds 0.4 asks for `large_string`)."""
+    (DuckDB alone writes plain `string` where meds 0.4 asks for `large_string`). `select_sql` is code-written
+    SQL whose values are the named `params`; the path and schema are bound too."""
     encoded = base64.b64encode(schema.serialize().to_pybytes()).decode()
     con.execute(
-        f"COPY ({select}) TO '{_sql_str(path)}' (FORMAT parquet, COMPRESSION zstd, "
-        f"KV_METADATA {{'ARROW:schema': '{encoded}'}})",
-        params or {},
+        f"COPY ({select_sql}) TO $copy_path (FORMAT parquet, COMPRESSION zstd, "
+        "KV_METADATA {'ARROW:schema': $copy_arrow_schema})",
+        {**(params or {}), "copy_path": str(path), "copy_arrow_schema": encoded},
     )
 
 
-def _sql_str(path: Path) -> str:
-    return str(path).replace("'", "''")
+def _count_rows(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    return con.execute("SELECT count(*) FROM read_parquet(?)", [str(path)]).fetchall()[0][0]
 
 
 def export_meds(
@@ -123,12 +125,13 @@ def _write_tree(con, dataset: str, root: Path, shard_rows: int, labels: list[str
         SELECT subject_id, CAST((sum(n) OVER (ORDER BY subject_id) - n) // {int(shard_rows)} AS INTEGER) AS shard
         FROM (SELECT subject_id, count(*) AS n FROM _meds_export GROUP BY 1)""")
     shard_ids = [r[0] for r in con.sql("SELECT DISTINCT shard FROM _meds_shards ORDER BY 1").fetchall()]
-    columns = ", ".join(["subject_id", "time", "code", "numeric_value", "text_value", *EXTRA_COLUMNS])
+    columns_sql = ", ".join(map(quote_ident, ["subject_id", "time", "code", "numeric_value", "text_value",
+                                               *EXTRA_COLUMNS]))
     shards = []
     for k, shard in enumerate(shard_ids):
         name = f"data/{k}.parquet"
         copy_parquet(con, f"""
-            SELECT {columns} FROM _meds_export JOIN _meds_shards USING (subject_id) WHERE shard = {int(shard)}
+            SELECT {columns_sql} FROM _meds_export JOIN _meds_shards USING (subject_id) WHERE shard = {int(shard)}
             ORDER BY subject_id, time NULLS FIRST, _ord, hadm_id, seq_num NULLS LAST, _row, code""",
                      root / name, DATA_ARROW_SCHEMA)
         shards.append(name)
@@ -145,7 +148,7 @@ def _write_tree(con, dataset: str, root: Path, shard_rows: int, labels: list[str
                               "(admission without dischtime); nothing was written")
         path = root / "labels" / f"{task}.parquet"
         copy_parquet(con, label_sql(con, task), path, LABEL_ARROW_SCHEMA, params)
-        written[task] = con.sql(f"SELECT count(*) FROM read_parquet('{_sql_str(path)}')").fetchall()[0][0]
+        written[task] = _count_rows(con, path)
     _write_dataset_json(dataset, root)
     con.execute("DROP TABLE IF EXISTS _meds_shards")
     return ExportResult(dataset, root, subjects, events, shards, codes, written)
@@ -156,7 +159,7 @@ def _write_codes(con, root: Path, params: dict) -> int:
 
     Descriptions: ICD-9 long titles, WHO ATC names, an NDC's most frequent drug name. parent_codes: an NDC's
     mapped ATC-3 class(es) as `ATC//<code>`, an ATC code's next level up (ATC-3 -> ATC-2 -> ATC-1)."""
-    select = """
+    select_sql = """
         WITH used AS (SELECT DISTINCT code FROM _meds_export),
         ndc_atc AS (
             SELECT 'MEDICATION//NDC//' || trim(ndc) AS code, list(DISTINCT 'ATC//' || atc3 ORDER BY 'ATC//' || atc3) AS parents
@@ -182,8 +185,18 @@ def _write_codes(con, root: Path, params: dict) -> int:
         FROM atc_used
         ORDER BY 1"""
     path = root / "metadata" / "codes.parquet"
-    copy_parquet(con, select, path, CODES_ARROW_SCHEMA, params)
-    return con.sql(f"SELECT count(*) FROM read_parquet('{_sql_str(path)}')").fetchall()[0][0]
+    copy_parquet(con, select_sql, path, CODES_ARROW_SCHEMA, params)
+    return _count_rows(con, path)
+
+
+def _task_order_sql() -> str:
+    """`WHEN task THEN rank` from the code constant SPLIT_TASK_ORDER."""
+    return " ".join(f"WHEN {sql_literal(t)} THEN {int(i)}" for i, t in enumerate(SPLIT_TASK_ORDER))
+
+
+def _to_meds_split_sql() -> str:
+    """`WHEN medtx split THEN MEDS split` from the code constant TO_MEDS_SPLIT."""
+    return " ".join(f"WHEN {sql_literal(k)} THEN {sql_literal(v)}" for k, v in TO_MEDS_SPLIT.items())
 
 
 def _write_splits(con, dataset: str, root: Path) -> None:
@@ -191,8 +204,7 @@ def _write_splits(con, dataset: str, root: Path) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _meds_task_splits AS SELECT subject_id, task, split, seed "
                 "FROM samples.splits WHERE dataset = ? AND task IN (SELECT unnest(?))",
                 [dataset, list(SPLIT_TASK_ORDER)])
-    order = " ".join(f"WHEN '{t}' THEN {i}" for i, t in enumerate(SPLIT_TASK_ORDER))
-    chosen = dict(con.sql(f"""SELECT subject_id, arg_min(split, CASE task {order} END)
+    chosen = dict(con.sql(f"""SELECT subject_id, arg_min(split, CASE task {_task_order_sql()} END)
                               FROM _meds_task_splits GROUP BY 1""").fetchall())
     seed = con.sql("SELECT min(seed) FROM _meds_task_splits").fetchall()[0][0]
     seed = DEFAULT_SEED if seed is None else seed
@@ -206,9 +218,8 @@ def _write_splits(con, dataset: str, root: Path) -> None:
                      root / "metadata" / "subject_splits.parquet", SPLITS_ARROW_SCHEMA)
     finally:
         con.unregister("_meds_subject_splits")
-    cases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in TO_MEDS_SPLIT.items())
-    copy_parquet(con, f"SELECT subject_id, task, CASE split {cases} END AS split FROM _meds_task_splits "
-                      "ORDER BY task, subject_id",
+    copy_parquet(con, f"SELECT subject_id, task, CASE split {_to_meds_split_sql()} END AS split "
+                      "FROM _meds_task_splits ORDER BY task, subject_id",
                  root / "metadata" / "medtx_task_splits.parquet", TASK_SPLITS_ARROW_SCHEMA)
     con.execute("DROP TABLE IF EXISTS _meds_task_splits")
 

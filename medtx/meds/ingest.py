@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from medtx.db import connect, transaction
+from medtx.db import connect, quote_ident, quote_table, transaction
 from medtx.fingerprint import file_sha256
 from medtx.ingest.loader import IngestResult, write_log
 from medtx.ingest.mimic3 import check_dataset
@@ -87,9 +87,9 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
                                             round(time.perf_counter() - clock, 3)), started)
         subjects, events = con.sql(f"SELECT count(DISTINCT subject_id), count(*) FROM {EVENTS}").fetchall()[0]
     finally:
-        for kind, name in (("VIEW", "_meds_mapped"), ("TABLE", "_meds_rules"), ("TABLE", EVENTS),
-                           ("TABLE", "_meds_stays")):
-            con.execute(f"DROP {kind} IF EXISTS {name}")
+        con.execute("DROP VIEW IF EXISTS _meds_mapped")
+        for name in ("_meds_rules", EVENTS, "_meds_stays"):
+            con.execute(f"DROP TABLE IF EXISTS {quote_table(name)}")
         con.close()
     result = MedsIngestResult(dataset, str(source), mapping.name, subjects, events, mapped, rows, n_splits,
                               round(time.perf_counter() - clock, 3))
@@ -104,21 +104,31 @@ def _load_events(con: duckdb.DuckDBPyConnection, shards: list[Path], schemas: li
     row in file: unique, in file order, so no string file names are carried per row) and `_rule` (the mapping
     rule its code matches, decided in this same pass)."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {EVENTS} (subject_id BIGINT, time TIMESTAMP, code VARCHAR,
-                    {", ".join(f"{c} {t}" for c, t in OPTIONAL_COLUMNS.items())},
+                    {_optional_columns_sql()},
                     _shard INTEGER, _eid BIGINT, _rule INTEGER)""")
-    rule = tables.rule_case(mapping)
+    rule_sql, rule_params = tables.rule_case_sql(mapping)
     for k, (path, schema) in enumerate(zip(shards, schemas, strict=True)):
-        extras = ", ".join(f"CAST({c} AS {t})" if c in schema.names else f"NULL::{t}"
-                           for c, t in OPTIONAL_COLUMNS.items())
         try:
             con.execute(f"""
                 INSERT INTO {EVENTS}
-                SELECT subject_id, CAST(time AS TIMESTAMP), CAST(code AS VARCHAR), {extras},
-                       {k}, ({k}::BIGINT << {tables.EID_BITS}) + file_row_number, {rule}
-                FROM read_parquet($path, file_row_number = true)""", {"path": str(path)})
+                SELECT subject_id, CAST(time AS TIMESTAMP), CAST(code AS VARCHAR), {_optional_values_sql(schema)},
+                       {int(k)}, ({int(k)}::BIGINT << {tables.EID_BITS}) + file_row_number, {rule_sql}
+                FROM read_parquet($path, file_row_number = true)""", {"path": str(path), **rule_params})
         except duckdb.Error as exc:  # e.g. an extra column (hadm_id) that is not a number
             first = str(exc).strip().splitlines()[0]
             raise MedsFormatError(f"{path}: cannot read the shard ({first}) (rule: column types)") from exc
+
+
+def _optional_columns_sql() -> str:
+    """Column definitions of the code constant OPTIONAL_COLUMNS."""
+    return ", ".join(f"{quote_ident(c)} {t}" for c, t in OPTIONAL_COLUMNS.items())
+
+
+def _optional_values_sql(schema: pa.Schema) -> str:
+    """The OPTIONAL_COLUMNS of one shard: cast when the shard has the column, else a typed NULL. Only the
+    constant names are written (the shard's own column names merely pick between the two)."""
+    return ", ".join(f"CAST({quote_ident(c)} AS {t})" if c in schema.names else f"NULL::{t}"
+                     for c, t in OPTIONAL_COLUMNS.items())
 
 
 def _read_splits(root: Path) -> list[tuple[str, pa.Table]]:
@@ -138,15 +148,15 @@ def _write_splits(con: duckdb.DuckDBPyConnection, dataset: str, splits) -> int:
     for name, rows in splits:
         con.register("_meds_split_rows", rows)
         try:
-            task = "task" if "task" in rows.column_names else "NULL::VARCHAR"
-            dup = con.sql(f"""SELECT subject_id FROM _meds_split_rows GROUP BY subject_id, {task}
+            task_sql = "task" if "task" in rows.column_names else "NULL::VARCHAR"
+            dup = con.sql(f"""SELECT subject_id FROM _meds_split_rows GROUP BY subject_id, {task_sql}
                               HAVING count(DISTINCT split) > 1 LIMIT 1""").fetchall()
             if dup:
                 raise MedsFormatError(f"metadata/{name}: subject {dup[0][0]} has more than one split "
                                       "(rule: one split per subject)")
             con.execute(f"""INSERT INTO raw.meds_splits
-                            SELECT DISTINCT $d, {task}, subject_id, split FROM _meds_split_rows""", {"d": dataset})
-            if task == "NULL::VARCHAR":
+                            SELECT DISTINCT $d, {task_sql}, subject_id, split FROM _meds_split_rows""", {"d": dataset})
+            if task_sql == "NULL::VARCHAR":
                 n = con.sql("SELECT count(DISTINCT subject_id) FROM _meds_split_rows").fetchall()[0][0]
         finally:
             con.unregister("_meds_split_rows")

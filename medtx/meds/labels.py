@@ -14,16 +14,19 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from medtx.db import quote_ident, quote_table, sql_literal
+
 LABEL_ARROW_SCHEMA = pa.schema([("subject_id", pa.int64()), ("prediction_time", pa.timestamp("us")),
                                 ("boolean_value", pa.bool_())])
 
 
 @dataclass(frozen=True)
 class LabelSpec:
+    """SQL fragments written from the task registry (code), never from user input: hence the `_sql` names."""
     table: str          # schema-qualified sample table
-    where: str          # its rows for this task and `$dataset`
-    time: str           # prediction time expression over the sample row `s` and its admission `a`
-    label: str = "s.label"
+    where_sql: str      # its rows for this task and `$dataset`
+    time_sql: str       # prediction time expression over the sample row `s` and its admission `a`
+    label_sql: str = "s.label"
 
 
 def _specs() -> dict[str, LabelSpec]:
@@ -31,8 +34,8 @@ def _specs() -> dict[str, LabelSpec]:
     from medtx.tasks import tasks_of_family
 
     return {t.name: LabelSpec(t.sample_table,
-                              "s.dataset = $dataset" + (f" AND s.task = '{t.name}'" if t.shared_table else ""),
-                              "a.dischtime", f"s.{t.label_column}")
+                              "s.dataset = $dataset" + (f" AND s.task = {sql_literal(t.name)}" if t.shared_table else ""),
+                              "a.dischtime", f"s.{quote_ident(t.label_column)}")
             for t in tasks_of_family("ehr") if t.kind == "binary"}
 
 
@@ -51,11 +54,11 @@ def label_sql(con: duckdb.DuckDBPyConnection, task: str) -> str:
     """SELECT of the task's labels for `$dataset`, one row per sample, sorted by subject and time."""
     spec = _specs()[task]
     return f"""
-        SELECT s.subject_id, CAST({spec.time} AS TIMESTAMP) AS prediction_time, {spec.label} AS boolean_value
-        FROM {spec.table} s
+        SELECT s.subject_id, CAST({spec.time_sql} AS TIMESTAMP) AS prediction_time, {spec.label_sql} AS boolean_value
+        FROM {quote_table(spec.table)} s
         LEFT JOIN (SELECT hadm_id, any_value(dischtime) AS dischtime FROM raw.admissions
                    WHERE dataset = $dataset GROUP BY 1) a USING (hadm_id)
-        WHERE {spec.where}
+        WHERE {spec.where_sql}
         ORDER BY 1, 2"""
 
 

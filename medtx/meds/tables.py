@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import duckdb
 
+from medtx.db import quote_table, sql_literal
 from medtx.meds.mapping import CodeMapping
 
 RAW_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
@@ -24,33 +25,30 @@ EID_BITS = 40  # _eid = shard << 40 | row in shard: unique, in file order, and i
 MAPPED = "_meds_mapped"  # view: the events with their rule's prefix, target, remainder, field and category
 
 
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def rule_case(mapping: CodeMapping) -> str:
-    """SQL giving the index (in `mapping.rules()` order: longest prefix first) of the rule `code` matches."""
-    whens = " ".join(f"WHEN starts_with(code, {_lit(p)}) THEN {i}" for i, (p, _, _) in enumerate(mapping.rules()))
-    return f"CASE {whens} END"
+def rule_case_sql(mapping: CodeMapping) -> tuple[str, dict[str, str]]:
+    """SQL giving the index (in `mapping.rules()` order: longest prefix first) of the rule `code` matches, and
+    the named parameters (`$rule_prefix_<i>`) that bind the mapping's prefixes into it."""
+    rules = mapping.rules()
+    whens = " ".join(f"WHEN starts_with(code, $rule_prefix_{int(i)}) THEN {int(i)}" for i in range(len(rules)))
+    return f"CASE {whens} END", {f"rule_prefix_{i}": p for i, (p, _, _) in enumerate(rules)}
 
 
 def create_rules(con: duckdb.DuckDBPyConnection, events: str, mapping: CodeMapping) -> None:
     """The rules as a small table, and the view `_meds_mapped` joining each event to its rule."""
-    rows = ", ".join(
-        f"({i}, {_lit(p)}, {_lit(t)}, {_lit(o['field']) if 'field' in o else 'NULL'}, "
-        f"{_lit(o['category']) if 'category' in o else 'NULL'})"
-        for i, (p, t, o) in enumerate(mapping.rules()))
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _meds_rules AS
-                    SELECT * FROM (VALUES {rows}) r(_rule, _prefix, _target, _field, _category)""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _meds_rules
+                   (_rule INTEGER, _prefix VARCHAR, _target VARCHAR, _field VARCHAR, _category VARCHAR)""")
+    rows = [(i, p, t, o.get("field"), o.get("category")) for i, (p, t, o) in enumerate(mapping.rules())]
+    if rows:
+        con.executemany("INSERT INTO _meds_rules VALUES (?, ?, ?, ?, ?)", rows)
     con.execute(f"""
         CREATE OR REPLACE TEMP VIEW {MAPPED} AS
         SELECT e.*, r._prefix, r._target, substr(e.code, length(r._prefix) + 1) AS _rest, r._field, r._category
-        FROM {events} e LEFT JOIN _meds_rules r USING (_rule)""")
+        FROM {quote_table(events)} e LEFT JOIN _meds_rules r USING (_rule)""")
 
 
-def _part(i: int) -> str:
+def _part_sql(i: int) -> str:
     """Segment i (1-based) of the code after its prefix; medtx's export writes UNKNOWN for a missing part."""
-    return f"nullif(nullif(split_part(_rest, '//', {i}), ''), 'UNKNOWN')"
+    return f"nullif(nullif(split_part(_rest, '//', {int(i)}), ''), 'UNKNOWN')"
 
 
 def assign_stays(con: duckdb.DuckDBPyConnection, events: str, mapping: CodeMapping) -> None:
@@ -61,90 +59,92 @@ def assign_stays(con: duckdb.DuckDBPyConnection, events: str, mapping: CodeMappi
     latest stay whose window (admission day .. discharge) holds its time, else keeps no stay.
     """
     con.execute(f"""
-        UPDATE {events} SET hadm_id = -k.n FROM (
+        UPDATE {quote_table(events)} SET hadm_id = -k.n FROM (
             SELECT _eid, row_number() OVER (ORDER BY subject_id, time, _eid) AS n
             FROM {MAPPED} WHERE _target = 'admissions' AND hadm_id IS NULL) k
-        WHERE {events}._eid = k._eid""")
+        WHERE {quote_table(events)}._eid = k._eid""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _meds_stays AS
-        SELECT subject_id, hadm_id, arg_min(time, time) AS admittime, arg_min({_part(1)}, time) AS admission_type,
-               arg_min({_part(2)}, time) AS admission_location, NULL::TIMESTAMP AS dischtime
+        SELECT subject_id, hadm_id, arg_min(time, time) AS admittime, arg_min({_part_sql(1)}, time) AS admission_type,
+               arg_min({_part_sql(2)}, time) AS admission_location, NULL::TIMESTAMP AS dischtime
         FROM {MAPPED} WHERE _target = 'admissions' GROUP BY subject_id, hadm_id""")
-    _fill(con, events, "_target = 'discharges'", "s.admittime", "TRUE")
+    _fill(con, events, ["discharges"], "s.admittime", "TRUE")
     con.execute(f"""
         UPDATE _meds_stays SET dischtime = d.t FROM (
             SELECT hadm_id, min(time) AS t FROM {MAPPED} WHERE _target = 'discharges' GROUP BY 1) d
         WHERE _meds_stays.hadm_id = d.hadm_id""")
-    bound = ", ".join(_lit(t) for t in STAY_BOUND if t != "discharges")
-    if mapping.death_in_stay_by_time:
-        bound += ", 'death'"
-    _fill(con, events, f"_target IN ({bound})", "date_trunc('day', s.admittime)",
-          "(s.dischtime IS NULL OR e.time <= s.dischtime)")
+    bound = [t for t in STAY_BOUND if t != "discharges"] + (["death"] if mapping.death_in_stay_by_time else [])
+    _fill(con, events, bound, "date_trunc('day', s.admittime)", "(s.dischtime IS NULL OR e.time <= s.dischtime)")
 
 
-def _fill(con, events: str, which: str, start: str, keep: str) -> None:
-    """hadm_id of the `which` events lacking one := the latest stay of the subject starting at or before them."""
+def _fill(con, events: str, targets: list[str], start_sql: str, keep_sql: str) -> None:
+    """hadm_id of the events of rule targets `targets` lacking one := the latest stay of the subject starting at
+    or before them. `start_sql` / `keep_sql`: code-written expressions over the stay `s` and event `e`."""
     con.execute(f"""
-        UPDATE {events} SET hadm_id = f.hadm_id FROM (
+        UPDATE {quote_table(events)} SET hadm_id = f.hadm_id FROM (
             SELECT e._eid, s.hadm_id
-            FROM (SELECT _eid, subject_id, time FROM {MAPPED} WHERE {which} AND hadm_id IS NULL AND time IS NOT NULL) e
-            ASOF JOIN (SELECT *, {start} AS _start FROM _meds_stays s) s
+            FROM (SELECT _eid, subject_id, time FROM {MAPPED}
+                  WHERE list_contains($targets, _target) AND hadm_id IS NULL AND time IS NOT NULL) e
+            ASOF JOIN (SELECT *, {start_sql} AS _start FROM _meds_stays s) s
               ON e.subject_id = s.subject_id AND e.time >= s._start
-            WHERE {keep}) f
-        WHERE {events}._eid = f._eid""")
+            WHERE {keep_sql}) f
+        WHERE {quote_table(events)}._eid = f._eid""", {"targets": targets})
 
 
 def write_raw(con: duckdb.DuckDBPyConnection, dataset: str, mapping: CodeMapping) -> dict[str, int]:
     """Replace `dataset`'s rows of every raw MIMIC table from the events; returns rows per table.
     Event rows keep their `_eid` as row_id (unique, in file order: notes keep their order that way)."""
-    events = MAPPED
-    died = "[" + ", ".join(_lit(x.upper()) for x in mapping.died_discharge_locations) + "]::VARCHAR[]"
-    selects = {
+    # Built from code only: every value (dataset, died locations) is a bound parameter.
+    selects_sql = {
         "patients": f"""
             SELECT subject_id, row_number() OVER (ORDER BY subject_id) AS row_id,
                    max(_rest) FILTER (WHERE _target = 'gender') AS gender,
                    min(time) FILTER (WHERE _target = 'birth') AS dob,
                    min(time) FILTER (WHERE _target = 'death') AS dod,
                    CAST(min(time) FILTER (WHERE _target = 'death') IS NOT NULL AS INTEGER) AS expire_flag
-            FROM {events} GROUP BY subject_id""",
+            FROM {MAPPED} GROUP BY subject_id""",
         "admissions": f"""
             SELECT s.subject_id, row_number() OVER (ORDER BY s.subject_id, s.admittime, s.hadm_id) AS row_id,
                    s.hadm_id, s.admittime, s.dischtime, d.deathtime, s.admission_type, s.admission_location,
                    g.discharge_location,
-                   CAST(d.deathtime IS NOT NULL OR list_contains({died}, upper(g.discharge_location)) AS INTEGER)
+                   CAST(d.deathtime IS NOT NULL OR list_contains($died::VARCHAR[], upper(g.discharge_location)) AS INTEGER)
                        AS hospital_expire_flag
             FROM _meds_stays s
-            LEFT JOIN (SELECT hadm_id, min(time) AS deathtime FROM {events}
+            LEFT JOIN (SELECT hadm_id, min(time) AS deathtime FROM {MAPPED}
                        WHERE _target = 'death' AND hadm_id IS NOT NULL GROUP BY 1) d USING (hadm_id)
             LEFT JOIN (SELECT hadm_id, arg_min(nullif(nullif(_rest, ''), 'UNKNOWN'), time) AS discharge_location
-                       FROM {events} WHERE _target = 'discharges' GROUP BY 1) g USING (hadm_id)""",
-        "diagnoses_icd": _code_rows(events, "diagnoses_icd"),
-        "procedures_icd": _code_rows(events, "procedures_icd"),
+                       FROM {MAPPED} WHERE _target = 'discharges' GROUP BY 1) g USING (hadm_id)""",
+        "diagnoses_icd": _code_rows_sql("diagnoses_icd"),
+        "procedures_icd": _code_rows_sql("procedures_icd"),
         "prescriptions": f"""
             SELECT subject_id, _eid AS row_id, hadm_id, time AS startdate,
                    CASE WHEN _field = 'drug' THEN coalesce(drug, _rest) ELSE drug END AS drug, drug_name_generic,
                    CASE WHEN _field = 'ndc' THEN _rest ELSE ndc END AS ndc, route
-            FROM {events} WHERE _target = 'prescriptions'""",
+            FROM {MAPPED} WHERE _target = 'prescriptions'""",
         "noteevents": f"""
             SELECT subject_id, _eid AS row_id, hadm_id, time AS chartdate,
                    _category AS category, text_value AS text
-            FROM {events} WHERE _target = 'noteevents' AND text_value IS NOT NULL""",
+            FROM {MAPPED} WHERE _target = 'noteevents' AND text_value IS NOT NULL""",
     }
+    died = [x.upper() for x in mapping.died_discharge_locations]
     rows = {}
     for table in RAW_TABLES:
-        con.execute(f"DELETE FROM raw.{table} WHERE dataset = ?", [dataset])
-        con.execute(f"DELETE FROM raw.ingest_rejects WHERE dataset = ? AND table_name = ?", [dataset, table])
+        con.execute(f"DELETE FROM {quote_table('raw.' + table)} WHERE dataset = ?", [dataset])
+        con.execute("DELETE FROM raw.ingest_rejects WHERE dataset = ? AND table_name = ?", [dataset, table])
+        params = {"d": dataset, **({"died": died} if table == "admissions" else {})}
+        select_sql = selects_sql[table]
         rows[table] = con.execute(
-            f"INSERT INTO raw.{table} BY NAME SELECT $d AS dataset, * FROM ({selects[table]})", {"d": dataset}
+            f"INSERT INTO {quote_table('raw.' + table)} BY NAME SELECT $d AS dataset, * FROM ({select_sql})", params
         ).fetchall()[0][0]
     return rows
 
 
-def _code_rows(events: str, target: str) -> str:
+def _code_rows_sql(target: str) -> str:
+    """The rows of one code table; `target` is one of the code's own RAW_TABLES names."""
     return f"""
         SELECT subject_id, _eid AS row_id, hadm_id, seq_num,
                _rest AS icd9_code
-        FROM {events} WHERE _target = '{target}'"""
+        FROM {MAPPED} WHERE _target = {sql_literal(target)}"""
 
 
 def write_accounting(con: duckdb.DuckDBPyConnection, dataset: str) -> tuple[int, int]:
@@ -152,13 +152,17 @@ def write_accounting(con: duckdb.DuckDBPyConnection, dataset: str) -> tuple[int,
 
     A note event without text and a mapped event is still 'mapped' (its rule matched); unmapped rows are
     grouped by their code's first `//` segment so a reader sees which vocabularies were left out."""
-    cases = " ".join(f"WHEN {_lit(k)} THEN {_lit(v)}" for k, v in ACCOUNT_TABLE.items())
     con.execute("DELETE FROM raw.meds_codes WHERE dataset = ?", [dataset])
     con.execute(f"""
         INSERT INTO raw.meds_codes
         SELECT $d, coalesce(_prefix, split_part(code, '//', 1) || CASE WHEN contains(code, '//') THEN '//' ELSE '' END),
-               CASE _target {cases} ELSE _target END, count(DISTINCT code), count(*)
+               CASE _target {_account_cases_sql()} ELSE _target END, count(DISTINCT code), count(*)
         FROM {MAPPED} GROUP BY ALL ORDER BY 5 DESC""", {"d": dataset})
     return con.execute("SELECT coalesce(sum(n_rows) FILTER (WHERE target_table IS NOT NULL), 0), "
                        "coalesce(sum(n_rows) FILTER (WHERE target_table IS NULL), 0) "
                        "FROM raw.meds_codes WHERE dataset = ?", [dataset]).fetchall()[0]
+
+
+def _account_cases_sql() -> str:
+    """`WHEN target THEN raw table` for CASE, from the code constant ACCOUNT_TABLE."""
+    return " ".join(f"WHEN {sql_literal(k)} THEN {sql_literal(v)}" for k, v in ACCOUNT_TABLE.items())

@@ -18,6 +18,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from medtx.db import quote_table
+
 META_FILES = ("metadata/dataset.json", "metadata/codes.parquet")
 SPLIT_NAMES = {"train": "train", "tuning": "val", "held_out": "test"}
 
@@ -96,12 +98,12 @@ def check_events(con: duckdb.DuckDBPyConnection, table: str, shards: list[Path])
     def where(shard: int, eid: int) -> str:
         return f"{shards[shard]}: row {(eid & ((1 << 40) - 1)) + 1}"
 
-    bad = con.sql(f"SELECT _shard, _eid FROM {table} WHERE subject_id IS NULL OR code IS NULL LIMIT 1").fetchall()
+    bad = con.sql(f"SELECT _shard, _eid FROM {quote_table(table)} WHERE subject_id IS NULL OR code IS NULL LIMIT 1").fetchall()
     if bad:
         raise MedsFormatError(f"{where(*bad[0])} has a null subject_id or code (rule: subject_id and code are never null)")
     row = con.sql(f"""
         SELECT subject_id, min(_shard), max(_shard), min(_eid), count(*) = max(_eid) - min(_eid) + 1
-        FROM {table} GROUP BY subject_id
+        FROM {quote_table(table)} GROUP BY subject_id
         HAVING min(_shard) <> max(_shard) OR count(*) <> max(_eid) - min(_eid) + 1
         ORDER BY min(_shard) <> max(_shard) DESC, min(_eid) LIMIT 1""").fetchall()
     if row:
@@ -114,7 +116,7 @@ def check_events(con: duckdb.DuckDBPyConnection, table: str, shards: list[Path])
     row = con.sql(f"""
         SELECT _shard, _eid, subject_id FROM (
             SELECT _shard, _eid, subject_id, time, lag(time) OVER w AS prev_time, row_number() OVER w AS pos
-            FROM {table} WINDOW w AS (PARTITION BY subject_id ORDER BY _eid))
+            FROM {quote_table(table)} WINDOW w AS (PARTITION BY subject_id ORDER BY _eid))
         WHERE pos > 1 AND ((time IS NULL AND prev_time IS NOT NULL) OR time < prev_time)
         ORDER BY _eid LIMIT 1""").fetchall()
     if row:

@@ -90,15 +90,15 @@ def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) 
     """The task's sample rows joined with the stored patient split, per split, in (subject, hadm) order."""
     spec = task_spec(task)
     # A table shared by several tasks is filtered on its `task` column (the column itself is dropped).
-    own = " AND s.task = $task" if spec.shared else ""
+    own_sql = " AND s.task = $task" if spec.shared else ""
     frame = con.sql(
         f"""SELECT s.*{' EXCLUDE (task)' if spec.shared else ''}, sp.split FROM {quote_table('samples.' + spec.table)} s
             JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = $task AND sp.subject_id = s.subject_id
-            WHERE s.dataset = $dataset{own} ORDER BY s.subject_id, s.hadm_id""",
+            WHERE s.dataset = $dataset{own_sql} ORDER BY s.subject_id, s.hadm_id""",
         params={"task": task, "dataset": dataset},
     ).pl()
     if frame.height == 0:
-        n = con.execute(f"SELECT count(*) FROM {quote_table('samples.' + spec.table)} s WHERE s.dataset = $dataset{own}",
+        n = con.execute(f"SELECT count(*) FROM {quote_table('samples.' + spec.table)} s WHERE s.dataset = $dataset{own_sql}",
                         {"dataset": dataset, **({"task": task} if spec.shared else {})}).fetchall()[0][0]
         why = "no samples.splits rows for it" if n else f"no samples.{spec.table} rows"
         raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); "
