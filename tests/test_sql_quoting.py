@@ -137,3 +137,21 @@ def test_publish_and_dashboard_open_a_warehouse_whose_path_has_quotes(tmp_path: 
         assert con.sql("SELECT count(*) FROM raw.mtsamples").fetchall() == [(1,)]
     finally:
         con.close()
+
+
+def test_meds_copy_parquet_writes_to_a_path_with_quotes(tmp_path: Path) -> None:
+    """The COPY target and the embedded Arrow schema are bound parameters: a quote in the path is just a path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from medtx.meds.export import _count_rows, copy_parquet
+
+    folder = tmp_path / "it's \"quoted\"'); DROP TABLE x; --"
+    folder.mkdir()
+    path = folder / "a'b.parquet"
+    schema = pa.schema([("subject_id", pa.int64()), ("code", pa.large_string())])
+    con = connect(":memory:", migrate_schema=False)
+    copy_parquet(con, "SELECT CAST(range AS BIGINT) AS subject_id, 'C' || range AS code FROM range($n)", path,
+                 schema, {"n": 3})
+    assert _count_rows(con, path) == 3
+    assert pq.read_schema(path).field("code").type == pa.large_string()  # the bound KV_METADATA schema took
