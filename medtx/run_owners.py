@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 import duckdb
 import psutil
 
+from medtx.db import quote_ident, quote_table
 from medtx.writer_lock import process_alive
 
 log = logging.getLogger("medtx.runs")
@@ -88,7 +89,8 @@ def mark_interrupted(con: duckdb.DuckDBPyConnection, timeout_s: float | None = N
     marked = []
     for table, key in _TABLES.items():
         rows = con.execute(
-            f"SELECT {key}, owner_pid, owner_host, owner_started, heartbeat_at FROM {table} WHERE status = 'running'"
+            f"SELECT {quote_ident(key)}, owner_pid, owner_host, owner_started, heartbeat_at FROM {quote_table(table)}"
+            " WHERE status = 'running'"
         ).fetchall()
         for run_id, pid, host, started, beat in rows:
             why = owner_gone(pid, host, started, beat, now, timeout)
@@ -96,8 +98,8 @@ def mark_interrupted(con: duckdb.DuckDBPyConnection, timeout_s: float | None = N
                 continue
             reason = f"interrupted: {why}; noticed at {now.isoformat(sep=' ', timespec='seconds')} UTC"
             con.execute(
-                f"UPDATE {table} SET status = 'interrupted', finished_at = ?, error = ?"
-                f" WHERE {key} = ? AND status = 'running'",
+                f"UPDATE {quote_table(table)} SET status = 'interrupted', finished_at = ?, error = ?"
+                f" WHERE {quote_ident(key)} = ? AND status = 'running'",
                 [now, reason, run_id],
             )
             log.warning("%s %s: %s", table, run_id, reason)
@@ -110,7 +112,8 @@ def claim(con: duckdb.DuckDBPyConnection, table: str, run_id: str, owner: Owner 
     key = _TABLES[table]
     me = owner or this_process()
     con.execute(
-        f"UPDATE {table} SET owner_pid = ?, owner_host = ?, owner_started = ?, heartbeat_at = ? WHERE {key} = ?",
+        f"UPDATE {quote_table(table)} SET owner_pid = ?, owner_host = ?, owner_started = ?, heartbeat_at = ?"
+        f" WHERE {quote_ident(key)} = ?",
         [me.pid, me.host, me.started, utcnow(), run_id],
     )
 
@@ -118,7 +121,8 @@ def claim(con: duckdb.DuckDBPyConnection, table: str, run_id: str, owner: Owner 
 def heartbeat(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> None:
     """The owner is still working on `run_id` (cheap: one UPDATE on a connection it already has)."""
     key = _TABLES[table]
-    con.execute(f"UPDATE {table} SET heartbeat_at = ? WHERE {key} = ? AND status = 'running'", [utcnow(), run_id])
+    con.execute(f"UPDATE {quote_table(table)} SET heartbeat_at = ? WHERE {quote_ident(key)} = ? AND status = 'running'",
+                [utcnow(), run_id])
 
 
 def holds_run(con: duckdb.DuckDBPyConnection, table: str, run_id: str, owner: Owner | None = None) -> bool:
@@ -126,6 +130,7 @@ def holds_run(con: duckdb.DuckDBPyConnection, table: str, run_id: str, owner: Ow
     handler write it."""
     key = _TABLES[table]
     me = owner or this_process()
-    row = con.execute(f"SELECT owner_pid, owner_host, owner_started FROM {table} WHERE {key} = ?",
-                      [run_id]).fetchall()
+    row = con.execute(
+        f"SELECT owner_pid, owner_host, owner_started FROM {quote_table(table)} WHERE {quote_ident(key)} = ?", [run_id]
+    ).fetchall()
     return bool(row) and row[0][0] == me.pid and row[0][1] == me.host and abs((row[0][2] or 0) - me.started) < 1.0

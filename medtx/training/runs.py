@@ -18,6 +18,8 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from medtx.db import quote_table
+
 
 def oracle_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Whether raw.<table> exists (the oracle tables are created when a synthetic cohort is ingested)."""
@@ -34,7 +36,7 @@ def is_synthetic(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:
     for table in ORACLE_TABLES:
         name = table.removeprefix("raw.")
         if oracle_exists(con, name) and con.execute(
-                f"SELECT count(*) FROM raw.{name} WHERE dataset = ?", [dataset]).fetchall()[0][0] > 0:
+                f"SELECT count(*) FROM {quote_table('raw.' + name)} WHERE dataset = ?", [dataset]).fetchall()[0][0] > 0:
             return True
     return False
 
