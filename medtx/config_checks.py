@@ -16,8 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-EHR = ("drug_rec", "next_visit", "readmission")
-TEXT = ("specialty", "readmission_notes")
 BASELINE_OVERRIDES = {"most_frequent": (), "copy_last": (), "oracle": (), "logreg": ("C", "max_iter")}
 
 # Range rules by override key (the keys every model family shares); `allowed` is what the message shows.
@@ -42,19 +40,10 @@ def _is_num(v: Any) -> bool:
 
 
 def models_for(task: str) -> tuple[str, ...]:
-    """The model names a task accepts (the lists the training code dispatches on)."""
-    if task in EHR:
-        from medtx.models.baselines import BASELINE_MODELS
-        from medtx.models.registry import MODEL_TASKS
+    """The model names a task accepts: a view of the model and task registries."""
+    from medtx.models.registry import models_for as registry_models_for
 
-        return tuple(BASELINE_MODELS) + tuple(m for m, tasks in MODEL_TASKS.items() if task in tasks)
-    if task in TEXT:
-        from medtx.text.experiment import TEXT_MODELS
-
-        return tuple(TEXT_MODELS)
-    from medtx.text.faq import FAQ_MODELS
-
-    return tuple(FAQ_MODELS)
+    return registry_models_for(task)
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -64,27 +53,27 @@ def _fields(cls: type) -> dict[str, Any]:
 
 
 def override_fields(task: str, model: str) -> dict[str, Any]:
-    """Override key -> default value, for the config dataclass(es) a (task, model) run is built from."""
-    if task in EHR:
-        if model in BASELINE_OVERRIDES:
-            return {k: None for k in BASELINE_OVERRIDES[model]}
-        from medtx.models.behrt import BehrtConfig
-        from medtx.models.rnn import RNNConfig
-        from medtx.models.seq2seq import Seq2SeqConfig
-        from medtx.models.transformer import TransformerConfig
-        from medtx.models.transformer_rope import TransformerRoPEConfig
+    """Override key -> default value, for the config dataclass(es) a (task, model) run is built from: the
+    model's registered config (+ the trainer's) for neural EHR models, else the family's run config."""
+    from medtx.models.registry import specs
+    from medtx.tasks import get_task
+
+    info = get_task(task)
+    spec = next((s for s in specs() if s.name == model and s.serves(info)), None)
+    if spec is None or spec.family == "ehr_baseline":
+        return {k: None for k in BASELINE_OVERRIDES.get(model, ())}
+    if spec.family == "ehr":
         from medtx.training.trainer import TrainConfig
 
-        model_cls = {"transformer": TransformerConfig, "transformer_rope": TransformerRoPEConfig,
-                     "behrt": BehrtConfig, "seq2seq": Seq2SeqConfig}.get(model, RNNConfig)
-        return _fields(model_cls) | _fields(TrainConfig)
-    if task in TEXT:
-        from medtx.text.experiment import TextConfig
+        return _fields(spec.config) | _fields(TrainConfig)
+    # text and FAQ runs take their overrides on the family's run config (which holds the model's settings)
+    if spec.family == "faq":
+        from medtx.text.faq import FAQConfig
 
-        return _fields(TextConfig)
-    from medtx.text.faq import FAQConfig
+        return _fields(FAQConfig)
+    from medtx.text.experiment import TextConfig
 
-    return _fields(FAQConfig)
+    return _fields(TextConfig)
 
 
 def _check_value(key: str, value: Any, default: Any) -> str | None:
