@@ -2,7 +2,7 @@
 
 `lint-imports` (import-linter) reads the code's real import graph: the library (medtx) never imports Prefect,
 flows or the dashboard; medtx.models never imports medtx.training or medtx.text; the dashboard imports no
-flows or training code; only the `medtx dashboard` command imports the dashboard.
+flows or training code; only the dashboard's commands (`medtx dashboard`, `status`, `leaderboard`) import the dashboard.
 """
 
 from __future__ import annotations
