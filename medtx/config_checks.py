@@ -40,10 +40,13 @@ def _is_num(v: Any) -> bool:
 
 
 def models_for(task: str) -> tuple[str, ...]:
-    """The model names a task accepts: a view of the model and task registries."""
+    """The model names a task accepts (baselines first): a view of the model and task registries."""
+    from medtx.models.registry import model_names
     from medtx.models.registry import models_for as registry_models_for
 
-    return registry_models_for(task)
+    takes = registry_models_for(task)
+    baselines = set(model_names("ehr_baseline")) | set(model_names("text_baseline"))
+    return tuple(m for m in takes if m in baselines) + tuple(m for m in takes if m not in baselines)
 
 
 def _fields(cls: type) -> dict[str, Any]:

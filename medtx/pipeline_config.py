@@ -198,13 +198,8 @@ class PipelineConfig(_Strict):
             if missing:
                 raise ValueError(f"tasks.{task}.datasets names unknown dataset(s) {missing}; known: {keys}")
             task_def = get_task(task)
-            from medtx.models.registry import models_for  # torch and the model files: only when validating
-
-            takes = models_for(task)  # the models serving the task's kind that the task takes
-            wrong = [m.model for m in tc.models if m.model not in takes]
-            if wrong:
-                raise ValueError(f"tasks.{task}.models: {wrong} do not apply to {task} "
-                                 f"(it takes {', '.join(takes)})")
+            # Which models a task takes is checked in load_config (medtx.config_checks.model_problems): one
+            # line per wrong model with its key path, beside every other problem of the file.
             if "raw.mtsamples" in task_def.reads and self.mtsamples is None:
                 raise ValueError(f"tasks.{task} needs an `mtsamples` source")
         return self

@@ -49,7 +49,7 @@ def test_config_refuses_a_model_the_task_does_not_take(tmp_path):
 
     path = tmp_path / "bad.yaml"
     path.write_text("datasets: [{source: synth:10}]\ntasks:\n  mortality:\n    models: [{model: behrt}]\n")
-    with pytest.raises(ValueError, match=r"tasks.mortality.models: \['behrt'\] do not apply to mortality"):
+    with pytest.raises(ValueError, match=r"tasks.mortality.models\[0\].model = 'behrt': unknown for task mortality; allowed: (?!.*behrt)"):
         load_config(path)
 
 
@@ -89,7 +89,7 @@ def test_config_refuses_a_model_of_another_kind(tmp_path):
 
     path = tmp_path / "bad.yaml"
     path.write_text("datasets: [{source: synth:10}]\ntasks:\n  readmission:\n    models: [{model: copy_last}]\n")
-    with pytest.raises(ValueError, match=r"tasks.readmission.models: \['copy_last'\] do not apply to readmission"):
+    with pytest.raises(ValueError, match=r"tasks.readmission.models\[0\].model = 'copy_last': unknown for task readmission; allowed: (?!.*copy_last)"):
         load_config(path)
 
 
