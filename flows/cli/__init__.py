@@ -47,6 +47,9 @@ def _prefect_defaults(argv: list[str]) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "medtx")
+    # medtx logs outside a flow run (e.g. stopping a finished run's server) stay local instead of warning
+    # on the console that they cannot reach the (already stopped) API.
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 

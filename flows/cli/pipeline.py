@@ -65,8 +65,21 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
+        _flush_prefect_logs()  # before its server goes: queued run logs would fail to send at exit
         stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
     _summary(settings, state, log_file)
+
+
+def _flush_prefect_logs() -> None:
+    import sys
+
+    if "prefect.logging.handlers" in sys.modules:
+        from prefect.logging.handlers import APILogWorker
+
+        try:
+            APILogWorker.drain_all(timeout=10)
+        except Exception:  # noqa: BLE001 - the server may already be gone; nothing to send then
+            pass
 
 
 def _run_with_display(config: Path, db: Path | None, settings, steps_only, refresh, verbose: bool):
