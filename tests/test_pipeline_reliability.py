@@ -24,6 +24,7 @@ from medtx.writer_lock import WarehouseBusy, hold_writer, holder_path, read_hold
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
+DEMO = DATA / "mimic3_demo"
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -285,9 +286,12 @@ def _watch(proc: subprocess.Popen, marker: str, until=None) -> set[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize("ending", ["failure", "sigterm"])
 def test_a_pipeline_stops_every_process_it_started(tmp_path: Path, ending: str) -> None:
-    (tmp_path / "empty").mkdir()  # a source folder with no tables: every ingest step fails
+    (tmp_path / "empty").mkdir()  # a source folder with no tables: its ingest fails, so the pipeline fails
     config = tmp_path / "c.yaml"
-    config.write_text("datasets: [{source: empty}]\ntasks: {drug_rec: {models: [{model: most_frequent}]}}\n"
+    # The demo's training runs on the Dask cluster (started when the first training is submitted: only
+    # trainings go to workers), so both the temporary server and the cluster are up before the end.
+    config.write_text(f"datasets: [{{source: empty}}, {{source: {DEMO}}}]\n"
+                      "tasks: {drug_rec: {models: [{model: most_frequent}, {model: logreg}]}}\n"
                       "runner: {kind: dask, n_workers: 1}\n")
     db, marker = tmp_path / "w.duckdb", f"mark-{os.getpid()}-{ending}"
     proc = _pipeline_proc(config, db, marker, tmp_path)
