@@ -168,6 +168,12 @@ def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
     return build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_dir))
 
 
+def _training_slots(cfg: PipelineConfig) -> tuple[int, int | None]:
+    """(trainings at once, torch threads each) for this machine: GPUs of `devices`, then cores (medtx.resources)."""
+    gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
+    return cfg.runner.resolved(gpus=gpus)
+
+
 class _Run:
     """The state of one flow run while it walks the plan (settings, outcomes so far)."""
 
@@ -178,8 +184,7 @@ class _Run:
         self.paths = _paths(settings)
         self.outcomes: dict[str, runs.StepOutcome] = {}
         self.local = local  # non-training steps write the warehouse: they run in this process, never on workers
-        gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
-        self.train_width, self.torch_threads = cfg.runner.resolved(gpus=gpus)
+        self.train_width, self.torch_threads = _training_slots(cfg)
         log.info("training: %d at once, %s torch thread(s) each", self.train_width, self.torch_threads or "default")
         self.published_at, self.publish_cost = 0.0, 0.0
 
@@ -317,8 +322,7 @@ def pipeline(
         _notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
         try:
             # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
-            gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
-            with (make_task_runner(cfg.runner, cfg.runner.resolved(gpus=gpus)[0]) as runner,
+            with (make_task_runner(cfg.runner, _training_slots(cfg)[0]) as runner,
                   ThreadPoolTaskRunner(max_workers=1) as local):
                 run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
                 layers = Plan(tuple(selected)).layers()
