@@ -32,8 +32,9 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from medtx import pipeline_runs as runs
-from medtx import progress
+from medtx import progress, training_order
 from medtx import pipeline_steps as steps
+from medtx.db import open_warehouse
 from medtx.exchange import export_training_package, package_key, record_result_package
 from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, resolve_devices
 from medtx.pipeline_plan import Plan, Step, build_plan
@@ -267,6 +268,8 @@ class _Run:
                 continue
             prints = runs.input_fingerprints(self.db, step)
             ready.append((step, prints, runs.input_key(step, prints)))
+        if layer and layer[0].kind == "train":
+            ready = self.longest_first(ready)
         width = self.train_width if layer and layer[0].kind == "train" else 1
         pending: list[tuple[Step, str, PrefectFuture, float]] = []
         for step, prints, key in ready:
@@ -277,6 +280,16 @@ class _Run:
             pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
             self.collect(*pending.pop(self._first_done(pending)))
+
+    def longest_first(self, ready: list[tuple[Step, dict, str]]) -> list[tuple[Step, dict, str]]:
+        """Training steps in submission order, longest expected first (medtx.training_order)."""
+        by_name = {step.name: (step, prints, key) for step, prints, key in ready}
+        with open_warehouse(self.db, read_only=True) as con:
+            history = training_order.completed_durations(con, list(by_name))
+            units = training_order.train_units(con)
+        families = {s.name: training_order.model_family(s.task, s.params["model"]) for s, _, _ in ready}
+        order = training_order.longest_first([s for s, _, _ in ready], families, history, units)
+        return [by_name[s.name] for s in order]
 
     @staticmethod
     def _first_done(pending: list) -> int:

@@ -203,33 +203,39 @@ def _runs_on(spec: ModelSpec, dataset: str, cfg: PipelineConfig) -> bool:
     return True
 
 
+def train_step(task_name: str, dataset: str, model: str, *, label: str | None = None,
+               overrides: dict[str, Any] | None = None, seed: int = 0, device: str = "cpu") -> Step:
+    """The step that trains `model` on (task, dataset) with one seed: what the pipeline plans and what
+    `medtx train` runs (same reads, so the same training package)."""
+    task = get_task(task_name)
+    sample_step = _sample_step_name(task_name, dataset)
+    return Step(
+        f"train.{task_name}.{dataset}.{label or model}.s{seed}",
+        "train",
+        {"model": model, "overrides": dict(overrides or {}), "seed": seed},
+        dataset,
+        task_name,
+        label or model,
+        needs=(sample_step,),
+        # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
+        reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE),
+        writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
+        device=device,
+        scope={"dataset": dataset, "task": task.samples_task},
+    )
+
+
 def _train_steps(cfg: PipelineConfig) -> list[Step]:
     devices = itertools.cycle(resolve_devices(cfg.devices))
     steps = []
     for name, tc in cfg.tasks.items():
         task = get_task(name)
-        # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
-        reads = (task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE)
         for dataset, spec in itertools.product(_task_datasets(cfg, task), tc.models):
             if not _runs_on(spec, dataset, cfg):
                 continue
             for seed in spec.seeds or cfg.seeds:
-                sample_step = _sample_step_name(name, dataset)
-                steps.append(
-                    Step(
-                        f"train.{name}.{dataset}.{spec.label}.s{seed}",
-                        "train",
-                        {"model": spec.model, "overrides": spec.overrides, "seed": seed},
-                        dataset,
-                        name,
-                        spec.label,
-                        needs=(sample_step,),
-                        reads=reads,
-                        writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
-                        device=next(devices),
-                        scope={"dataset": dataset, "task": task.samples_task},
-                    )
-                )
+                steps.append(train_step(name, dataset, spec.model, label=spec.label, overrides=spec.overrides,
+                                        seed=seed, device=next(devices)))
     return steps
 
 

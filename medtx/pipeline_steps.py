@@ -136,6 +136,28 @@ def run_train_from_package(
     return train_in_package(Path(package), Path(result_dir), run)
 
 
+def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: Path | str, *, device: str,
+               torch_threads: int | None = None) -> list[str]:
+    """`medtx train`: the pipeline's training path, in this process. Export the step's training package,
+    train from it in a scratch warehouse, then record the result package in one transaction — the only write
+    to the warehouse. A failed training is recorded too (its failed run), then the error is raised."""
+    import uuid
+
+    from medtx import pipeline_runs as runs
+    from medtx.exchange import export_training_package, package_key, record_result_package
+
+    prints = runs.input_fingerprints(db, step)
+    package = export_training_package(db, step.reads, step.scope, exchange_dir,
+                                      package_key(step.reads, step.scope, prints))
+    result_dir = Path(exchange_dir) / "results" / f"cli-{uuid.uuid4().hex[:12]}" / step.name
+    try:
+        return run_train_from_package(step.spec(), str(package), str(result_dir), pipeline_run_id=None,
+                                      device=device, torch_threads=torch_threads)["run_ids"]
+    finally:
+        if (result_dir / "manifest.json").exists():
+            record_result_package(db, result_dir, models_dir)
+
+
 def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, device: str, exc: BaseException) -> None:
     """Make sure a failed training shows up in ml.runs: the experiment records its own failures once it has
     started a run; this covers a failure before that (bad config, missing samples)."""

@@ -1,8 +1,9 @@
 """`medtx train --task drug_rec --model transformer`: train/evaluate one model on one task and seed.
 
-EHR tasks (drug_rec, next_visit, readmission) go to `medtx.training.experiment.run_ehr_experiment`, text
-tasks (specialty, readmission_notes, faq) to `medtx.text.experiment.run_text_experiment`. Everything lands in
-the warehouse's ml.* tables; the command prints the run id and its test metrics (mean ± sd).
+The same path as a pipeline's training step, in this process (`medtx.pipeline_steps.train_here`): the
+step's training package is exported to the exchange folder, the model trains from it in a scratch warehouse,
+and the result package is recorded in the warehouse in one transaction (ml.runs, ml.epochs, ml.metrics,
+ml.predictions, ml.attention, checkpoints). The command prints the run id and its test metrics.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from rich.table import Table
 from flows.cli import app
 from flows.cli.locking import writes_warehouse
 from medtx.db import open_warehouse
+from medtx.pipeline_plan import train_step
+from medtx.pipeline_steps import train_here
 from medtx.settings import get_settings
 from medtx.tasks import get_task, names_of_family
 
@@ -71,6 +74,15 @@ def _use_available_cores(requested: int | None) -> None:
     torch.set_num_threads(int(requested) if requested else threads_per_training(1))
 
 
+def _check_model(task: str, model: str) -> None:
+    """A model the registry does not offer for the task is an error naming those it does (before any run)."""
+    from medtx.models.registry import models_for
+    from medtx.training_order import model_family
+
+    if not model_family(task, model):
+        raise ValueError(f"model {model!r} does not serve task {task!r}; models for it: {', '.join(models_for(task))}")
+
+
 def default_dataset(db: Path, requested: str | None) -> str:
     """The dataset a command means: the one named, else the only one in the warehouse (see medtx.datasets)."""
     from medtx.datasets import choose_dataset, warehouse_datasets
@@ -98,21 +110,14 @@ def train(
     settings = get_settings(db=db)
     values = parse_overrides(overrides or [])
     _use_available_cores(values.get("num_threads"))
+    if epochs is not None:
+        values["epochs"] = epochs
     try:
-        if get_task(task).family == "ehr":
-            from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
-
-            dataset = default_dataset(settings.db, dataset)
-            run_id = run_ehr_experiment(settings.db, dataset, task, model, seed, values,
-                                        epochs=epochs, device=device,
-                                        options=ExperimentOptions(models_dir=settings.models_dir))
-        else:
-            from medtx.text.experiment import run_text_experiment
-
-            if epochs is not None:
-                values["epochs"] = epochs
-            values.setdefault("device", device)
-            run_id = run_text_experiment(settings.db, task, model, seed, values, dataset=dataset)
+        spec = get_task(task)
+        _check_model(task, model)
+        dataset = default_dataset(settings.db, dataset) if spec.family == "ehr" else (dataset or spec.dataset)
+        step = train_step(task, dataset, model, overrides=values, seed=seed, device=device)
+        run_id = train_here(settings.db, step, settings.exchange_dir, settings.models_dir, device=device)[0]
     except (ValueError, LookupError, FileNotFoundError) as exc:
         _console.print(f"[red]train failed:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc

@@ -1,0 +1,73 @@
+"""`medtx train` takes the pipeline's path in one process: training package out, result package in.
+
+On a real warehouse built by the real commands (bundled MIMIC-III demo): the run is trained from a package in
+the exchange folder and recorded from its result package; a training that fails is recorded as a failed run and
+the command exits 1; a model the registry does not offer for the task is refused before any run exists.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+runner = CliRunner()
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cli-train")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEDTX_HOME", str(folder))
+        for args in (("ingest", "mimic3"), ("map-codes",), ("build-samples", "--task", "drug_rec")):
+            code, out = _invoke(*args, "--db", str(folder / "w.duckdb"))
+            assert code == 0, out
+        yield folder
+
+
+def _runs(db: Path) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.sql("SELECT r.model, r.status, count(m.run_id) FROM ml.runs r LEFT JOIN ml.metrics m "
+                       "USING (run_id) GROUP BY ALL ORDER BY min(r.started_at)").fetchall()
+
+
+def test_train_goes_through_a_training_package_and_a_result_package(home: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEDTX_HOME", str(home))
+    db = home / "w.duckdb"
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "gru", "--epochs", "1", "--db", str(db))
+    assert code == 0, out
+    [(model, status, n_metrics)] = _runs(db)
+    assert (model, status) == ("gru", "completed") and n_metrics > 0
+    exchange = home / "exchange"
+    [package] = list((exchange / "packages").glob("*/manifest.json"))
+    assert "samples.drug_rec" in json.loads(package.read_text())["tables"]
+    [result] = list((exchange / "results").glob("cli-*/*/manifest.json"))
+    run_ids = json.loads(result.read_text())["run_ids"]
+    assert len(run_ids) == 1 and run_ids[0] in out
+    with duckdb.connect(str(db), read_only=True) as con:
+        paths = [Path(p) for (p,) in con.execute("SELECT path FROM ml.models WHERE run_id = ?", run_ids).fetchall()]
+    assert paths and all(p.is_relative_to(home / "models") and p.exists() for p in paths)
+
+
+def test_a_failed_training_is_recorded_and_exits_1_an_unknown_model_writes_nothing(home: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEDTX_HOME", str(home))
+    db = home / "w.duckdb"
+    before = _runs(db)
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "gru", "--set", "lr=-1", "--epochs", "1",
+                        "--db", str(db))
+    assert code == 1 and "train failed" in out
+    assert _runs(db)[len(before):] == [("gru", "failed", 0)]
+
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "bilstm", "--db", str(db))
+    assert code == 1 and "does not serve task 'drug_rec'" in " ".join(out.split()) and "transformer" in out
+    assert len(_runs(db)) == len(before) + 1
