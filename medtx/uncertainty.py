@@ -22,7 +22,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from medtx.db import transaction
+from medtx.db import quote_table, transaction
 from medtx.metrics import intervals as iv
 from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
 from medtx.metrics.multilabel import average_precision_rows, recall_at_k_rows, roc_auc_rows, set_metric_rows
@@ -169,7 +169,7 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
                        truncated=frame.height < y.size, extra={"ks": spec.recall_ks, "ddi": ddi})
     if kind == "multiclass":
         table = spec.sample_table
-        groups = dict(con.sql(f"SELECT CAST(note_id AS VARCHAR), group_id FROM {table}").fetchall())
+        groups = dict(con.sql(f"SELECT CAST(note_id AS VARCHAR), group_id FROM {quote_table(table)}").fetchall())
         missing = [s for s in samples if s not in groups]
         if missing:
             raise ValueError(f"run {run_id}: test note {missing[0]} has no {table} row (group unknown)")

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from medtx.db import quote_table
+from medtx.db import quote_ident, quote_table
 from medtx.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
@@ -263,8 +263,8 @@ def faq_task() -> Task:
 
 def load_faq(con, task: Task) -> pl.DataFrame:
     """The question-answer pairs with their paraphrases and folds, by pair id."""
-    columns = ", ".join(task.sample_columns)
-    faq = con.sql(f"SELECT {columns} FROM {quote_table(task.sample_table)} ORDER BY pair_id").pl()
+    columns_sql = ", ".join(map(quote_ident, task.sample_columns))
+    faq = con.sql(f"SELECT {columns_sql} FROM {quote_table(task.sample_table)} ORDER BY pair_id").pl()
     if faq.height == 0:
         raise ValueError(f"{task.sample_table} is empty: run `medtx build-samples --task {task.name}`")
     return faq
