@@ -3,11 +3,15 @@ cells, and writing it between its markers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.results_config import BEGIN, BEHRT_DRUG_REC_VALIDATION, COPY_NOTE, COPY_VALIDATION, END, HEADLINE, MODEL_OVERRIDES, NEURAL, NEXT_VISIT_VALIDATION, TASK_MODELS, TASK_MODEL_OVERRIDES, TRAIN
+from benchmarks.results_config import (
+    BEGIN, BEHRT_DRUG_REC_VALIDATION, COPY_NOTE, COPY_VALIDATION, END, HEADLINE, MODEL_OVERRIDES, NEURAL,
+    NEXT_VISIT_VALIDATION, TASK_MODEL_OVERRIDES, TASK_MODELS, TRAIN,
+)
 
 
 def fmt(values: list[float]) -> str:
