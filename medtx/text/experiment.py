@@ -1,7 +1,8 @@
 """Text experiments: one (task, model, seed) run on notes, trained, evaluated and recorded in `ml.*`.
 
-Tasks: `specialty` (MTSamples, 40-class, `samples.specialty`, split by text group) and `readmission_notes`
-(`samples.readmission` rows that have discharge text, split by patient from `samples.splits`).
+Tasks: the registry's text classification tasks (medtx.tasks), read by their split unit: split by text group
+(the split a column of the sample table, e.g. `specialty` on MTSamples) or by patient from `samples.splits`
+(admissions with discharge text, e.g. `readmission_notes` on `samples.readmission`).
 Models: `majority`, `tfidf_logreg` (scikit-learn), `bilstm`, `bert` (local folder / Hub id in
 `bert_path`), `minilm` (optional package), `bert_scratch` (small BERT MLM-pre-trained here on the training
 notes, then fine-tuned). Neural models go through the shared trainer (`medtx.training.trainer.fit`) and select
@@ -11,7 +12,9 @@ Every run passes its test predictions through the collapse guard (`medtx.metrics
 majority-class model is stored as `collapsed = true` with the reason, never as a plain result.
 
 The stages of a run live in their own modules: `base.py` (TextConfig, TextData), `fitting.py` (fit_text_model),
-`evaluation.py` (evaluate_text); this module loads a task's notes, runs them in order and records the run.
+`evaluation.py` (evaluate_text), and the run skeleton shared with the FAQ runner in `runner.py` (load samples
+-> start run -> fit/predict/evaluate -> record in one transaction); this module says how a task's notes are
+loaded and which stages a run takes.
 """
 
 from __future__ import annotations
