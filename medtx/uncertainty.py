@@ -22,30 +22,21 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from medtx.db import transaction
+from medtx.db import quote_table, transaction
 from medtx.metrics import intervals as iv
 from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
 from medtx.metrics.multilabel import average_precision_rows, recall_at_k_rows, roc_auc_rows, set_metric_rows
+from medtx.tasks import Task, all_tasks, get_task
 
 log = logging.getLogger("medtx.uncertainty")
 
-MULTILABEL_TASKS = {"drug_rec": (), "next_visit": (10, 20)}  # task -> recall@k cut-offs
-BINARY_TASKS = ("readmission", "readmission_notes")
-MULTICLASS_TASKS = ("specialty",)
 AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
             "recall_samples", "recall_at_10", "recall_at_20", "brier")
 RANKING = ("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20")
-# The task's headline metric first, then its set (thresholded) metric: what comparisons are made on.
-COMPARED = {
-    "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
-    "next_visit": (("pr_auc_samples", "visit"), ("f1_samples", "visit")),
-    "readmission": (("auprc", "none"), ("rp80", "none")),
-    "readmission_notes": (("auprc", "none"), ("rp80", "none")),
-    "specialty": (("macro_f1", "none"), ("accuracy", "none")),
-    "faq": (("token_f1", "none"), ("exact_match", "none")),
-}
+# The task's headline metric first, then its set (thresholded) metric: what comparisons are made on (each
+# task declares its own, medtx.tasks; a task without any gets no comparisons).
+COMPARED = {t.name: t.compared for t in all_tasks() if t.compared}
 NON_NEURAL = ("logreg", "tfidf_logreg", "retrieval", "copy_last", "most_frequent", "majority")
-UNIT_NAMES = {"specialty": "text groups", "faq": "pairs"}  # what the bootstrap resamples; else patients
 
 
 @dataclass
@@ -111,16 +102,24 @@ def _multiclass_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tup
     return {(k, "none"): v for k, v in stats.items()}
 
 
-def _faq_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+def _generation_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
     return {("token_f1", "none"): iv.mean_stat(d.arrays["f1"], inverse, n_units),
             ("exact_match", "none"): iv.mean_stat(d.arrays["em"], inverse, n_units)}
 
 
 _BUILDERS = {"multilabel": _multilabel_stats, "binary": _binary_stats, "multiclass": _multiclass_stats,
-             "faq": _faq_stats}
+             "generation": _generation_stats}
 
 
 # ----------------------------------------------------------------------------------------------- loading
+
+
+def _task(name: str) -> Task | None:
+    """The registered task of a recorded run (None for a name the registry no longer knows)."""
+    try:
+        return get_task(name)
+    except ValueError:
+        return None
 
 
 def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | None, float | None]:
@@ -153,24 +152,27 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
                     "WHERE run_id = ?", params=[run_id]).pl()
     if frame.height == 0:
         return None
-    if task == "faq":
+    spec = _task(task)
+    kind = spec.kind if spec is not None else None
+    if kind == "generation":
         frame = frame.sort("sample_id")
         ids = frame["sample_id"].to_numpy()
         return RunData(ids, ids, {"f1": frame["prob"].fill_null(0.0).to_numpy(),
-                                  "em": frame["y_true"].fill_null(False).to_numpy().astype(np.float64)}, "faq")
+                                  "em": frame["y_true"].fill_null(False).to_numpy().astype(np.float64)}, "generation")
     samples, subject, y, p, pred, labels = _pivot(frame)
-    if task in MULTILABEL_TASKS:
+    if kind == "multilabel":
         ddi = None
-        if task == "drug_rec":
+        if "ref.ddi_atc3" in spec.train_reads:  # the task scores the DDI rate of predicted drug sets
             pairs = con.sql("SELECT atc3_a, atc3_b FROM ref.ddi_atc3").fetchall()
             ddi = ddi_matrix([tuple(r) for r in pairs], labels) if pairs else None
         return RunData(samples, subject, {"y": y, "p": p, "pred": pred}, "multilabel",
-                       truncated=frame.height < y.size, extra={"ks": MULTILABEL_TASKS[task], "ddi": ddi})
-    if task in MULTICLASS_TASKS:
-        groups = dict(con.sql("SELECT CAST(note_id AS VARCHAR), group_id FROM samples.specialty").fetchall())
+                       truncated=frame.height < y.size, extra={"ks": spec.recall_ks, "ddi": ddi})
+    if kind == "multiclass":
+        table = spec.sample_table
+        groups = dict(con.sql(f"SELECT CAST(note_id AS VARCHAR), group_id FROM {quote_table(table)}").fetchall())
         missing = [s for s in samples if s not in groups]
         if missing:
-            raise ValueError(f"run {run_id}: test note {missing[0]} has no samples.specialty row (group unknown)")
+            raise ValueError(f"run {run_id}: test note {missing[0]} has no {table} row (group unknown)")
         units = np.array([groups[s] for s in samples])
         return RunData(samples, units, {"y": y.argmax(axis=1), "pred": pred.argmax(axis=1)}, "multiclass",
                        extra={"n_classes": len(labels)})
@@ -222,7 +224,7 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
                             "ci_high, ci_method) VALUES (?, 'test', ?, ?, ?, ?, ?, ?, ?)",
                             [run_id, metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method])
         con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
-                    [n_units, UNIT_NAMES.get(task, "patients"), run_id])
+                    [n_units, spec.unit_name if (spec := _task(task)) else "patients", run_id])
     return len(rows)
 
 

@@ -43,3 +43,34 @@ def test_attention_frame_keeps_the_end_that_matters_and_rejects_others():
     with pytest.raises(ValueError, match="keep must be"):
         attention_frame([7], rows, max_tokens=2, keep="middle")
     assert attention_frame([], [], max_tokens=2).height == 0
+
+
+def test_settings_run_folder_defaults_to_the_settings_models_folder(tmp_path: Path):
+    from medtx.settings import get_settings
+    from medtx.training.runs import settings_run_folder
+
+    db = tmp_path / "warehouse.duckdb"
+    assert settings_run_folder(db, "r1") == run_folder(get_settings(db=db).models_dir, "r1")
+    assert settings_run_folder(db, "r1", tmp_path / "elsewhere") == tmp_path / "elsewhere" / "r1"
+
+
+def test_record_results_is_one_transaction(tmp_db: Path):
+    """A run's results land together or not at all: a writer failing half-way leaves no metric behind and the
+    run still `running` (the runner then marks it failed)."""
+    import polars as pl
+
+    from medtx.training import records
+
+    con = connect(tmp_db)
+    try:
+        records.start_run(con, "r1", task="specialty", model="majority", dataset="mtsamples", seed=0, config={})
+        broken = records.RunResults(metrics={"test": [("accuracy", "none", 0.5, 0.01, 10)]},
+                                    predictions=pl.DataFrame({"sample_id": ["1"]}))  # lacks label, prob
+        with pytest.raises(ValueError, match="lacks columns"):
+            records.record_results(con, "r1", broken)
+        assert con.execute("SELECT count(*) FROM ml.metrics WHERE run_id = 'r1'").fetchone()[0] == 0
+        assert con.execute("SELECT status FROM ml.runs WHERE run_id = 'r1'").fetchone()[0] == "running"
+        records.write_metrics(con, "r1", "val", [("accuracy", "none", 0.4, None, None)])  # writers work again alone
+        assert con.execute("SELECT count(*) FROM ml.metrics WHERE run_id = 'r1'").fetchone()[0] == 1
+    finally:
+        con.close()

@@ -28,6 +28,7 @@ from medtx.db import quote_ident, sql_literal
 from medtx.meds.events import DATA_ARROW_SCHEMA, EXTRA_COLUMNS, events_sql
 from medtx.meds.labels import LABEL_ARROW_SCHEMA, label_sql, label_tasks, missing_time_count
 from medtx.samples.splits import DEFAULT_SEED, assign_splits
+from medtx.tasks import all_tasks
 
 log = logging.getLogger("medtx.meds")
 
@@ -35,9 +36,10 @@ MEDS_VERSION = "0.4.1"
 DEFAULT_SHARD_ROWS = 2_000_000
 # medtx split names -> the MEDS sentinels.
 TO_MEDS_SPLIT = {"train": "train", "val": "tuning", "test": "held_out"}
-# The subject split of a subject is the one of the first of these tasks that holds it (readmission covers
-# nearly every admission, so it decides for most subjects); others get a seeded draw like any medtx split.
-SPLIT_TASK_ORDER = ("readmission", "drug_rec", "next_visit")
+# The subject split of a subject is the one of the first of these tasks that holds it (each task declares its
+# `meds_split_rank`, medtx.tasks); others get a seeded draw like any medtx split.
+SPLIT_TASK_ORDER = tuple(t.name for t in sorted((t for t in all_tasks() if t.meds_split_rank is not None),
+                                                 key=lambda t: t.meds_split_rank))
 
 CODES_ARROW_SCHEMA = pa.schema([("code", pa.string()), ("description", pa.string()),
                                 ("parent_codes", pa.list_(pa.string()))])

@@ -34,6 +34,7 @@ from sklearn.multiclass import OneVsRestClassifier
 
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.registry import ModelSpec, register_model
+from medtx.tasks import all_tasks, get_task
 
 log = logging.getLogger("medtx.models")
 
@@ -85,16 +86,18 @@ class MostFrequent:
 
 
 class CopyLast:
-    """The previous visit's drugs (drug_rec) or the current visit's diagnoses (next_visit)."""
-
-    SOURCE = {"drug_rec": "drugs_hist", "next_visit": "visits"}
+    """The labels of the last visit of the task's `copy_source` history column (medtx.tasks): the previous
+    visit's drugs (drug_rec) or the current visit's diagnoses (next_visit)."""
 
     def __init__(self, task: str, labels: LabelSpace) -> None:
-        if task not in self.SOURCE:
-            raise ValueError(f"copy_last is defined for {sorted(self.SOURCE)}, not {task!r}")
+        spec = get_task(task)
+        if spec.copy_source is None:
+            defined = sorted(t.name for t in all_tasks() if t.copy_source is not None)
+            raise ValueError(f"copy_last is defined for {defined}, not {task!r}")
         self.task, self.labels = task, labels
+        self.source, self.skips_current = spec.copy_source, spec.copy_skips_current
         self.fixed_threshold: float | None = 0.5
-        self.config: dict[str, Any] = {"source": self.SOURCE[task], "tie_break": "train_frequency"}
+        self.config: dict[str, Any] = {"source": self.source, "tie_break": "train_frequency"}
 
     def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> CopyLast:
         self.freq = label_frequencies(label_matrix(train, self.task, self.labels))
@@ -102,12 +105,12 @@ class CopyLast:
 
     def _copied(self, history: list[list[str]] | None) -> list[str]:
         visits = history or []
-        if self.task == "drug_rec":  # drugs_hist[-1] is the blanked current visit
+        if self.skips_current:  # e.g. drugs_hist[-1] is the blanked current visit
             return list(visits[-2] or []) if len(visits) >= 2 else []
         return list(visits[-1] or []) if visits else []
 
     def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
-        column = self.SOURCE[self.task]
+        column = self.source
         copied = np.zeros((frame.height, len(self.labels)), dtype=bool)
         for row, history in enumerate(frame[column].to_list()):
             copied[row, [self.labels.index[c] for c in self._copied(history) if c in self.labels.index]] = True
@@ -185,9 +188,6 @@ class LogReg:
         return np.asarray(self.model.predict_proba(x), dtype=np.float64)
 
 
-ORACLE_CODE_COLUMN = {"drug_rec": "atc3", "next_visit": "icd9_code", "readmission": None}
-
-
 class Oracle:
     """The synthetic generator's true label probabilities per visit (raw.synth_oracle_<task> rows)."""
 
@@ -205,7 +205,9 @@ class Oracle:
     def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
         row_of = {h: i for i, h in enumerate(frame["hadm_id"].to_list())}
         probs = np.zeros((frame.height, len(self.labels)), dtype=np.float64)
-        code_col = ORACLE_CODE_COLUMN[self.task]
+        code_col = get_task(self.task).oracle_code_column  # None: one probability per visit (binary)
+        if code_col is None and not self.labels.binary:
+            raise ValueError(f"oracle: task {self.task!r} declares no oracle_code_column for its labels")
         rows = self.rows.filter(pl.col("hadm_id").is_in(list(row_of)))
         covered = set()
         for rec in rows.iter_rows(named=True):

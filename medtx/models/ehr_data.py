@@ -27,7 +27,7 @@ import polars as pl
 import torch
 from torch import Tensor
 
-from medtx.tasks import Task, tasks_of_family
+from medtx.tasks import Task, get_task, tasks_of_family
 
 log = logging.getLogger("medtx.models")
 
@@ -308,15 +308,16 @@ class BehrtCodec:
         return task_spec(self.task)
 
     def _visits(self, row: dict) -> tuple[list[list[tuple[str, str]]], list[int] | None]:
-        if self.task == "next_visit":
-            return [[("visits", c) for c in v] for v in (row["visits"] or [])], row.get("ages")
+        if (ages := get_task(self.task).visit_ages) is not None:  # one visits column, with per-visit ages
+            column = self.spec.features[0]
+            return [[(column, c) for c in v] for v in (row[column] or [])], row.get(ages)
         n = max(len(row[f] or []) for f in self.spec.features)
         visits = [[(f, c) for f in self.spec.features
                    for c in ((row[f] or [])[v] if v < len(row[f] or []) else []) or []] for v in range(n)]
         return visits, None
 
     def encode(self, frame: pl.DataFrame) -> list[dict]:
-        extra = ("ages",) if self.task == "next_visit" else ()
+        extra = tuple(c for c in (get_task(self.task).visit_ages,) if c is not None)
         items = []
         for row in _rows(frame, self.spec, extra):
             item = _base_item(row, self.labels, self.spec)

@@ -232,12 +232,34 @@ def fit_params(data: Path = BUNDLED_DATA) -> dict:
     d_px = _read_csv(demo / "D_ICD_PROCEDURES.csv.gz")
     who = _who_name_atc3(data / "atc" / "WHO_ATC-DDD_2026-04-25.csv.gz")
     visits = adm["hadm_id"].to_list()
-    n_visits = len(visits)
+    diagnoses, procedures, x_dx, x_px = _code_params(dx, px, d_dx, d_px, visits, rng)  # the only draws of rng
+    drivers = [c for c in READMISSION_DRIVERS if c in set(diagnoses["codes"])]
+    return {
+        "version": PARAMS_VERSION,
+        "fitted_from": "MIMIC-III demo v1.4 + ICD-9 dictionaries + GAMENet/fabkury NDC maps + WHO ATC names",
+        "patients": _patient_params(patients, adm),
+        "visits": _visit_params(adm, drivers),
+        "diagnoses": diagnoses,
+        "procedures": procedures,
+        "drugs": _drug_params(rx, data, who, visits, x_dx, x_px),
+    }
 
+
+def _patient_params(patients: pl.DataFrame, adm: pl.DataFrame) -> dict:
+    """Sex, age at first admission and out-of-hospital death."""
     # Patients: age at first admission (demo ages > 89 are shifted to ~300 years, as in MIMIC).
     first = adm.group_by("subject_id").agg(pl.col("admittime").min()).join(patients, on="subject_id")
     ts = first.select(pl.col("admittime").str.to_datetime(), pl.col("dob").str.to_datetime())
     ages = ((ts["admittime"] - ts["dob"]).dt.total_days() / 365.25).round(1).sort().to_list()
+    return {
+        "female_share": round(float((patients["gender"] == "F").mean()), 6),
+        "first_admission_ages": ages,
+        "dod_share_if_alive": round((FULL_MIMIC_DOD_SHARE - 0.146) / (1 - 0.146), 6),
+    }
+
+
+def _visit_params(adm: pl.DataFrame, drivers: list[str]) -> dict:
+    """Visits per patient, length of stay, admission categories, deaths and readmission."""
     times = adm.select(pl.col("admittime").str.to_datetime(), pl.col("dischtime").str.to_datetime())
     los_days = ((times["dischtime"] - times["admittime"]).dt.total_seconds() / 86400).clip(0.05).to_numpy()
 
@@ -249,6 +271,28 @@ def fit_params(data: Path = BUNDLED_DATA) -> dict:
     visit_pmf = np.concatenate([[1 - p_multi], tail])
     visit_pmf /= visit_pmf.sum()
 
+    alive = adm["hospital_expire_flag"] == "0"
+    return {
+        "pmf": [round(float(p), 8) for p in visit_pmf],
+        "death_share_last_visit": round(FULL_MIMIC_IN_HOSPITAL_DEATH_RATE * FULL_MIMIC_VISITS_PER_PATIENT, 6),
+        "log_los_mean": round(float(np.log(los_days).mean()), 6),
+        "log_los_sd": round(float(np.log(los_days).std()), 6),
+        "categorical": {c: _value_shares(adm[c]) for c in (
+            "admission_type", "admission_location", "insurance", "language", "religion", "marital_status",
+            "ethnicity")},
+        "discharge_location": _value_shares(adm.filter(alive)["discharge_location"]),
+        "readmission": {
+            "base_logit": -1.6, "driver_codes": drivers, "driver_logit": 1.1,
+            "early_gap_days": [0.5, 29.5], "late_gap_log_mean": float(np.log(240.0)), "late_gap_log_sd": 1.0,
+        },
+    }
+
+
+def _code_params(dx: pl.DataFrame, px: pl.DataFrame, d_dx: pl.DataFrame, d_px: pl.DataFrame, visits: list,
+                 rng: np.random.Generator) -> tuple[dict, dict, np.ndarray, np.ndarray]:
+    """Diagnoses and procedures parameters, and each visit's code indicator matrices (for the drug effects)."""
+    n_visits = len(visits)
+    visit_idx = {h: i for i, h in enumerate(visits)}
     # Diagnoses / procedures: per-visit shares -> Poisson-Gamma inclusion (see generate.py).
     dx_counts = _per_visit_counts(dx, visits)
     px_counts = _per_visit_counts(px, visits)
@@ -263,6 +307,39 @@ def fit_params(data: Path = BUNDLED_DATA) -> dict:
     successors = [[int(s) for s in rng.choice(frequent[frequent != i], size=2, replace=False)]
                   for i in range(len(dx_codes))]
 
+    x_dx = np.zeros((n_visits, len(dx_codes)))
+    dx_pos = {c: i for i, c in enumerate(dx_codes)}
+    for h, c in dx.select("hadm_id", "icd9_code").iter_rows():
+        x_dx[visit_idx[h], dx_pos[c]] = 1
+    x_px = np.zeros((n_visits, len(px_codes)))
+    px_pos = {c: i for i, c in enumerate(px_codes)}
+    for h, c in px.select("hadm_id", "icd9_code").iter_rows():
+        x_px[visit_idx[h], px_pos[c]] = 1
+
+    diagnoses = {
+        "codes": dx_codes,
+        "share": [round(float(s), 8) for s in dx_share],
+        "titles": [titles.get(c, c) for c in dx_codes],
+        "gamma_shape": round(_gamma_shape(dx_counts), 6),
+        "demo_mean_per_visit": round(float(dx_counts.mean()), 6),
+        # next visit: rate = baseline_scale * base rate + persistence of own code + successor codes
+        "baseline_scale": 0.55,
+        "persistence": [0.9 if c else 0.08 for c in chronic],
+        "successors": successors,
+        "successor_rate": 0.12,
+    }
+    procedures = {
+        "codes": px_codes,
+        "share": [round(float(s), 8) for s in px_share],
+        "gamma_shape": round(_gamma_shape(px_counts), 6),
+        "demo_mean_per_visit": round(float(px_counts.mean()), 6),
+    }
+    return diagnoses, procedures, x_dx, x_px
+
+
+def _drug_params(rx: pl.DataFrame, data: Path, who, visits: list, x_dx: np.ndarray, x_px: np.ndarray) -> dict:
+    """ATC-3 shares, the planted diagnosis/procedure effects, rows per drug and noise rows."""
+    n_visits = len(visits)
     # Drugs: ATC-3 per demo visit via both NDC routes (what the samples stage will compute).
     templates = _drug_templates(rx, data, who)
     route_b, route_c = templates.pop("route_b"), templates.pop("route_c")
@@ -283,74 +360,22 @@ def fit_params(data: Path = BUNDLED_DATA) -> dict:
     noise_per_visit = _per_visit_counts(noise, rx["hadm_id"].unique().to_list())
     zero_share = rx.filter(pl.col("ndc").is_null() | (pl.col("ndc") == "0")).height / max(noise.height, 1)
 
-    x_dx = np.zeros((n_visits, len(dx_codes)))
-    dx_pos = {c: i for i, c in enumerate(dx_codes)}
-    for h, c in dx.select("hadm_id", "icd9_code").iter_rows():
-        x_dx[visit_idx[h], dx_pos[c]] = 1
-    x_px = np.zeros((n_visits, len(px_codes)))
-    px_pos = {c: i for i, c in enumerate(px_codes)}
-    for h, c in px.select("hadm_id", "icd9_code").iter_rows():
-        x_px[visit_idx[h], px_pos[c]] = 1
-
-    drivers = [c for c in READMISSION_DRIVERS if c in dx_pos]
-    alive = adm["hospital_expire_flag"] == "0"
     return {
-        "version": PARAMS_VERSION,
-        "fitted_from": "MIMIC-III demo v1.4 + ICD-9 dictionaries + GAMENet/fabkury NDC maps + WHO ATC names",
-        "patients": {
-            "female_share": round(float((patients["gender"] == "F").mean()), 6),
-            "first_admission_ages": ages,
-            "dod_share_if_alive": round((FULL_MIMIC_DOD_SHARE - 0.146) / (1 - 0.146), 6),
-        },
-        "visits": {
-            "pmf": [round(float(p), 8) for p in visit_pmf],
-            "death_share_last_visit": round(FULL_MIMIC_IN_HOSPITAL_DEATH_RATE * FULL_MIMIC_VISITS_PER_PATIENT, 6),
-            "log_los_mean": round(float(np.log(los_days).mean()), 6),
-            "log_los_sd": round(float(np.log(los_days).std()), 6),
-            "categorical": {c: _value_shares(adm[c]) for c in (
-                "admission_type", "admission_location", "insurance", "language", "religion", "marital_status",
-                "ethnicity")},
-            "discharge_location": _value_shares(adm.filter(alive)["discharge_location"]),
-            "readmission": {
-                "base_logit": -1.6, "driver_codes": drivers, "driver_logit": 1.1,
-                "early_gap_days": [0.5, 29.5], "late_gap_log_mean": float(np.log(240.0)), "late_gap_log_sd": 1.0,
-            },
-        },
-        "diagnoses": {
-            "codes": dx_codes,
-            "share": [round(float(s), 8) for s in dx_share],
-            "titles": [titles.get(c, c) for c in dx_codes],
-            "gamma_shape": round(_gamma_shape(dx_counts), 6),
-            "demo_mean_per_visit": round(float(dx_counts.mean()), 6),
-            # next visit: rate = baseline_scale * base rate + persistence of own code + successor codes
-            "baseline_scale": 0.55,
-            "persistence": [0.9 if c else 0.08 for c in chronic],
-            "successors": successors,
-            "successor_rate": 0.12,
-        },
-        "procedures": {
-            "codes": px_codes,
-            "share": [round(float(s), 8) for s in px_share],
-            "gamma_shape": round(_gamma_shape(px_counts), 6),
-            "demo_mean_per_visit": round(float(px_counts.mean()), 6),
-        },
-        "drugs": {
-            "atc3": atc3_list,
-            "share": [round(float(s), 6) for s in atc_share],
-            "dx_effects": [[i, a] for i, a in _lift_pairs(x_dx, y, top=3)],
-            "px_effects": [[i, a] for i, a in _lift_pairs(x_px, y, top=1)],
-            "dx_logit": 2.0,
-            "px_logit": 1.5,
-            "previous_logit": 2.0,
-            # repeats per drug chosen so rows per visit match the demo (mapped rows + noise rows)
-            "rows_per_drug_mean": round(float(max(1.5, (rx.height / rx_visits - noise_per_visit.mean())
-                                                  / atc_share.sum())), 6),
-            "rows_per_drug_shape": round(_gamma_shape(rows_per_drug - 1), 6),
-            "noise_rows_mean": round(float(noise_per_visit.mean()), 6),
-            "noise_rows_shape": round(_gamma_shape(noise_per_visit), 6),
-            "noise_zero_ndc_share": round(float(zero_share), 6),
-            "templates": templates,
-        },
+        "atc3": atc3_list,
+        "share": [round(float(s), 6) for s in atc_share],
+        "dx_effects": [[i, a] for i, a in _lift_pairs(x_dx, y, top=3)],
+        "px_effects": [[i, a] for i, a in _lift_pairs(x_px, y, top=1)],
+        "dx_logit": 2.0,
+        "px_logit": 1.5,
+        "previous_logit": 2.0,
+        # repeats per drug chosen so rows per visit match the demo (mapped rows + noise rows)
+        "rows_per_drug_mean": round(float(max(1.5, (rx.height / rx_visits - noise_per_visit.mean())
+                                              / atc_share.sum())), 6),
+        "rows_per_drug_shape": round(_gamma_shape(rows_per_drug - 1), 6),
+        "noise_rows_mean": round(float(noise_per_visit.mean()), 6),
+        "noise_rows_shape": round(_gamma_shape(noise_per_visit), 6),
+        "noise_zero_ndc_share": round(float(zero_share), 6),
+        "templates": templates,
     }
 
 

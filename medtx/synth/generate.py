@@ -8,20 +8,16 @@ byte-identical files and memory stays bounded by one chunk whatever the cohort s
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
-import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 import polars as pl
 
+from medtx.synth.files import MIMIC_TABLES, ORACLE_TABLES, Writers, with_row_id
 from medtx.synth.params import PARAMS_PATH, load_params
 from medtx.synth.model import Model, presence_prob
 from medtx.synth.notes import discharge_summary
@@ -37,27 +33,6 @@ MAX_NOISE_ROWS = 300
 DAY = 86_400
 YEAR = 365.25 * DAY
 EPOCH_2100 = int(np.datetime64("2100-01-01T00:00:00", "s").astype(np.int64))
-
-# Headers as in the full MIMIC-III v1.4 release (upper case); the demo has the same columns in lower case.
-COLUMNS: dict[str, list[str]] = {
-    "PATIENTS": ["ROW_ID", "SUBJECT_ID", "GENDER", "DOB", "DOD", "DOD_HOSP", "DOD_SSN", "EXPIRE_FLAG"],
-    "ADMISSIONS": ["ROW_ID", "SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", "DEATHTIME", "ADMISSION_TYPE",
-                   "ADMISSION_LOCATION", "DISCHARGE_LOCATION", "INSURANCE", "LANGUAGE", "RELIGION",
-                   "MARITAL_STATUS", "ETHNICITY", "EDREGTIME", "EDOUTTIME", "DIAGNOSIS", "HOSPITAL_EXPIRE_FLAG",
-                   "HAS_CHARTEVENTS_DATA"],
-    "DIAGNOSES_ICD": ["ROW_ID", "SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE"],
-    "PROCEDURES_ICD": ["ROW_ID", "SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE"],
-    "PRESCRIPTIONS": ["ROW_ID", "SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "STARTDATE", "ENDDATE", "DRUG_TYPE", "DRUG",
-                      "DRUG_NAME_POE", "DRUG_NAME_GENERIC", "FORMULARY_DRUG_CD", "GSN", "NDC", "PROD_STRENGTH",
-                      "DOSE_VAL_RX", "DOSE_UNIT_RX", "FORM_VAL_DISP", "FORM_UNIT_DISP", "ROUTE"],
-    "NOTEEVENTS": ["ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STORETIME", "CATEGORY",
-                   "DESCRIPTION", "CGID", "ISERROR", "TEXT"],
-    "ORACLE_DRUG_REC": ["hadm_id", "atc3", "prob"],
-    "ORACLE_NEXT_VISIT": ["hadm_id", "icd9_code", "prob"],
-    "ORACLE_READMISSION": ["hadm_id", "prob"],
-}
-MIMIC_TABLES = ("PATIENTS", "ADMISSIONS", "DIAGNOSES_ICD", "PROCEDURES_ICD", "PRESCRIPTIONS", "NOTEEVENTS")
-ORACLE_TABLES = ("ORACLE_DRUG_REC", "ORACLE_NEXT_VISIT", "ORACLE_READMISSION")
 
 
 @dataclass(frozen=True)
@@ -76,49 +51,6 @@ class SynthSummary:
 def dataset_name(n_patients: int) -> str:
     """Warehouse dataset name of a generated cohort (ARCHITECTURE.md): synth_<N>."""
     return f"synth_{n_patients}"
-
-
-class _GzipCsv:
-    """Append-only CSV.gz writer: header once, then chunk frames; deterministic bytes (mtime 0, no name)."""
-
-    def __init__(self, path: Path, columns: list[str]) -> None:
-        self.path, self.columns, self.rows = path, columns, 0
-        self._tmp = path.with_name(path.name + ".tmp")
-        self._raw = open(self._tmp, "wb")
-        self._gz = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0, compresslevel=1)
-        self._gz.write((",".join(columns) + "\n").encode())
-
-    def write(self, df: pl.DataFrame) -> None:
-        """Append rows; `df` must hold the columns in order (names may differ in case)."""
-        if df.height == 0:
-            return
-        buf = io.BytesIO()
-        df.write_csv(buf, include_header=False, datetime_format="%Y-%m-%d %H:%M:%S", float_precision=5)
-        self._gz.write(buf.getvalue())
-        self.rows += df.height
-
-    def close(self, commit: bool) -> None:
-        self._gz.close()
-        self._raw.close()
-        if commit:
-            os.replace(self._tmp, self.path)
-        else:
-            self._tmp.unlink(missing_ok=True)
-
-
-class _Writers:
-    """One _GzipCsv per output table; files appear under their final names only if generation completes."""
-
-    def __init__(self, out_dir: Path, tables: tuple[str, ...]) -> None:
-        self.files = {t: _GzipCsv(out_dir / f"{t}.csv.gz", COLUMNS[t]) for t in tables}
-
-    def __enter__(self) -> _Writers:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        for w in self.files.values():
-            w.close(commit=exc_type is None)
 
 
 def _ts(seconds: np.ndarray, valid: np.ndarray | None = None) -> pl.Series:
@@ -419,11 +351,6 @@ class Generator:
         })
 
 
-def _with_row_id(df: pl.DataFrame, writer: _GzipCsv) -> pl.DataFrame:
-    """Prepend ROW_ID continuing the file's count, so ids are unique across chunks."""
-    return df.with_row_index("row_id", offset=writer.rows + 1)
-
-
 def _readme(summary: SynthSummary, params_sha: str) -> str:
     rows = "\n".join(f"| {t}.csv.gz | {n:,} |" for t, n in summary.rows.items())
     return f"""# SYNTHETIC DATA — not real patients
@@ -473,7 +400,7 @@ def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool =
     if not notes:
         (out_dir / "NOTEEVENTS.csv.gz").unlink(missing_ok=True)  # a stale file from a --notes run would mislead
     hadm_next = HADM_ID_START
-    with _Writers(out_dir, tables + ORACLE_TABLES) as w:
+    with Writers(out_dir, tables + ORACLE_TABLES) as w:
         for chunk, first in enumerate(range(0, n_patients, CHUNK_PATIENTS)):
             subjects = SUBJECT_ID_START + np.arange(first, min(first + CHUNK_PATIENTS, n_patients))
             rng = np.random.default_rng([seed, chunk])
@@ -482,7 +409,7 @@ def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool =
             if notes:
                 frames["NOTEEVENTS"] = gen.notes(frames)
             for name in tables:
-                w.files[name].write(_with_row_id(frames[name], w.files[name]))
+                w.files[name].write(with_row_id(frames[name], w.files[name]))
             for name in ORACLE_TABLES:
                 w.files[name].write(frames[name])
             log.debug("synth chunk %d: %d patients, %d admissions", chunk, len(subjects), frames["ADMISSIONS"].height)

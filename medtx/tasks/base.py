@@ -71,6 +71,14 @@ class Task:
     label_name: str = "positive"  # the single output label of a binary task
     tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)
     recall_ks: tuple[int, ...] = ()
+    # What the paired comparisons against the reference baseline are made on (medtx.comparisons): the
+    # headline metric first, then the set (thresholded) metric, as (metric, averaging). (): no comparisons.
+    compared: tuple[tuple[str, str], ...] = ()
+    copy_source: str | None = None  # copy_last baseline: the history column it copies (None: not defined)
+    copy_skips_current: bool = False  # that column's last visit is the blanked current one: copy the one before
+    oracle_code_column: str | None = None  # raw.synth_oracle_<task> label column (None: one probability per row)
+    visit_ages: str | None = None  # column of per-visit ages the BEHRT codec reads (None: the task has no ages)
+    meds_split_rank: int | None = None  # MEDS export: a subject takes the split of the lowest-ranked task holding it
     # Models that apply: (): any model serving the task's kind and family (so a new model file applies to
     # every task of its kinds without editing them), less `excluded_models`; a listed set is the only ones.
     models: tuple[str, ...] = ()
@@ -91,6 +99,11 @@ class Task:
     def samples_task(self) -> str:
         """The task whose builder fills the sample table (itself unless `builds` says otherwise)."""
         return self.builds or self.name
+
+    @property
+    def unit_name(self) -> str:
+        """What the test-set bootstrap resamples, in words (ml.runs.test_unit)."""
+        return {"patient": "patients", "text_group": "text groups", "pair": "pairs"}[self.split_unit]
 
     @property
     def table(self) -> str:

@@ -30,6 +30,11 @@ TASK = Task(
     metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
     monitor="pr_auc_samples",
     tune_metric="jaccard_samples",
+    compared=(("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
+    copy_source="drugs_hist",
+    copy_skips_current=True,  # drugs_hist[-1] is the blanked current visit
+    oracle_code_column="atc3",
+    meds_split_rank=1,
     # models: every EHR model serving a multi-label task (the default)
     build=build,
     reads=EHR_VISIT_READS,

@@ -25,6 +25,7 @@ TASK = Task(
     split_unit="pair",
     metrics=("token_f1", "exact_match"),
     monitor="loss",
+    compared=(("token_f1", "none"), ("exact_match", "none")),
     build=build,
     writes=("samples.faq", "samples.task_summary"),
     files=("mental_health_faq",),

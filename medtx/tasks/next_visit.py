@@ -29,6 +29,11 @@ TASK = Task(
     monitor="pr_auc_samples",
     tune_metric="f1_samples",
     recall_ks=(10, 20),
+    compared=(("pr_auc_samples", "visit"), ("f1_samples", "visit")),
+    copy_source="visits",  # the current visit's diagnoses
+    oracle_code_column="icd9_code",
+    visit_ages="ages",
+    meds_split_rank=2,
     # models: every EHR model serving a multi-label task whose features it finds (the default; seq2seq needs
     # the visit's diagnoses and procedures as separate columns)
     build=build,

@@ -17,6 +17,7 @@ TASK = Task(
     split_unit="patient",
     metrics=("auroc", "auprc", "rp80"),
     monitor="auroc",
+    compared=(("auprc", "none"), ("rp80", "none")),
     builds="readmission",
     # Every text model pools chunks the ClinicalBERT way here (medtx/models/bert_text.py): "*" = any model.
     model_defaults={"*": {"pooling": "clinicalbert"}},

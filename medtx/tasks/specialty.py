@@ -26,6 +26,7 @@ TASK = Task(
     split_unit="text_group",
     metrics=("accuracy", "macro_f1"),
     monitor="macro_f1",
+    compared=(("macro_f1", "none"), ("accuracy", "none")),
     build=build,
     reads=("raw.mtsamples", "raw.meds_splits"),  # splits: medtx.samples.splits honours imported MEDS splits
     writes=("samples.specialty", *SAMPLE_EXTRAS),

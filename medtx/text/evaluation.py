@@ -41,7 +41,7 @@ def evaluate_text(data: TextData, probs: np.ndarray, *, n_boot: int = N_BOOT, se
         boot = bootstrap(lambda idx: binary_metrics(y[idx], probs[idx]), units, n_boot=n_boot, seed=seed)
         collapsed, reason = is_collapsed(probs.astype(np.float64))
         predictions = pl.DataFrame({
-            "sample_id": ids, "label": ["readmission"] * len(ids), "prob": probs.astype(np.float64),
+            "sample_id": ids, "label": [data.classes[1]] * len(ids), "prob": probs.astype(np.float64),
             "y_true": y.astype(bool), "predicted": pred.astype(bool),
             "subject_id": test["subject_id"].cast(pl.Int64), "hadm_id": test["hadm_id"].cast(pl.Int64),
         })

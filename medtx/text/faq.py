@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import traceback
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,26 +26,31 @@ import numpy as np
 import polars as pl
 import torch
 
-from medtx.db import connect
-from medtx.fingerprint import code_version, tables_fingerprint
+from medtx.db import quote_ident, quote_table
+from medtx.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
-from medtx.settings import get_settings
+from medtx.tasks import Task, tasks_of_kind
+from medtx.text.runner import RunPlan, execute_run
 from medtx.training import records
-from medtx.training.runs import run_folder
 
 log = logging.getLogger("medtx.text")
 
+MODEL_FAMILY = "faq"  # the model registry's family of question-answering models (medtx.models.registry)
 
 
 def __getattr__(name: str) -> Any:
-    """FAQ_MODELS: a view of the model registry (the models of family "faq")."""
+    """FAQ_MODELS: a view of the model registry (the models of family MODEL_FAMILY); DATASET: the FAQ task's
+    corpus (its `dataset`, medtx.tasks)."""
     if name == "FAQ_MODELS":
         from medtx.models.registry import model_names
 
-        return model_names("faq")
+        return model_names(MODEL_FAMILY)
+    if name == "DATASET":
+        return faq_task().dataset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-DATASET = "mental_health_faq"
+
+
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3, matching Seq2SeqConfig pad/bos/eos defaults
 _WORD = re.compile(r"\w+|[^\w\s]")
 
@@ -221,51 +225,68 @@ def score_answers(faq: pl.DataFrame, answers: list[tuple[int, str]], *, n_boot: 
 def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
                        *, pipeline_run_id: str | None = None, run_id: str | None = None,
                        models_dir: Path | None = None) -> str:
-    """One FAQ run (k-fold over held-out paraphrases) into ml.*; `ml.predictions.prob` holds each answer's
-    token F1 and `text` the answer given. Returns the run id."""
+    """One FAQ run (k-fold over held-out paraphrases) into ml.*, through the shared run skeleton
+    (medtx.text.runner); `ml.predictions.prob` holds each answer's token F1 and `text` the answer given.
+    Returns the run id."""
     from medtx.models.registry import model_names
 
-    if model not in model_names("faq"):
-        raise ValueError(f"unknown FAQ model {model!r}; choose one of {model_names('faq')}")
+    if model not in model_names(MODEL_FAMILY):
+        raise ValueError(f"unknown FAQ model {model!r}; choose one of {model_names(MODEL_FAMILY)}")
     known = {f.name for f in dataclasses.fields(FAQConfig)}
     unknown = sorted(set(overrides or {}) - known)
     if unknown:
         raise ValueError(f"unknown FAQ config keys {unknown}; known: {sorted(known)}")
     cfg = FAQConfig(**(overrides or {}))
-    settings = get_settings(db=Path(db))
-    con = connect(db)
-    try:
-        faq = con.sql("SELECT pair_id, question, answer, paraphrase, fold FROM samples.faq ORDER BY pair_id").pl()
-        if faq.height == 0:
-            raise ValueError("samples.faq is empty: run `medtx build-samples --task faq`")
-        run_id = run_id or records.new_run_id("faq", model, DATASET, seed)
-        records.start_run(con, run_id, task="faq", model=model, dataset=DATASET, seed=seed,
-                          config={"faq": dataclasses.asdict(cfg), "protocol": "kfold_paraphrase"},
-                          data_fingerprint=tables_fingerprint(con, ["samples.faq"]),
-                          code_version=code_version("text", "models", "training"), pipeline_run_id=pipeline_run_id)
-        try:
-            info: dict = {}
-            if model == "retrieval":
-                answers = answer_retrieval(faq, cfg)
-            else:
-                # ml.epochs is keyed by epoch only: record fold 0's curve (the others follow the same recipe).
-                def on_epoch(fold, epoch, metrics):
-                    if fold == 0:
-                        records.write_epochs(con, run_id, epoch, metrics)
+    task = faq_task()
+    plan = RunPlan(
+        task.name, model, task.dataset, seed,
+        load=lambda con: load_faq(con, task),
+        describe=lambda faq: {"faq": dataclasses.asdict(cfg), "protocol": "kfold_paraphrase"},
+        fingerprint=lambda con: tables_fingerprint(con, [task.sample_table]),
+        train=lambda faq, folder, on_epoch: _answer_and_score(faq, model, cfg, seed, folder, on_epoch),
+        code_parts=("text", "models", "training"),
+        run_id=run_id, pipeline_run_id=pipeline_run_id, models_dir=models_dir,
+    )
+    run_id = execute_run(db, plan)
+    log.info("%s %s seed %d: %s", task.name, model, seed,
+             {m: round(v, 4) for m, _, v, _, _ in plan.outcome["results"].metrics["test"]})
+    return run_id
 
-                folder = run_folder(models_dir or settings.models_dir, run_id)
-                answers, info = answer_seq2seq(faq, cfg, seed, folder, on_epoch)
-            metrics, predictions = score_answers(faq, answers, n_boot=cfg.n_boot, seed=seed)
-            records.write_metrics(con, run_id, "test", metrics)
-            records.write_predictions(con, run_id, predictions)
-            collapsed, reason = is_collapsed([a for _, a in answers])  # one answer for every question
-            records.finish_run(con, run_id, collapsed=collapsed, collapse_reason=reason,
-                               n_params=info.get("n_params"), train_seconds=info.get("train_seconds"),
-                               best_epoch=(info.get("best_epochs") or [None])[0])
-        except BaseException as exc:
-            records.fail_run(con, run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
-            raise
-        log.info("faq %s seed %d: %s", model, seed, {m: round(v, 4) for m, _, v, _, _ in metrics})
-        return run_id
-    finally:
-        con.close()
+
+def faq_task() -> Task:
+    """The registry's generation task (the one this runner trains)."""
+    found = tasks_of_kind("generation")
+    if len(found) != 1:
+        raise ValueError(f"the FAQ runner trains one generation task; the registry has {[t.name for t in found]}")
+    return found[0]
+
+
+def load_faq(con, task: Task) -> pl.DataFrame:
+    """The question-answer pairs with their paraphrases and folds, by pair id."""
+    columns_sql = ", ".join(map(quote_ident, task.sample_columns))
+    faq = con.sql(f"SELECT {columns_sql} FROM {quote_table(task.sample_table)} ORDER BY pair_id").pl()
+    if faq.height == 0:
+        raise ValueError(f"{task.sample_table} is empty: run `medtx build-samples --task {task.name}`")
+    return faq
+
+
+def _answer_and_score(faq: pl.DataFrame, model: str, cfg: FAQConfig, seed: int, folder: Path,
+                      on_epoch) -> records.RunResults:
+    """Fit and answer every fold's held-out paraphrases, score the answers, and say what to record."""
+    info: dict = {}
+    if model == "retrieval":
+        answers = answer_retrieval(faq, cfg)
+    else:
+        # ml.epochs is keyed by epoch only: record fold 0's curve (the others follow the same recipe).
+        def fold_epoch(fold, epoch, metrics):
+            if fold == 0:
+                on_epoch(epoch, metrics)
+
+        answers, info = answer_seq2seq(faq, cfg, seed, folder, fold_epoch)
+    metrics, predictions = score_answers(faq, answers, n_boot=cfg.n_boot, seed=seed)
+    collapsed, reason = is_collapsed([a for _, a in answers])  # one answer for every question
+    return records.RunResults(
+        metrics={"test": metrics}, predictions=predictions,
+        summary={"collapsed": collapsed, "collapse_reason": reason, "n_params": info.get("n_params"),
+                 "train_seconds": info.get("train_seconds"), "best_epoch": (info.get("best_epochs") or [None])[0]},
+    )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -60,9 +62,72 @@ def start_run(
     return run_id
 
 
+# Connections (by id) inside `recording`: the writers join its one transaction instead of opening their own.
+_RECORDING: set[int] = set()
+
+
+@contextmanager
+def _write(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """One writer's transaction, or the enclosing `recording` transaction when there is one."""
+    if id(con) in _RECORDING:
+        yield con
+        return
+    with transaction(con):
+        yield con
+
+
+@contextmanager
+def recording(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Every writer called inside is part of one transaction: a run's results land together or not at all."""
+    with transaction(con):
+        _RECORDING.add(id(con))
+        try:
+            yield con
+        finally:
+            _RECORDING.discard(id(con))
+
+
+@dataclass
+class RunResults:
+    """What a finished run records: test (and val) metrics, per-label scores, confusion cells, predictions,
+    attention, checkpoint folders (kind -> (path, epoch)) and the `finish_run` summary fields."""
+
+    metrics: Mapping[str, Sequence[tuple]]  # split -> (metric, averaging, value, sd, n_boot) rows
+    predictions: pl.DataFrame
+    label_metrics: Mapping[str, Sequence[tuple]] = field(default_factory=dict)  # split -> rows
+    confusion: Mapping[str, Sequence[tuple]] = field(default_factory=dict)  # split -> (true, predicted, n)
+    attention: pl.DataFrame | None = None
+    checkpoints: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+    summary: Mapping[str, Any] = field(default_factory=dict)  # finish_run fields
+
+
+def record_results(con: duckdb.DuckDBPyConnection, run_id: str, results: RunResults) -> None:
+    """Write a finished run's results and mark it `completed`, in one transaction; then qualify it (intervals,
+    comparisons: `finish_run`'s second half)."""
+    with recording(con):
+        for split, rows in results.metrics.items():
+            write_metrics(con, run_id, split, rows)
+        for split, rows in results.label_metrics.items():
+            write_label_metrics(con, run_id, split, rows)
+        for split, rows in results.confusion.items():
+            write_confusion(con, run_id, split, list(rows))
+        write_predictions(con, run_id, results.predictions)
+        if results.attention is not None and results.attention.height:
+            write_attention(con, run_id, results.attention)
+        for kind, (path, epoch) in results.checkpoints.items():
+            register_checkpoint(con, run_id, kind, str(path), epoch=epoch)
+        _mark_completed(con, run_id, dict(results.summary))
+    _analyse(con, run_id)
+
+
 def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> None:
     """Mark the run `completed` and set summary fields (threshold, threshold_source, collapsed,
     collapse_reason, n_params, best_epoch, train_seconds, device, config)."""
+    _mark_completed(con, run_id, fields)
+    _analyse(con, run_id)
+
+
+def _mark_completed(con: duckdb.DuckDBPyConnection, run_id: str, fields: dict[str, Any]) -> None:
     allowed = {"threshold", "threshold_source", "collapsed", "collapse_reason", "n_params", "best_epoch",
                "train_seconds", "device", "config"}
     unknown = set(fields) - allowed
@@ -71,12 +136,15 @@ def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> No
     if "config" in fields:
         fields["config"] = json.dumps(fields["config"], default=str)
     sets_sql = "".join(f", {quote_ident(k)} = ?" for k in fields)  # names checked against ml.runs above
-    with transaction(con):
+    with _write(con):
         con.execute(
             f"UPDATE ml.runs SET status = 'completed', finished_at = ?, error = NULL"
             f"{sets_sql} WHERE run_id = ?",
             [_now(), *fields.values(), run_id],
         )
+
+
+def _analyse(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     # Every runner (EHR, text, FAQ) ends here with its test predictions stored: the patient-bootstrap
     # intervals and the paired comparisons against the reference baseline are computed now, once.
     # A run whose figures cannot be qualified (e.g. it predicted other test samples than the reference) must
@@ -92,7 +160,7 @@ def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> No
 
 def fail_run(con: duckdb.DuckDBPyConnection, run_id: str, error: str) -> None:
     """Mark the run `failed`, keeping the error text (the rows written so far stay for diagnosis)."""
-    with transaction(con):
+    with _write(con):
         con.execute("UPDATE ml.runs SET status = 'failed', finished_at = ?, error = ? WHERE run_id = ?",
                     [_now(), error[:4000], run_id])
 
@@ -106,7 +174,7 @@ def write_epochs(con: duckdb.DuckDBPyConnection, run_id: str, epoch: int, metric
         if key == "seconds" or split not in ("train", "val"):
             continue
         rows.append((run_id, epoch, split, metric, None if value is None else float(value), seconds))
-    with transaction(con):
+    with _write(con):
         heartbeat(con, "ml.runs", run_id)  # the owner is alive: it just finished an epoch
         con.execute("DELETE FROM ml.epochs WHERE run_id = ? AND epoch = ?", [run_id, epoch])
         if rows:
@@ -119,7 +187,7 @@ def write_metrics(
 ) -> None:
     """Replace a split's final metrics: rows of (metric, averaging, value, sd, n_boot)."""
     data = [(run_id, split, m, a, _num(v), _num(sd), n) for m, a, v, sd, n in rows]
-    with transaction(con):
+    with _write(con):
         con.execute("DELETE FROM ml.metrics WHERE run_id = ? AND split = ?", [run_id, split])
         if data:
             # Named columns: migration 0011 added the interval columns, filled later by medtx.uncertainty.
@@ -132,7 +200,7 @@ def write_label_metrics(
 ) -> None:
     """Replace a split's per-label scores: rows of (label, metric, value, support)."""
     data = [(run_id, split, label, m, _num(v), int(s)) for label, m, v, s in rows]
-    with transaction(con):
+    with _write(con):
         con.execute("DELETE FROM ml.label_metrics WHERE run_id = ? AND split = ?", [run_id, split])
         if data:
             con.executemany("INSERT INTO ml.label_metrics VALUES (?, ?, ?, ?, ?, ?)", data)
@@ -144,7 +212,7 @@ def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, frame
     if missing:
         raise ValueError(f"{table}: frame lacks columns {missing}")
     rel = frame.select(columns)
-    with transaction(con):
+    with _write(con):
         con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
         if rel.height:
             con.register("_medtx_rows", rel.to_arrow())
@@ -180,7 +248,7 @@ def register_checkpoint(
     metric: str | None = None, value: float | None = None,
 ) -> None:
     """Record a checkpoint folder (`best`, `last` or `pretrained`) of a run in ml.models."""
-    with transaction(con):
+    with _write(con):
         con.execute("DELETE FROM ml.models WHERE run_id = ? AND kind = ?", [run_id, kind])
         con.execute("INSERT INTO ml.models (run_id, kind, path, epoch, metric, value) VALUES (?, ?, ?, ?, ?, ?)",
                     [run_id, kind, str(path), epoch, metric, _num(value)])
@@ -196,7 +264,7 @@ def _num(value: float | None) -> float | None:
 
 def write_confusion(con, run_id: str, split: str, rows: list[tuple[str, str, int]]) -> None:
     """Replace a split's confusion cells (true, predicted, n) in ml.confusion."""
-    with transaction(con):
+    with _write(con):
         con.execute("DELETE FROM ml.confusion WHERE run_id = ? AND split = ?", [run_id, split])
         if rows:
             con.executemany("INSERT INTO ml.confusion VALUES (?, ?, ?, ?, ?)", [(run_id, split, *r) for r in rows])

@@ -46,6 +46,13 @@ def run_folder(models_dir: Path | str, run_id: str) -> Path:
     return Path(models_dir) / run_id
 
 
+def settings_run_folder(db: Path | str, run_id: str, models_dir: Path | str | None = None) -> Path:
+    """`run_folder` under `models_dir`, or by default under the settings' models folder of this warehouse."""
+    from medtx.settings import get_settings
+
+    return run_folder(models_dir or get_settings(db=Path(db)).models_dir, run_id)
+
+
 def attention_frame(sample_ids: Sequence[Any], attentions: Sequence[dict], max_tokens: int,
                     keep: str = "last") -> pl.DataFrame:
     """Long-form attention rows of the showcase samples; `keep` = "last" or "first" `max_tokens` positions."""

@@ -1,0 +1,44 @@
+"""Task facts read from the registry instead of task names spelled in code (issue 13): each view equals what
+the code used to spell out."""
+
+from __future__ import annotations
+
+import pytest
+
+from medtx.tasks import get_task
+
+
+def test_compared_metrics_are_the_tasks_declarations():
+    from medtx.uncertainty import COMPARED
+
+    assert COMPARED == {
+        "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
+        "next_visit": (("pr_auc_samples", "visit"), ("f1_samples", "visit")),
+        "readmission": (("auprc", "none"), ("rp80", "none")),
+        "readmission_notes": (("auprc", "none"), ("rp80", "none")),
+        "specialty": (("macro_f1", "none"), ("accuracy", "none")),
+        "faq": (("token_f1", "none"), ("exact_match", "none")),
+    }
+    assert "mortality" not in COMPARED  # no comparisons declared: none made
+
+
+def test_meds_split_order_and_bootstrap_units():
+    from medtx.meds.export import SPLIT_TASK_ORDER
+
+    assert SPLIT_TASK_ORDER == ("readmission", "drug_rec", "next_visit")
+    assert get_task("specialty").unit_name == "text groups"
+    assert get_task("faq").unit_name == "pairs"
+    assert get_task("readmission_notes").unit_name == "patients"
+
+
+def test_copy_last_and_oracle_read_the_task():
+    from medtx.models.baselines import CopyLast
+    from medtx.models.ehr_data import LabelSpace
+
+    labels = LabelSpace.from_vocab(None, True, "readmission_30d")
+    assert CopyLast("drug_rec", labels).config["source"] == "drugs_hist"
+    assert CopyLast("next_visit", labels).config["source"] == "visits"
+    with pytest.raises(ValueError, match="copy_last is defined for"):
+        CopyLast("readmission", labels)
+    assert get_task("drug_rec").oracle_code_column == "atc3"
+    assert get_task("next_visit").visit_ages == "ages" and get_task("drug_rec").visit_ages is None
