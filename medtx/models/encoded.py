@@ -83,7 +83,9 @@ def sequential_batches(n: int, batch_size: int) -> list[Tensor]:
 
 
 def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> list[Tensor]:
-    """The same order as a DataLoader(shuffle=True) with this generator (RandomSampler's randperm)."""
+    """The same batches as a DataLoader(shuffle=True) with this generator: its iterator first draws a base
+    seed from the generator, then RandomSampler draws the permutation."""
+    torch.empty((), dtype=torch.int64).random_(generator=generator)
     return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
