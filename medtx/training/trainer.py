@@ -193,12 +193,15 @@ def _make_loader(items: Sequence, collate: Collate, batch_size: int, shuffle: bo
 
 
 class _EncodedLoader:
-    """Batches cut from an EncodedSet (no per-batch collate): in order, shuffled, or length-bucketed."""
+    """Batches cut from an EncodedSet (no per-batch collate): shuffled or length-bucketed for training; for
+    evaluation sorted by length, with `order` (item index per output row) to put the results back in order."""
 
     def __init__(self, items: EncodedSet, batch_size: int, shuffle: bool, seed: int, pool_batches: int) -> None:
         self.items = items
+        self.order: torch.Tensor | None = None
         if not shuffle:
-            self.index = sequential_batches(len(items), batch_size)
+            self.order = torch.argsort(items.lengths, stable=True)
+            self.index = [self.order[b] for b in sequential_batches(len(items), batch_size)]
         elif pool_batches > 0:
             self.index = length_buckets(items.lengths, batch_size, torch.Generator().manual_seed(seed), pool_batches)
         else:
@@ -361,7 +364,8 @@ def predict(
     model.to(device).eval()
     probs, labels, ids, attentions = [], [], [], []
     loss_sum, loss_n = 0.0, 0
-    for batch in _batches(items, collate, batch_size, shuffle=False):
+    loader = _batches(items, collate, batch_size, shuffle=False)
+    for batch in loader:
         batch = to_device(batch, device)
         with autocast_for(device):
             out = model(batch, output_attentions=output_attentions)
@@ -376,10 +380,22 @@ def predict(
         ids.extend(batch.get("sample_id", []))
         if output_attentions:
             attentions.extend(_attention_rows(out, out.logits.shape[0]))
-    return Predictions(
+    preds = Predictions(
         probs=np.concatenate(probs) if probs else np.empty((0, 0)),
         y_true=np.concatenate(labels) if labels else None,
         sample_ids=list(ids),
         loss=loss_sum / loss_n if loss_n else None,
         attentions=attentions,
     )
+    order = getattr(loader, "order", None)
+    return preds if order is None else _in_item_order(preds, order.numpy())
+
+
+def _in_item_order(preds: Predictions, order: np.ndarray) -> Predictions:
+    """Rows produced in `order` (length-sorted evaluation batches) put back in item order."""
+    back = np.argsort(order, kind="stable")
+    take = (lambda rows: [rows[i] for i in back]) if len(back) else list
+    return dataclasses.replace(
+        preds, probs=preds.probs[back] if len(preds.probs) else preds.probs,
+        y_true=None if preds.y_true is None else preds.y_true[back], sample_ids=take(preds.sample_ids),
+        attentions=take(preds.attentions) if preds.attentions else [])
