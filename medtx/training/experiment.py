@@ -316,7 +316,8 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
         with open_warehouse(db) as con:
             records.register_checkpoint(con, run_id, "pretrained", str(pre.best_dir), pre.best_epoch,
                                         "mlm_loss", pre.best_value)
-    encoded = encode_splits(items, bundle.collate)
+    # Each split collated to tensors once, reused by every epoch, validation and prediction.
+    encoded = {name: EncodedSet(split, bundle.collate) for name, split in items.items()}
     score = validation_score(task)
     # The trainer's default (sigmoid of the forward's logits) avoids a second forward pass per batch.
     from medtx.models.registry import sigmoid_proba
@@ -346,11 +347,6 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
     return _Outcome(p_val, p_test, None, config, sum(p.numel() for p in bundle.model.parameters()),
                     result.best_epoch, result.device,
                     attention_frame(shown.sample_ids, shown.attentions, opts.max_attention_tokens, keep="last"))
-
-
-def encode_splits(items: dict[str, list[dict]], collate) -> dict[str, EncodedSet]:
-    """Each split's items collated to tensors once, reused by every epoch, validation and prediction."""
-    return {name: EncodedSet(split, collate) for name, split in items.items()}
 
 
 def _write_vocab_files(folder: Path, vocabs: dict[str, Vocab], label_vocab: Vocab | None) -> None:
