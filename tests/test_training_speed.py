@@ -66,7 +66,8 @@ def test_length_buckets_are_deterministic_and_cover_every_sample_once():
 def test_shuffled_batches_match_a_shuffled_dataloader():
     loader = torch.utils.data.DataLoader(list(range(50)), batch_size=8, shuffle=True,
                                          generator=torch.Generator().manual_seed(3))
-    assert [b.tolist() for b in loader] == [b.tolist() for b in shuffled_batches(50, 8, torch.Generator().manual_seed(3))]
+    ours = shuffled_batches(50, 8, torch.Generator().manual_seed(3))
+    assert [b.tolist() for b in loader] == [b.tolist() for b in ours]
 
 
 @pytest.mark.parametrize("causal,cross", [(False, False), (True, False), (False, True)])

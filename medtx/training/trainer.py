@@ -252,8 +252,9 @@ def fit(
     `score(y_true, y_prob)` is evaluated on the validation split each epoch; `cfg.monitor` names the value
     to select on ("loss" is minimised, any score key is maximised). `on_epoch(epoch, metrics)` is called after
     each epoch (e.g. to write ml.epochs). Items may be an `EncodedSet` (collated once, batches indexed and
-    length-bucketed per `cfg.length_buckets`) or a plain item list (collated per batch). With `resume=True` training continues from `out_dir/last` when it
-    exists (weights, optimizer, epoch, best value, patience counter).
+    length-bucketed per `cfg.length_buckets`) or a plain item list (collated per batch). With `resume=True`
+    training continues from `out_dir/last` when it exists (weights, optimizer, epoch, best value, patience
+    counter).
     """
     _check_items(train_items, val_items)
     if cfg.monitor != "loss" and score is None:
