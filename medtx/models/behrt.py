@@ -117,10 +117,12 @@ class BehrtModel(nn.Module):
         self.embeddings = BehrtEmbeddings(config)
         self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
 
-    def forward(self, batch: dict, input_ids: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def forward(self, batch: dict, input_ids: Tensor | None = None, need_weights: bool = True
+                ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """`need_weights=False`: fused attention, no weights (empty tuple)."""
         ids = batch["input_ids"] if input_ids is None else input_ids
         x = self.embeddings(ids, batch["age_ids"], batch["segment_ids"], batch["position_ids"])
-        return self.encoder(x, batch["attention_mask"])
+        return self.encoder(x, batch["attention_mask"], need_weights=need_weights)
 
 
 class BehrtForMaskedLM(nn.Module):
@@ -135,7 +137,8 @@ class BehrtForMaskedLM(nn.Module):
         self.decoder = nn.Linear(d, self.config.vocab_size)
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
-        states, weights = self.behrt(batch, input_ids=batch.get("mlm_input_ids"))
+        states, weights = self.behrt(batch, input_ids=batch.get("mlm_input_ids"),
+                                     need_weights=output_attentions)
         logits = self.decoder(self.transform(states))  # [B, L, vocab]
         loss = None
         if "mlm_labels" in batch:
@@ -180,7 +183,7 @@ class BehrtForMultiLabel(nn.Module):
         return self.copy.present(batch["input_ids"], visit, nvisits, mask)
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
-        states, weights = self.behrt(batch)
+        states, weights = self.behrt(batch, need_weights=output_attentions)
         mask = batch["attention_mask"]
         if self.config.pooling == "cls":
             logits = self.head(self.dropout(self.pooler(states[:, 0])))

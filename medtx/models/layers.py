@@ -1,6 +1,8 @@
 """Building blocks shared by the model files of medtx.models (EHR and text).
 
-Attention is computed explicitly so every layer's weights [B, heads, queries, keys] can be returned.
+Attention runs through torch's fused `scaled_dot_product_attention` when no weights are wanted (training,
+validation, prediction) and explicitly, returning every layer's weights [B, heads, queries, keys], when they
+are (`need_weights=True`: the attention export pass). Both paths compute the same function.
 Blocks: `SinusoidalPositions` (+ `sinusoidal_table`), `MultiHeadAttention` (self/cross, causal, rotary),
 `FeedForward`, `EncoderLayer`, `Encoder`; pooling and heads: `masked_mean`, `LabelAttentionPooling`
 (CAML/LAAT), `DrugCopyGate` (COGNet-style copy path); losses and starts: `multilabel_loss`,
@@ -73,22 +75,44 @@ class MultiHeadAttention(nn.Module):
         rotary: nn.Module | None = None,
         q_pos: Tensor | None = None,
         k_pos: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """-> (output [B, Q, D], weights [B, H, Q, K] or None when `need_weights` is False (fused path))."""
         source = x if memory is None else memory
         q, k, v = self._split(self.q(x)), self._split(self.k(source)), self._split(self.v(source))
         if rotary is not None:
             q, k = rotary(q, q_pos), rotary(k, k_pos)
+        hidden = hidden_keys(key_mask, q.shape[-2], causal)
+        if need_weights:
+            context, weights = self._explicit(q, k, v, hidden)
+        else:
+            context, weights = self._fused(q, k, v, hidden), None
+        context = context.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        return self.out(context), weights
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """Scores written out so the weights [B, H, Q, K] can be returned (exported attention)."""
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Q, K]
-        hidden = ~key_mask[:, None, None, :]
-        if causal:
-            n_q, n_k = scores.shape[-2:]
-            hidden = hidden | torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1)
         # finfo.min instead of -inf: a fully hidden row (a padding query) gives uniform weights, not NaN.
         scores = scores.float().masked_fill(hidden, torch.finfo(torch.float32).min)
         weights = scores.softmax(dim=-1)  # softmax in fp32 even under bf16 autocast
-        context = self.dropout(weights).to(v.dtype) @ v
-        context = context.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
-        return self.out(context), weights
+        return self.dropout(weights).to(v.dtype) @ v, weights
+
+    def _fused(self, q: Tensor, k: Tensor, v: Tensor, hidden: Tensor) -> Tensor:
+        """torch's fused scaled_dot_product_attention: the same maths (same finfo.min additive mask, so a
+        fully hidden row is uniform too), no [B, H, Q, K] weights kept for backward."""
+        bias = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill(hidden, torch.finfo(q.dtype).min)
+        p = self.dropout.p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+
+
+def hidden_keys(key_mask: Tensor, n_queries: int, causal: bool) -> Tensor:
+    """True where a query must not see a key: padding keys [B, 1, 1, K], plus future keys [B, 1, Q, K] if causal."""
+    hidden = ~key_mask[:, None, None, :]
+    if causal:
+        future = torch.ones(n_queries, key_mask.shape[1], dtype=torch.bool, device=key_mask.device).triu(1)
+        hidden = hidden | future
+    return hidden
 
 
 class FeedForward(nn.Module):
@@ -112,8 +136,9 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor, rotary: nn.Module | None = None,
-                positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        attended, weights = self.attn(self.norm_attn(x), mask, rotary=rotary, q_pos=positions, k_pos=positions)
+                positions: Tensor | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+        attended, weights = self.attn(self.norm_attn(x), mask, rotary=rotary, q_pos=positions, k_pos=positions,
+                                      need_weights=need_weights)
         x = x + self.dropout(attended)
         x = x + self.dropout(self.ff(self.norm_ff(x)))
         return x, weights
@@ -128,11 +153,13 @@ class Encoder(nn.Module):
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, mask: Tensor, rotary: nn.Module | None = None,
-                positions: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+                positions: Tensor | None = None, need_weights: bool = True) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """-> (states, one weight tensor per layer; () when `need_weights` is False: the fused path)."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, rotary=rotary, positions=positions)
-            weights.append(w)
+            x, w = layer(x, mask, rotary=rotary, positions=positions, need_weights=need_weights)
+            if w is not None:
+                weights.append(w)
         return self.norm(x), tuple(weights)
 
 

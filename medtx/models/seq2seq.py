@@ -63,11 +63,11 @@ class DecoderLayer(nn.Module):
         self.norm_ff, self.ff = nn.LayerNorm(d_model), FeedForward(d_model, d_ff, dropout)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, tgt_mask: Tensor, memory: Tensor, src_mask: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor]:
-        attended, self_w = self.self_attn(self.norm_self(x), tgt_mask, causal=True)
+    def forward(self, x: Tensor, tgt_mask: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = True
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        attended, self_w = self.self_attn(self.norm_self(x), tgt_mask, causal=True, need_weights=need_weights)
         x = x + self.dropout(attended)
-        attended, cross_w = self.cross_attn(self.norm_cross(x), src_mask, memory=memory)
+        attended, cross_w = self.cross_attn(self.norm_cross(x), src_mask, memory=memory, need_weights=need_weights)
         x = x + self.dropout(attended)
         x = x + self.dropout(self.ff(self.norm_ff(x)))
         return x, self_w, cross_w
@@ -92,25 +92,28 @@ class Seq2SeqTransformer(nn.Module):
         steps = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
         return self.dropout(table(ids) * math.sqrt(self.config.d_model) + self.positions(steps))
 
-    def encode(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-        return self.encoder(self._embed(self.src_embed, src_ids), src_mask)
+    def encode(self, src_ids: Tensor, src_mask: Tensor, need_weights: bool = False
+               ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        return self.encoder(self._embed(self.src_embed, src_ids), src_mask, need_weights=need_weights)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
                ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]:
-        """Target prefix [B, T] -> next-token logits [B, T, V], per-layer self and cross attention."""
+        """Target prefix [B, T] -> next-token logits [B, T, V], per-layer self and cross attention (weights
+        only with `need_weights`; empty tuples otherwise)."""
         x, tgt_mask = self._embed(self.tgt_embed, tgt_in), tgt_in != self.config.pad_id
         tgt_mask = tgt_mask | (torch.arange(tgt_in.shape[1], device=tgt_in.device) == 0)  # <bos> always real
         self_ws, cross_ws = [], []
         for layer in self.decoder:
-            x, self_w, cross_w = layer(x, tgt_mask, memory, src_mask)
-            self_ws.append(self_w)
-            cross_ws.append(cross_w)
+            x, self_w, cross_w = layer(x, tgt_mask, memory, src_mask, need_weights)
+            if need_weights:
+                self_ws.append(self_w)
+                cross_ws.append(cross_w)
         return self.out(self.norm(x)), tuple(self_ws), tuple(cross_ws)
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
         tgt = batch["tgt_ids"]
-        memory, enc_w = self.encode(batch["src_ids"], batch["src_mask"])
-        logits, self_w, cross_w = self.decode(tgt[:, :-1], memory, batch["src_mask"])
+        memory, enc_w = self.encode(batch["src_ids"], batch["src_mask"], output_attentions)
+        logits, self_w, cross_w = self.decode(tgt[:, :-1], memory, batch["src_mask"], output_attentions)
         loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=self.config.pad_id)
         if not output_attentions:
             return ModelOutput(logits=logits, loss=loss)

@@ -38,7 +38,8 @@ stored/dashboard attention shows only what the encoders and label queries do.
 
 The building blocks (`MultiHeadAttention`, `Encoder`, `SinusoidalPositions`, `LabelAttentionPooling`,
 `DrugCopyGate`, ...) live in medtx/models/layers.py, shared with the other models. Attention is computed
-explicitly so that every layer's weights [B, heads, queries, keys] can be returned.
+explicitly, returning every layer's weights [B, heads, queries, keys], only when `output_attentions` asks
+for them (the export pass); otherwise it runs torch's fused scaled_dot_product_attention (same function).
 
 Batch keys (from `medtx.models.ehr_data.collate_ehr`): per feature f: `f_ids` [B, L] code ids (0 = pad),
 `f_visit` [B, L] chronological visit index of each code, `f_nvisits` [B], `f_mask` [B, L] (True = real code);
@@ -115,9 +116,10 @@ class FeatureEncoder(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
 
-    def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor
+    def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor, need_weights: bool = True
                 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-        """-> (states [B, 1 + L, D] with [CLS] first, mask [B, 1 + L], attention weights per layer)."""
+        """-> (states [B, 1 + L, D] with [CLS] first, mask [B, 1 + L], attention weights per layer: none
+        when `need_weights` is False, which runs the fused attention kernel)."""
         recency = (nvisits.unsqueeze(1) - 1 - visit).clamp(min=0)  # 0 = current visit
         x = self.embed(ids)
         if self.positions is not None:
@@ -126,7 +128,8 @@ class FeatureEncoder(nn.Module):
         # [CLS] is always a real key (so no query attends to nothing) and sits at the current visit.
         mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
         recency = torch.cat([torch.zeros_like(recency[:, :1]), recency], dim=1)
-        states, weights = self.encoder(self.dropout(x), mask, rotary=self.rotary, positions=recency)
+        states, weights = self.encoder(self.dropout(x), mask, rotary=self.rotary, positions=recency,
+                                       need_weights=need_weights)
         return states, mask, weights
 
 
@@ -183,7 +186,7 @@ class TransformerModel(nn.Module):
         states, masks, attentions = [], [], {}
         for f, encoder in self.encoders.items():
             s, mask, weights = encoder(batch[f"{f}_ids"], batch[f"{f}_visit"], batch[f"{f}_nvisits"],
-                                       batch[f"{f}_mask"])
+                                       batch[f"{f}_mask"], need_weights=output_attentions)
             states.append(s)
             masks.append(mask)
             attentions[f] = weights

@@ -38,6 +38,7 @@ from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
 from medtx.metrics.multilabel import patient_average, per_visit_metrics, tune_threshold, visit_average
 from medtx.models.baselines import BASELINE_MODELS, build_baseline, label_matrix
 from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.encoded import EncodedSet
 from medtx.samples.vocab import Vocab, load_vocab
 from medtx.tasks import get_task, tasks_of_family
 from medtx.training import records
@@ -315,6 +316,8 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
         with open_warehouse(db) as con:
             records.register_checkpoint(con, run_id, "pretrained", str(pre.best_dir), pre.best_epoch,
                                         "mlm_loss", pre.best_value)
+    # Each split collated to tensors once, reused by every epoch, validation and prediction.
+    encoded = {name: EncodedSet(split, bundle.collate) for name, split in items.items()}
     score = validation_score(task)
     # The trainer's default (sigmoid of the forward's logits) avoids a second forward pass per batch.
     from medtx.models.registry import sigmoid_proba
@@ -325,7 +328,7 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
         with open_warehouse(db) as con:
             records.write_epochs(con, run_id, epoch, metrics)
 
-    result = fit(bundle.model, items["train"], items["val"], bundle.collate, cfg, out_dir, score=score,
+    result = fit(bundle.model, encoded["train"], encoded["val"], bundle.collate, cfg, out_dir, score=score,
                  predict_proba=proba, on_epoch=on_epoch)
     _write_vocab_files(result.best_dir, vocabs, label_vocab)
     with open_warehouse(db) as con:
@@ -334,8 +337,9 @@ def _run_neural(db: Path, run_id: str, task: str, model: str, parts: dict[str, p
         records.register_checkpoint(con, run_id, "last", str(result.last_dir), len(result.history))
     device = resolve_device(cfg.device)
     batch = cfg.eval_batch_size or 2 * cfg.batch_size
-    p_val = predict(bundle.model, items["val"], bundle.collate, device, proba, batch).probs
-    p_test = predict(bundle.model, items["test"], bundle.collate, device, proba, batch).probs
+    p_val = predict(bundle.model, encoded["val"], bundle.collate, device, proba, batch).probs
+    p_test = predict(bundle.model, encoded["test"], bundle.collate, device, proba, batch).probs
+    # The attention export is its own pass over the few showcase items (explicit attention, weights kept).
     shown = predict(bundle.model, showcase_items(items["test"], opts.n_showcase, opts.max_attention_tokens),
                     bundle.collate, device, proba, batch, output_attentions=True)
     config = {"model": dataclasses.asdict(bundle.config) if dataclasses.is_dataclass(bundle.config)

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 # Checkpoint I/O belongs to the models layer; re-exported here for the trainer's callers.
 from medtx.models.checkpoint import jsonable, load_weights, save_checkpoint  # noqa: F401
+from medtx.models.encoded import EncodedSet, length_buckets, sequential_batches, shuffled_batches
 
 log = logging.getLogger("medtx.training")
 
@@ -54,6 +55,9 @@ class TrainConfig:
     num_threads: int | None = None  # torch CPU threads; None keeps torch's default
     eval_batch_size: int | None = None  # defaults to 2 x batch_size (no gradients kept)
     progress: bool | None = None  # tqdm bar; None = only when stderr is a terminal
+    # Training batches from an EncodedSet: shuffled, then sorted by length within pools of this many batches
+    # (less padding); 0 = plain shuffle (the same batches as a shuffled DataLoader). Item lists: plain shuffle.
+    length_buckets: int = 16
 
 
 @dataclass
@@ -137,7 +141,9 @@ def _preflight(model: nn.Module, items: Sequence, collate: Collate, device: torc
 
     Run without "labels" so the model's own loss cannot crash first with a shape error.
     """
-    batch = to_device(collate([items[i] for i in range(min(2, len(items)))]), device)
+    first = list(range(min(2, len(items))))
+    batch = to_device(items.batch(first) if isinstance(items, EncodedSet) else collate([items[i] for i in first]),
+                      device)
     labels = batch.get("labels")  # absent for self-supervised batches (BEHRT MLM carries mlm_labels)
     if not (isinstance(labels, torch.Tensor) and labels.dtype.is_floating_point and labels.dim() == 2):
         return  # e.g. MLM token targets: the shape check below is for one-logit-per-label heads
@@ -186,6 +192,36 @@ def _make_loader(items: Sequence, collate: Collate, batch_size: int, shuffle: bo
     return DataLoader(list(items), batch_size=batch_size, shuffle=shuffle, collate_fn=collate, generator=generator)
 
 
+class _EncodedLoader:
+    """Batches cut from an EncodedSet (no per-batch collate): shuffled or length-bucketed for training; for
+    evaluation sorted by length, with `order` (item index per output row) to put the results back in order."""
+
+    def __init__(self, items: EncodedSet, batch_size: int, shuffle: bool, seed: int, pool_batches: int) -> None:
+        self.items = items
+        self.order: torch.Tensor | None = None
+        if not shuffle:
+            self.order = torch.argsort(items.lengths, stable=True)
+            self.index = [self.order[b] for b in sequential_batches(len(items), batch_size)]
+        elif pool_batches > 0:
+            self.index = length_buckets(items.lengths, batch_size, torch.Generator().manual_seed(seed), pool_batches)
+        else:
+            self.index = shuffled_batches(len(items), batch_size, torch.Generator().manual_seed(seed))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __iter__(self):
+        return (self.items.batch(index) for index in self.index)
+
+
+def _batches(items: Sequence | EncodedSet, collate: Collate, batch_size: int, shuffle: bool, seed: int = 0,
+             pool_batches: int = 0) -> DataLoader | _EncodedLoader:
+    """Item lists go through a DataLoader + collate; an EncodedSet is indexed (optionally length-bucketed)."""
+    if isinstance(items, EncodedSet):
+        return _EncodedLoader(items, batch_size, shuffle, seed, pool_batches)
+    return _make_loader(items, collate, batch_size, shuffle, seed)
+
+
 def _validate(model, val_items, collate, device, cfg, score, predict_proba) -> dict[str, float]:
     preds = predict(
         model, val_items, collate, device, predict_proba=predict_proba,
@@ -201,8 +237,8 @@ def _validate(model, val_items, collate, device, cfg, score, predict_proba) -> d
 
 def fit(
     model: nn.Module,
-    train_items: Sequence,
-    val_items: Sequence,
+    train_items: Sequence | EncodedSet,
+    val_items: Sequence | EncodedSet,
     collate: Collate,
     cfg: TrainConfig,
     out_dir: Path,
@@ -215,8 +251,10 @@ def fit(
 
     `score(y_true, y_prob)` is evaluated on the validation split each epoch; `cfg.monitor` names the value
     to select on ("loss" is minimised, any score key is maximised). `on_epoch(epoch, metrics)` is called after
-    each epoch (e.g. to write ml.epochs). With `resume=True` training continues from `out_dir/last` when it
-    exists (weights, optimizer, epoch, best value, patience counter).
+    each epoch (e.g. to write ml.epochs). Items may be an `EncodedSet` (collated once, batches indexed and
+    length-bucketed per `cfg.length_buckets`) or a plain item list (collated per batch). With `resume=True`
+    training continues from `out_dir/last` when it exists (weights, optimizer, epoch, best value, patience
+    counter).
     """
     _check_items(train_items, val_items)
     if cfg.monitor != "loss" and score is None:
@@ -250,7 +288,8 @@ def fit(
         started = time.perf_counter()
         # Re-seed per epoch so a resumed run shuffles exactly like an uninterrupted one.
         set_seed(cfg.seed * 100_003 + epoch)
-        loader = _make_loader(train_items, collate, cfg.batch_size, shuffle=True, seed=cfg.seed * 100_003 + epoch)
+        loader = _batches(train_items, collate, cfg.batch_size, shuffle=True, seed=cfg.seed * 100_003 + epoch,
+                          pool_batches=cfg.length_buckets)
         bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs}", leave=False) if show_bar else None
         try:
             train_loss = _train_epoch(model, loader, optimizer, device, cfg, bar)
@@ -309,7 +348,7 @@ def _attention_rows(out: Any, batch_size: int) -> list[dict[str, tuple[np.ndarra
 @torch.no_grad()
 def predict(
     model: nn.Module,
-    items: Sequence,
+    items: Sequence | EncodedSet,
     collate: Collate,
     device: torch.device | str,
     predict_proba: PredictProba | None = None,
@@ -326,7 +365,8 @@ def predict(
     model.to(device).eval()
     probs, labels, ids, attentions = [], [], [], []
     loss_sum, loss_n = 0.0, 0
-    for batch in _make_loader(items, collate, batch_size, shuffle=False):
+    loader = _batches(items, collate, batch_size, shuffle=False)
+    for batch in loader:
         batch = to_device(batch, device)
         with autocast_for(device):
             out = model(batch, output_attentions=output_attentions)
@@ -341,10 +381,22 @@ def predict(
         ids.extend(batch.get("sample_id", []))
         if output_attentions:
             attentions.extend(_attention_rows(out, out.logits.shape[0]))
-    return Predictions(
+    preds = Predictions(
         probs=np.concatenate(probs) if probs else np.empty((0, 0)),
         y_true=np.concatenate(labels) if labels else None,
         sample_ids=list(ids),
         loss=loss_sum / loss_n if loss_n else None,
         attentions=attentions,
     )
+    order = getattr(loader, "order", None)
+    return preds if order is None else _in_item_order(preds, order.numpy())
+
+
+def _in_item_order(preds: Predictions, order: np.ndarray) -> Predictions:
+    """Rows produced in `order` (length-sorted evaluation batches) put back in item order."""
+    back = np.argsort(order, kind="stable")
+    take = (lambda rows: [rows[i] for i in back]) if len(back) else list
+    return dataclasses.replace(
+        preds, probs=preds.probs[back] if len(preds.probs) else preds.probs,
+        y_true=None if preds.y_true is None else preds.y_true[back], sample_ids=take(preds.sample_ids),
+        attentions=take(preds.attentions) if preds.attentions else [])

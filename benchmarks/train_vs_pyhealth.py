@@ -1,0 +1,236 @@
+"""Training throughput: medtx's `transformer` against PyHealth's `Transformer` on the same drug_rec samples.
+
+Both train on the same training patients (medtx's stored patient split of a synthetic cohort), with batch size
+32, the same number of epochs and torch threads, validating on the same validation patients every epoch, and
+are scored on the same test patients. Runs are interleaved (medtx, PyHealth, medtx, PyHealth, ...), each in
+its own subprocess. Printed: samples/s of each (training samples x epochs / seconds of those epochs,
+validation included on both sides), the ratio, and the test PR-AUC of each (`pr_auc_samples`: sklearn's
+sample-averaged average precision over each side's own test probabilities).
+
+PyHealth lives in its own virtualenv (its pins clash with medtx's; see benchmarks/pyhealth_drug_rec.py). On
+this machine (Python 3.11) PyHealth 2.x cannot install (it requires Python >= 3.12), so 1.1.6 is used:
+
+    python3 -m venv /tmp/pyhealth-venv
+    /tmp/pyhealth-venv/bin/pip install torch==2.13.0 "numpy<2" "pandas<2" "pandarallel<1.6.5" tqdm \\
+        scikit-learn networkx "urllib3<=1.26.15" "setuptools<80" pillow
+    /tmp/pyhealth-venv/bin/pip install --no-deps pyhealth==1.1.6
+
+PyHealth 1.1.6 imports torchvision, mne and rdkit at package import time for image/EEG/SafeDrug code that the
+EHR Transformer never runs; the worker stubs those three modules instead of installing them.
+
+The cohort: `medtx synth mimic3 --patients N`, `medtx ingest mimic3`, `medtx map-codes`,
+`medtx build-samples --task drug_rec` into WAREHOUSE (see --help). `--medtx-root` may be given twice
+(e.g. main's checkout and a branch's) to compare medtx versions in the same interleaved rounds.
+
+    .venv/bin/python benchmarks/train_vs_pyhealth.py --db W.duckdb --dataset synth_10000 \\
+        --pyhealth-python /tmp/pyhealth-venv/bin/python [--medtx-root /work/main] [--epochs 5] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FEATURES = ("conditions", "procedures", "drugs_hist")
+
+
+# ----------------------------------------------------------------------------------------------- shared
+
+
+def sample_ap(y_true, y_prob) -> float:
+    """Sample-averaged average precision (PyHealth's and medtx's `pr_auc_samples`), samples with a positive."""
+    import numpy as np
+    from sklearn.metrics import average_precision_score
+
+    keep = np.asarray(y_true).sum(1) > 0
+    return float(average_precision_score(np.asarray(y_true)[keep], np.asarray(y_prob)[keep], average="samples"))
+
+
+def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
+    """medtx's drug_rec samples with their split, as JSON (the PyHealth worker's input)."""
+    from medtx.training.experiment import load_split_samples, open_warehouse
+
+    with open_warehouse(db, read_only=True) as con:
+        parts = load_split_samples(con, dataset, "drug_rec")
+    rows = []
+    for split, frame in parts.items():
+        for r in frame.select("subject_id", "hadm_id", *FEATURES, "drugs").iter_rows(named=True):
+            rows.append({"patient_id": str(r["subject_id"]), "visit_id": str(r["hadm_id"]), "split": split,
+                         **{f: [list(v or []) for v in r[f]] for f in FEATURES}, "drugs": list(r["drugs"] or [])})
+    out.write_text(json.dumps(rows))
+    return {split: frame.height for split, frame in parts.items()}
+
+
+# ----------------------------------------------------------------------------------------------- workers
+
+
+def medtx_worker(db: str, dataset: str, epochs: int, threads: int, seed: int) -> dict:
+    """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs."""
+    import numpy as np
+
+    from medtx.training.experiment import ExperimentOptions, open_warehouse, run_ehr_experiment
+
+    overrides = {"batch_size": 32, "num_threads": threads, "patience": epochs + 1}
+    models = tempfile.mkdtemp(prefix="bench-medtx-")
+    run = run_ehr_experiment(db, dataset, "drug_rec", "transformer", seed=seed, overrides=overrides, epochs=epochs,
+                             device="cpu", options=ExperimentOptions(n_boot=2, models_dir=Path(models)))
+    shutil.rmtree(models, ignore_errors=True)
+    with open_warehouse(db, read_only=True) as con:
+        seconds = con.sql("SELECT sum(s) FROM (SELECT any_value(seconds) s FROM ml.epochs WHERE run_id = ? "
+                          "GROUP BY epoch)", params=[run]).fetchall()[0][0]
+        preds = con.sql("SELECT hadm_id, label, prob, y_true FROM ml.predictions WHERE run_id = ? "
+                        "ORDER BY hadm_id, label", params=[run]).pl()
+        n_train = con.sql("SELECT count(*) FROM samples.splits sp JOIN samples.drug_rec s USING (subject_id) "
+                          "WHERE sp.task = 'drug_rec' AND sp.dataset = ? AND s.dataset = ? AND sp.split = 'train'",
+                          params=[dataset, dataset]).fetchall()[0][0]
+    n_labels = preds["label"].n_unique()
+    prob = preds["prob"].to_numpy().reshape(-1, n_labels)
+    truth = preds["y_true"].to_numpy().reshape(-1, n_labels).astype(np.float64)
+    return {"samples_per_s": n_train * epochs / seconds, "seconds": seconds, "n_train": n_train,
+            "test_pr_auc": sample_ap(truth, prob), "run_id": run}
+
+
+def _stub_attribute(name: str):
+    """Any public name of a stubbed module is a placeholder class; dunders stay absent (inspect probes them)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (), {})
+
+
+def _stub_unused_pyhealth_imports() -> None:
+    """PyHealth 1.1.6 imports torchvision (images), mne (EEG) and rdkit (SafeDrug) at package import."""
+    import importlib.abc
+    import importlib.machinery
+    import types
+
+    class Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torchvision", "mne", "rdkit"):
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            module = types.ModuleType(spec.name)
+            module.__path__ = []
+            module.__getattr__ = _stub_attribute
+            return module
+
+        def exec_module(self, module) -> None:
+            pass
+
+    sys.meta_path.insert(0, Stubs())
+
+
+def pyhealth_worker(samples: str, epochs: int, threads: int, seed: int) -> dict:
+    """PyHealth's Transformer + Trainer on the exported samples (its defaults, batch 32)."""
+    _stub_unused_pyhealth_imports()
+    import numpy as np
+    import torch
+    from pyhealth.datasets import SampleEHRDataset, get_dataloader
+    from pyhealth.models import Transformer
+    from pyhealth.trainer import Trainer
+    from torch.utils.data import Subset
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    rows = json.loads(Path(samples).read_text())
+    # PyHealth's own drug_rec task keeps only visits with codes of every kind; the same rows for both here,
+    # with empty visits padded to one "<empty>" code (PyHealth's tokenizer needs at least one per visit).
+    clean = [{**r, **{f: [v or ["<empty>"] for v in r[f]] for f in FEATURES}} for r in rows]
+    dataset = SampleEHRDataset(clean, dataset_name="synth", task_name="drug_rec")
+    split = {s: [i for i, r in enumerate(rows) if r["split"] == s] for s in ("train", "val", "test")}
+    loaders = {s: get_dataloader(Subset(dataset, idx), batch_size=32, shuffle=(s == "train"))
+               for s, idx in split.items()}
+    model = Transformer(dataset=dataset, feature_keys=list(FEATURES), label_key="drugs", mode="multilabel")
+    trainer = Trainer(model=model, metrics=["pr_auc_samples"], output_path=tempfile.mkdtemp(prefix="bench-pyh-"),
+                      enable_logging=False)
+    started = time.perf_counter()
+    trainer.train(train_dataloader=loaders["train"], val_dataloader=loaders["val"], epochs=epochs,
+                  monitor="pr_auc_samples")
+    seconds = time.perf_counter() - started
+    y_true, y_prob, _ = trainer.inference(loaders["test"])
+    return {"samples_per_s": len(split["train"]) * epochs / seconds, "seconds": seconds,
+            "n_train": len(split["train"]), "test_pr_auc": sample_ap(y_true, y_prob)}
+
+
+# ----------------------------------------------------------------------------------------------- driver
+
+
+def _run(python: str, args: list[str], pythonpath: str | None, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([python, str(Path(__file__).resolve()), *args], env=env, capture_output=True, text=True,
+                         cwd=pythonpath or str(ROOT))
+    if out.returncode:
+        raise RuntimeError(f"worker {args[:2]} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", type=Path)
+    parser.add_argument("--dataset")
+    parser.add_argument("--pyhealth-python", help="interpreter with PyHealth installed (omit: medtx only)")
+    parser.add_argument("--medtx-root", action="append", help="medtx checkout(s) to time (default: this one)")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--worker", choices=("medtx", "pyhealth"), help=argparse.SUPPRESS)
+    parser.add_argument("--samples", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker == "medtx":
+        print(json.dumps(medtx_worker(str(args.db), args.dataset, args.epochs, args.threads, args.seed)))
+        return
+    if args.worker == "pyhealth":
+        print(json.dumps(pyhealth_worker(args.samples, args.epochs, args.threads, args.seed)))
+        return
+    sys.path.insert(0, str(ROOT))
+    work = Path(tempfile.mkdtemp(prefix="bench-train-"))
+    samples = work / "drug_rec.json"
+    print("samples per split:", export_samples(args.db, args.dataset, samples))
+    roots = args.medtx_root or [str(ROOT)]
+    common = ["--epochs", str(args.epochs), "--threads", str(args.threads), "--seed", str(args.seed)]
+    results: dict[str, list[dict]] = {}
+    for round_no in range(1, args.rounds + 1):
+        for i, root in enumerate(roots):
+            db = work / f"medtx{i}.duckdb"  # each version writes its ml.* rows into its own copy
+            shutil.copy(args.db, db)
+            r = _run(sys.executable, ["--worker", "medtx", "--db", str(db), "--dataset", args.dataset, *common],
+                     root, args.threads)
+            results.setdefault(f"medtx@{root}", []).append(r)
+            print(f"round {round_no} medtx@{root}: {r['samples_per_s']:.0f} samples/s, test PR-AUC "
+                  f"{r['test_pr_auc']:.4f} (load {_load()})", flush=True)
+        if args.pyhealth_python:
+            r = _run(args.pyhealth_python, ["--worker", "pyhealth", "--samples", str(samples), *common], None,
+                     args.threads)
+            results.setdefault("pyhealth", []).append(r)
+            print(f"round {round_no} pyhealth: {r['samples_per_s']:.0f} samples/s, test PR-AUC "
+                  f"{r['test_pr_auc']:.4f} (load {_load()})", flush=True)
+    print("\nmean over rounds:")
+    mean = {k: sum(r["samples_per_s"] for r in v) / len(v) for k, v in results.items()}
+    for key, runs in results.items():
+        print(f"  {key}: {mean[key]:.0f} samples/s, test PR-AUC {runs[-1]['test_pr_auc']:.4f}")
+    if "pyhealth" in mean:
+        for key in mean:
+            if key != "pyhealth":
+                print(f"  {key} / pyhealth = {mean[key] / mean['pyhealth']:.2f}x")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

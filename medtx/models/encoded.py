@@ -1,0 +1,105 @@
+"""Samples encoded to tensors once, and batches cut from them (instead of collating Python lists per batch).
+
+`EncodedSet(items, collate)` calls the codec's own `collate` once over every item (tensors padded to the
+widest row) and once per item (each row's own width), so that `batch(indices)` returns exactly what
+`collate([items[i] for i in indices])` returns -- the same tensors, each trimmed to the batch's widest row --
+by indexing instead of re-padding. It works for any collate whose output is per-row independent (every codec
+of medtx.models.ehr_data); a collate that draws random numbers (BEHRT's MLM masking) must not be cached.
+
+`length_buckets(...)`: shuffled batches of similar lengths (sort within shuffled pools, shuffle the batch
+order), so padding does not dominate; deterministic under the generator, every index exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+Collate = Callable[[list[Any]], dict[str, Any]]
+
+
+def _row_value(value: Any, key: str) -> Any:
+    """The one row of a single-item batch's non-tensor value (a list, or a dict of lists)."""
+    if isinstance(value, list) and len(value) == 1:
+        return value[0]
+    if isinstance(value, dict):
+        return {k: _row_value(v, f"{key}.{k}") for k, v in value.items()}
+    raise TypeError(f"EncodedSet: cannot split batch key {key!r} ({type(value).__name__}) into rows")
+
+
+def _rows_of(rows: list[Any], index: list[int]) -> Any:
+    """Gather non-tensor rows back into the collate's shape (list, or dict of lists)."""
+    if rows and isinstance(rows[0], dict):
+        return {k: [rows[i][k] for i in index] for k in rows[0]}
+    return [rows[i] for i in index]
+
+
+class EncodedSet:
+    """Items collated once; `batch(indices)` == `collate([items[i] for i in indices])`."""
+
+    def __init__(self, items: Sequence[Any], collate: Collate) -> None:
+        if len(items) == 0:
+            raise ValueError("EncodedSet: no items")
+        items = list(items)
+        self._n = len(items)
+        full = collate(items)
+        singles = [collate([item]) for item in items]
+        self.tensors: dict[str, Tensor] = {}
+        self.widths: dict[str, Tensor] = {}  # per-row width of every tensor with a sequence dimension
+        self.rows: dict[str, list[Any]] = {}
+        for key, value in full.items():
+            if isinstance(value, Tensor):
+                self.tensors[key] = value
+                if value.dim() >= 2:
+                    self.widths[key] = torch.tensor([s[key].shape[1] for s in singles], dtype=torch.long)
+            else:
+                self.rows[key] = [_row_value(s[key], key) for s in singles]
+        widths = list(self.widths.values())
+        self.lengths = torch.stack(widths).sum(0) if widths else torch.zeros(self._n, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def batch(self, indices: Sequence[int] | Tensor) -> dict[str, Any]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        out: dict[str, Any] = {}
+        for key, value in self.tensors.items():
+            rows = value.index_select(0, index)
+            if key in self.widths:
+                rows = rows[:, : int(self.widths[key].index_select(0, index).max())]
+            out[key] = rows
+        positions = index.tolist()
+        for key, rows in self.rows.items():
+            out[key] = _rows_of(rows, positions)
+        return out
+
+
+def sequential_batches(n: int, batch_size: int) -> list[Tensor]:
+    """0..n-1 in order, cut into batches (evaluation)."""
+    return list(torch.arange(n).split(batch_size))
+
+
+def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> list[Tensor]:
+    """The same batches as a DataLoader(shuffle=True) with this generator: its iterator first draws a base
+    seed from the generator, then RandomSampler draws the permutation."""
+    torch.empty((), dtype=torch.int64).random_(generator=generator)
+    return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+def length_buckets(lengths: Tensor, batch_size: int, generator: torch.Generator, pool_batches: int = 16
+                   ) -> list[Tensor]:
+    """Shuffle, sort each pool of `pool_batches` batches by length, cut into batches, shuffle the batches.
+
+    Every index appears exactly once; the same generator state gives the same batches. Ties keep the
+    shuffled order (stable sort), so equal-length samples still mix across epochs.
+    """
+    order = torch.randperm(len(lengths), generator=generator)
+    batches: list[Tensor] = []
+    pool = batch_size * max(1, pool_batches)
+    for chunk in order.split(pool):
+        ranked = chunk[torch.argsort(lengths.index_select(0, chunk), stable=True)]
+        batches.extend(ranked.split(batch_size))
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]

@@ -1,0 +1,121 @@
+"""The training fast paths compute what the plain paths compute (issue #18).
+
+- `EncodedSet.batch(indices)` gives the same batch content as the codec's collate over those items;
+- the fused `scaled_dot_product_attention` path gives the explicit-attention path's outputs;
+- length buckets are deterministic under a seed and cover every sample exactly once per epoch;
+- `fit` / `predict` accept an EncodedSet and predict the same probabilities as from the item list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from medtx.models.encoded import EncodedSet, length_buckets, shuffled_batches
+from medtx.models.layers import Encoder, MultiHeadAttention
+from medtx.training.trainer import TrainConfig, fit, predict
+from tests.test_models import FRAMES, bundle_for  # the tiny vocabularies and sample frames of the model tests
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield
+    torch.set_num_threads(threads)
+
+
+def assert_same_batch(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
+        else:
+            assert got[key] == value, key
+
+
+@pytest.mark.parametrize("name,task", [("transformer", "drug_rec"), ("gru", "readmission"),
+                                       ("behrt", "drug_rec"), ("behrt", "next_visit"), ("seq2seq", "drug_rec")])
+def test_encoded_set_batches_equal_the_collate(name, task):
+    bundle = bundle_for(name, task)
+    items = bundle.encode(FRAMES[task](n=13, seed=3))
+    encoded = EncodedSet(items, bundle.collate)
+    assert len(encoded) == 13
+    for index in ([0, 1, 2, 3], [12, 5, 7], [4], list(range(13))):
+        assert_same_batch(encoded.batch(index), bundle.collate([items[i] for i in index]))
+
+
+def test_length_buckets_are_deterministic_and_cover_every_sample_once():
+    lengths = torch.randint(1, 100, (1003,))
+    first = length_buckets(lengths, 32, torch.Generator().manual_seed(7), pool_batches=4)
+    again = length_buckets(lengths, 32, torch.Generator().manual_seed(7), pool_batches=4)
+    other = length_buckets(lengths, 32, torch.Generator().manual_seed(8), pool_batches=4)
+    assert [b.tolist() for b in first] == [b.tolist() for b in again]
+    assert [b.tolist() for b in first] != [b.tolist() for b in other]
+    assert sorted(torch.cat(first).tolist()) == list(range(1003))
+    assert max(len(b) for b in first) == 32
+    # batches are length-homogeneous: far less padding than plain shuffled batches
+    def padded(batches):
+        return sum(len(b) * int(lengths[b].max()) for b in batches)
+    plain = shuffled_batches(1003, 32, torch.Generator().manual_seed(7))
+    assert padded(first) < 0.75 * padded(plain)
+
+
+def test_shuffled_batches_match_a_shuffled_dataloader():
+    loader = torch.utils.data.DataLoader(list(range(50)), batch_size=8, shuffle=True,
+                                         generator=torch.Generator().manual_seed(3))
+    ours = shuffled_batches(50, 8, torch.Generator().manual_seed(3))
+    assert [b.tolist() for b in loader] == [b.tolist() for b in ours]
+
+
+@pytest.mark.parametrize("causal,cross", [(False, False), (True, False), (False, True)])
+def test_fused_attention_equals_explicit_attention(causal, cross):
+    torch.manual_seed(1)
+    attn = MultiHeadAttention(16, 4, dropout=0.1).eval()
+    x, memory = torch.randn(5, 7, 16), torch.randn(5, 9, 16)
+    mask = torch.rand(5, 9 if cross else 7) > 0.4
+    mask[:, 0] = True
+    mask[2] = False  # a fully hidden row: both paths give uniform weights, not NaN
+    kw = {"memory": memory} if cross else {"causal": causal}
+    explicit, weights = attn(x, mask, need_weights=True, **kw)
+    fused, none = attn(x, mask, need_weights=False, **kw)
+    assert none is None and weights.shape == (5, 4, 7, mask.shape[1])
+    assert torch.allclose(explicit, fused, atol=1e-5)
+
+
+def test_encoder_fused_path_equals_explicit_path_and_returns_no_weights():
+    torch.manual_seed(2)
+    encoder = Encoder(16, 4, 32, 2, dropout=0.1).eval()
+    x, mask = torch.randn(3, 11, 16), torch.rand(3, 11) > 0.3
+    mask[:, 0] = True
+    states, weights = encoder(x, mask, need_weights=True)
+    fused, none = encoder(x, mask, need_weights=False)
+    assert len(weights) == 2 and none == ()
+    assert torch.allclose(states, fused, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["transformer", "transformer_rope", "behrt"])
+def test_model_outputs_equal_with_and_without_attention_weights(name):
+    bundle = bundle_for(name)
+    batch = bundle.collate(bundle.encode(FRAMES["drug_rec"](n=6)))
+    model = bundle.model.eval()
+    with torch.no_grad():
+        plain, with_weights = model(batch), model(batch, output_attentions=True)
+    assert plain.attentions is None and with_weights.attentions
+    assert torch.allclose(plain.logits, with_weights.logits, atol=1e-5)
+
+
+def test_fit_and_predict_take_an_encoded_set(tmp_path):
+    bundle = bundle_for("transformer")
+    items = bundle.encode(FRAMES["drug_rec"](n=24, seed=5))
+    train, val = EncodedSet(items[:16], bundle.collate), EncodedSet(items[16:], bundle.collate)
+    cfg = TrainConfig(epochs=2, batch_size=4, seed=0, device="cpu", length_buckets=2)
+    result = fit(bundle.model, train, val, bundle.collate, cfg, tmp_path)
+    assert result.best_epoch >= 1 and np.isfinite(result.history[-1]["train_loss"])
+    fast = predict(bundle.model, val, bundle.collate, "cpu", batch_size=3)
+    plain = predict(bundle.model, items[16:], bundle.collate, "cpu", batch_size=3)
+    assert fast.sample_ids == plain.sample_ids
+    np.testing.assert_allclose(fast.probs, plain.probs, atol=1e-6)
+    np.testing.assert_array_equal(fast.y_true, plain.y_true)
