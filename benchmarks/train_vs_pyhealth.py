@@ -72,13 +72,19 @@ def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
 # ----------------------------------------------------------------------------------------------- workers
 
 
-def medtx_worker(db: str, dataset: str, epochs: int, threads: int, seed: int) -> dict:
-    """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs."""
+def medtx_worker(db: str, dataset: str, epochs: int, threads: int, seed: int, buckets: int = 0) -> dict:
+    """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs. `buckets` sets
+    TrainConfig.length_buckets where the checkout has it (off by default in medtx; 16 = the opt-in)."""
+    import dataclasses
+
     import numpy as np
 
     from medtx.training.experiment import ExperimentOptions, open_warehouse, run_ehr_experiment
+    from medtx.training.trainer import TrainConfig
 
     overrides = {"batch_size": 32, "num_threads": threads, "patience": epochs + 1}
+    if buckets and "length_buckets" in {f.name for f in dataclasses.fields(TrainConfig)}:
+        overrides["length_buckets"] = buckets
     models = tempfile.mkdtemp(prefix="bench-medtx-")
     run = run_ehr_experiment(db, dataset, "drug_rec", "transformer", seed=seed, overrides=overrides, epochs=epochs,
                              device="cpu", options=ExperimentOptions(n_boot=2, models_dir=Path(models)))
@@ -190,11 +196,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--length-buckets", type=int, default=16,
+                        help="medtx TrainConfig.length_buckets (0 = medtx's default plain shuffle; 16 = the opt-in "
+                             "the README figures used); ignored by checkouts without the field")
     parser.add_argument("--worker", choices=("medtx", "pyhealth"), help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker == "medtx":
-        print(json.dumps(medtx_worker(str(args.db), args.dataset, args.epochs, args.threads, args.seed)))
+        print(json.dumps(medtx_worker(str(args.db), args.dataset, args.epochs, args.threads, args.seed,
+                                      args.length_buckets)))
         return
     if args.worker == "pyhealth":
         print(json.dumps(pyhealth_worker(args.samples, args.epochs, args.threads, args.seed)))
@@ -210,7 +220,8 @@ def main() -> None:
         for i, root in enumerate(roots):
             db = work / f"medtx{i}.duckdb"  # each version writes its ml.* rows into its own copy
             shutil.copy(args.db, db)
-            r = _run(sys.executable, ["--worker", "medtx", "--db", str(db), "--dataset", args.dataset, *common],
+            r = _run(sys.executable, ["--worker", "medtx", "--db", str(db), "--dataset", args.dataset, *common,
+                                      "--length-buckets", str(args.length_buckets)],
                      root, args.threads)
             results.setdefault(f"medtx@{root}", []).append(r)
             print(f"round {round_no} medtx@{root}: {r['samples_per_s']:.0f} samples/s, test PR-AUC "
