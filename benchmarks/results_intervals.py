@@ -53,6 +53,8 @@ def comparison_lines(db: Path, dataset: str, task: str) -> list[str]:
                  f"interval of run − reference on {rows[0][8]:,} test patients):"]
     grouped: dict[tuple, list] = {}
     for model, seed, metric, averaging, diff, lo, hi, verdict, _, _ in rows:
+        if model == reference:  # the reference model's other seeds against its chosen run: not a claim
+            continue
         grouped.setdefault((model, metric, averaging), []).append((seed, diff, lo, hi, verdict))
     for (model, metric, averaging), seeds in grouped.items():
         per_seed = "; ".join(
