@@ -40,6 +40,7 @@ from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, res
 from medtx.pipeline_plan import Plan, Step, build_plan
 from medtx.publish import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
+from medtx.train_processes import TrainingProcesses, call_in, training_processes
 from medtx.writer_lock import hold_writer
 
 log = logging.getLogger("medtx.pipeline")
@@ -123,13 +124,29 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
     return steps.run_samples(spec, paths)
 
 
+# The training processes of the running pipeline (thread runner, several trainings at once); None otherwise.
+_TRAIN_POOL: TrainingProcesses | None = None
+
+
+@contextmanager
+def _training_pool(runner: RunnerConfig, width: int) -> Iterator[None]:
+    global _TRAIN_POOL
+    with training_processes(width if runner.kind == "thread" else 1) as pool:
+        _TRAIN_POOL = pool
+        try:
+            yield
+        finally:
+            _TRAIN_POOL = None
+
+
 @task(name="train", task_run_name="{name}", **(_CACHED | dict(
     cache_policy=_CACHED["cache_policy"] - "package" - "result_dir")))
 def train_task(name: str, spec: dict, package: str, result_dir: str, fingerprints: dict, pipeline_run_id: str,
                device: str, torch_threads: int | None) -> dict:
-    # Runs on a worker: it reads the training package and writes a result package, never the warehouse.
-    return steps.run_train_from_package(spec, package, result_dir, pipeline_run_id=pipeline_run_id, device=device,
-                                        torch_threads=torch_threads)
+    # Runs on a worker: it reads the training package and writes a result package, never the warehouse. Under
+    # the thread runner with several trainings at once, in a pool process of its own (medtx.train_processes).
+    return call_in(_TRAIN_POOL, steps.run_train_from_package, spec, package, result_dir,
+                   pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
 
 
 @task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
@@ -335,8 +352,9 @@ def pipeline(
         _notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
         try:
             # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
-            with (make_task_runner(cfg.runner, _training_slots(cfg)[0]) as runner,
-                  ThreadPoolTaskRunner(max_workers=1) as local):
+            width = _training_slots(cfg)[0]
+            with (make_task_runner(cfg.runner, width) as runner, ThreadPoolTaskRunner(max_workers=1) as local,
+                  _training_pool(cfg.runner, width)):
                 run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
                 layers = Plan(tuple(selected)).layers()
                 for i, layer in enumerate(layers):

@@ -81,3 +81,13 @@ def test_two_trainings_run_at_once_and_both_land(prefect_harness, tmp_path: Path
     assert [r[0] for r in rows] == ["completed", "completed"]
     (_, start_a, end_a), (_, start_b, _) = rows
     assert start_b < end_a, f"the second training started only after the first ended: {rows}"
+    # Same config, same seed, side by side: the same model (each training has its own process, so its own
+    # torch generator; tests/test_train_processes.py shows why threads cannot promise it).
+    with duckdb.connect(str(db), read_only=True) as con:
+        preds = con.sql("SELECT run_id, sample_id, label, prob FROM ml.predictions "
+                        "ORDER BY sample_id, label").fetchall()
+    by_run: dict[str, list] = {}
+    for run_id, sample_id, label, prob in preds:
+        by_run.setdefault(run_id, []).append((sample_id, label, prob))
+    first, second = by_run.values()
+    assert first and first == second

@@ -54,12 +54,22 @@ def route_logs(log_dir: Path, verbose: bool) -> Path:
     root = logging.getLogger()
     root.addHandler(to_file)
     root.setLevel(logging.INFO)
+    if not verbose:
+        _quiet_progress_bars()
     if verbose:
         shown = logging.StreamHandler(sys.stderr)
         shown.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(shown)
     atexit.register(_stderr_to, path)  # registered before Prefect's exit handlers, so it runs after them
     return path
+
+
+def _quiet_progress_bars() -> None:
+    """Hugging Face's tqdm bars (loading and writing weights) write to the terminal, past the log routing:
+    off, here and in the training processes this one starts (they inherit the environment)."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def _stderr_to(path: Path) -> None:

@@ -29,7 +29,8 @@ def train_wordpiece(
     """
     wordpiece = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=lowercase, clean_text=True)
     wordpiece.train_from_iterator(
-        (t for t in texts if t), vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS
+        (t for t in texts if t), vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+        show_progress=False,  # its bar goes straight to the terminal, past the log routing
     )
     # transformers 5 takes the vocabulary itself (`vocab=`); the old `vocab_file=` is silently ignored.
     tokenizer = BertTokenizerFast(vocab=wordpiece.get_vocab(), do_lower_case=lowercase, strip_accents=lowercase)

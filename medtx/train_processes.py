@@ -1,0 +1,86 @@
+"""Trainings that run at once on one machine run in their own processes.
+
+Why: torch's default random generator (weight init, dropout), its intra-op thread count and autocast state are
+per process. Two trainings in two threads of one process draw from one generator in an order the scheduler
+picks, so a seed no longer fixes the result (tests/test_train_processes.py shows it with seeded draws). A process pool (spawn: fork is unsafe with torch's threads) gives each training its own
+generator; its workers are reused across trainings, so torch is imported once per worker, not per training.
+Log records of the workers go to the parent's log files (appended).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _init_worker(log_files: list[str], level: int) -> None:
+    root = logging.getLogger()
+    root.setLevel(level)
+    for path in log_files:
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"))
+        root.addHandler(handler)
+    logging.getLogger("medtx").setLevel(level)
+
+
+def _log_files() -> list[str]:
+    return [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+
+
+class TrainingProcesses:
+    """A pool of `width` spawned training processes. A worker that dies (killed, out of memory) fails the
+    training it ran with a clear error, and the pool is replaced so the other trainings go on."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._initargs = (_log_files(), logging.getLogger("medtx").getEffectiveLevel())
+        self._lock = threading.Lock()
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.width, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=self._initargs)
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            pool = self._pool
+        try:
+            return pool.submit(fn, *args, **kwargs).result()
+        except BrokenProcessPool as exc:
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = self._start()
+            raise RuntimeError(f"the training process died ({exc}); killed or out of memory?") from None
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def training_processes(width: int) -> Iterator[TrainingProcesses | None]:
+    """A pool of `width` training processes while the block runs (None when one training runs at a time:
+    it runs in the caller's process); shut down, waiting for running trainings, when the block ends."""
+    if width <= 1:
+        yield None
+        return
+    pool = TrainingProcesses(width)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+def call_in(pool: TrainingProcesses | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a pool process (its result or its exception), or here when there is no pool."""
+    if pool is None:
+        return fn(*args, **kwargs)
+    return pool.call(fn, *args, **kwargs)
