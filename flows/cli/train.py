@@ -115,7 +115,8 @@ def train(
     try:
         spec = get_task(task)
         _check_model(task, model)
-        dataset = default_dataset(settings.db, dataset) if spec.family == "ehr" else (dataset or spec.dataset)
+        # a task on a fixed corpus (MTSamples, the FAQ) names it; any other reads a warehouse dataset
+        dataset = (dataset or spec.dataset) if spec.dataset is not None else default_dataset(settings.db, dataset)
         step = train_step(task, dataset, model, overrides=values, seed=seed, device=device)
         run_id = train_here(settings.db, step, settings.exchange_dir, settings.models_dir, device=device)[0]
     except (ValueError, LookupError, FileNotFoundError) as exc:
