@@ -66,9 +66,8 @@ def longest_first(steps: Sequence[TrainStep], families: Mapping[str, str], histo
 def model_family(task_name: str, model: str) -> str:
     """The registry family of the model a step trains for its task (e.g. `seq2seq` is "faq" on the FAQ);
     "" when the registry offers no such model for the task."""
-    from medtx.models.registry import TASK_FAMILY_MODELS, specs
+    from medtx.models.registry import model_families, specs
     from medtx.tasks import get_task
 
     task = get_task(task_name)
-    families = ("faq",) if task.kind == "generation" else TASK_FAMILY_MODELS[task.family]
-    return next((f for f in families for s in specs(f) if s.name == model and s.serves(task)), "")
+    return next((f for f in model_families(task_name) for s in specs(f) if s.name == model and s.serves(task)), "")

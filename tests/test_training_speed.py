@@ -15,16 +15,8 @@ import torch
 from medtx.models.encoded import EncodedSet, length_buckets, shuffled_batches
 from medtx.models.layers import Encoder, MultiHeadAttention
 from medtx.training.trainer import TrainConfig, fit, predict
-from tests.test_models import FRAMES, bundle_for  # the tiny vocabularies and sample frames of the model tests
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_num_threads(threads)
+# the tiny vocabularies and sample frames of the model tests, and their one-thread, seeded autouse fixture
+from tests.test_models import FRAMES, _one_thread, bundle_for  # noqa: F401
 
 
 def assert_same_batch(got: dict, want: dict) -> None:

@@ -159,11 +159,16 @@ def ehr_models_for(task: str, families: tuple[str, ...] = ("ehr", "ehr_baseline"
     return tuple(s.name for f in families for s in specs(f) if s.serves(get_task(task)))
 
 
+def model_families(task: str) -> tuple[str, ...]:
+    """The model families that train a task (its family's, or the FAQ's for a generation task)."""
+    info = get_task(task)
+    return ("faq",) if info.kind == "generation" else TASK_FAMILY_MODELS[info.family]
+
+
 def models_for(task: str) -> tuple[str, ...]:
     """Every model (of any family that trains the task's family) that applies to the task."""
     info = get_task(task)
-    families = ("faq",) if info.kind == "generation" else TASK_FAMILY_MODELS[info.family]
-    return tuple(s.name for f in families for s in specs(f) if s.serves(info))
+    return tuple(s.name for f in model_families(task) for s in specs(f) if s.serves(info))
 
 
 def model_defaults(model: str, task_name: str, task_kind: str, family: str = "ehr") -> dict[str, Any]:
