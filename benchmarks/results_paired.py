@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.results_config import run_id_for
-from medtx.training.experiment import open_warehouse  # waits out a parallel run's lock
+from medtx.training.skeleton import open_warehouse  # waits out a parallel run's lock
 
 
 PAIRED = [("transformer", "logreg"), ("transformer", "copy_last"), ("transformer_rope", "logreg"),
@@ -32,7 +32,7 @@ def per_visit_scores(db: Path, run_id: str) -> tuple[np.ndarray, dict[str, np.nd
             for col in ("prob", "y_true", "predicted")}
     labels = sorted(set(wide["prob"].columns) - {"hadm_id", "subject_id"})
     if frame.height != wide["prob"].height * len(labels):
-        return None  # sparse storage (experiment.MAX_PREDICTION_ROWS): per-visit PR-AUC is not recoverable
+        return None  # sparse storage (ehr_evaluation.MAX_PREDICTION_ROWS): per-visit PR-AUC is not recoverable
     prob = wide["prob"].select(labels).to_numpy().astype(float)
     y, pred = (wide[c].select(labels).to_numpy().astype(bool) for c in ("y_true", "predicted"))
     ids = wide["prob"].select(pl.col("hadm_id").cast(pl.Int64), pl.col("subject_id").cast(pl.Int64)).to_numpy()

@@ -9,7 +9,7 @@ every run of that (task, dataset) is recompared, so ml.comparisons never mixes t
 
 Units resampled: test patients (subject_id) for EHR tasks and readmission notes; note groups (group_id) for
 MTSamples; question/answer pairs for the FAQ. Runs whose predictions were stored truncated (very large label
-spaces, see experiment.prediction_frame) get the ranking metrics' intervals from the stored cells only; their
+spaces, see ehr_evaluation.prediction_frame) get the ranking metrics' intervals from the stored cells only; their
 ci_method says so.
 """
 

@@ -156,3 +156,22 @@ def test_cli_train_prints_run_and_metrics(tiny_db: Path):
     bad = CliRunner().invoke(app, ["train", "--task", "drug_rec", "--model", "nope", "--dataset", DATASET,
                                    "--db", str(tiny_db)])
     assert bad.exit_code == 1 and "nope" in bad.output
+
+
+def test_ehr_runs_follow_the_one_skeleton_and_checkpoint_rule(tiny_db: Path, monkeypatch: pytest.MonkeyPatch):
+    """Without models_dir an EHR run's checkpoints go where a text run's go (`runs.settings_run_folder`: here
+    MEDTX_MODELS_DIR, not the warehouse's folder), and BEHRT's pre-trained checkpoint is recorded with the run's
+    other results (one transaction, at the end)."""
+    from medtx.training.runs import settings_run_folder
+
+    monkeypatch.setenv("MEDTX_MODELS_DIR", str(tiny_db.parent / "checkpoints"))
+    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "behrt", seed=0, epochs=1,
+                                overrides={"d_model": 16, "n_layers": 1, "n_heads": 2}, device="cpu")
+    rows = dict((k, (p, m)) for k, p, m in _q(tiny_db, "SELECT kind, path, metric FROM ml.models WHERE run_id = ?",
+                                               [run_id]))
+    assert set(rows) == {"pretrained", "best", "last"}
+    folder = settings_run_folder(tiny_db, run_id)
+    assert folder == tiny_db.parent / "checkpoints" / run_id
+    assert all(Path(path).is_relative_to(folder) for path, _ in rows.values())
+    assert rows["pretrained"][1] == "mlm_loss" and rows["best"][1] == "pr_auc_samples"
+    assert _q(tiny_db, "SELECT status, device FROM ml.runs WHERE run_id = ?", [run_id])[0] == ("completed", "cpu")

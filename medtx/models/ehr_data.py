@@ -355,15 +355,17 @@ N_TARGET_SPECIALS = 3  # target ids: 0 <pad>, 1 <bos>, 2 <eos>, then label i -> 
 
 @dataclass
 class Seq2SeqCodec:
-    """drug_rec as translation: current visit's ICD codes -> `<bos>` + its ATC-3 codes + `<eos>`."""
+    """A multi-label visit task as translation (drug_rec: current visit's ICD codes -> `<bos>` + its ATC-3 codes
+    + `<eos>`)."""
 
+    task: str
     index: CodeIndex  # source ids: conditions + procedures codes + [SEP]
     labels: LabelSpace
     max_src: int = 96
     max_tgt: int = 48
 
     def encode(self, frame: pl.DataFrame) -> list[dict]:
-        spec = task_spec("drug_rec")
+        spec = task_spec(self.task)
         items = []
         for row in _rows(frame, spec):
             item = _base_item(row, self.labels, spec)
@@ -394,5 +396,6 @@ def target_token(tgt_id: int, label_names: Sequence[str]) -> str:
     return (PAD, BOS, EOS)[tgt_id] if tgt_id < N_TARGET_SPECIALS else label_names[tgt_id - N_TARGET_SPECIALS]
 
 
-def seq2seq_codec(vocabs: dict[str, Any], labels: LabelSpace, max_src: int, max_tgt: int) -> Seq2SeqCodec:
-    return Seq2SeqCodec(CodeIndex(vocabs, SEQ2SEQ_SOURCE, extra=(SEP,)), labels, max_src, max_tgt)
+def seq2seq_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_src: int, max_tgt: int
+                  ) -> Seq2SeqCodec:
+    return Seq2SeqCodec(task, CodeIndex(vocabs, SEQ2SEQ_SOURCE, extra=(SEP,)), labels, max_src, max_tgt)

@@ -253,11 +253,11 @@ class Seq2SeqForDrugRec(nn.Module):
 def build(ctx: BuildContext) -> EHRModelBundle:
     """ICD -> ATC-3 generation: the visit's diagnoses and procedures in, its label set out."""
     labels = ctx.labels
-    index = seq2seq_codec(ctx.vocabs, labels, 1, 1).index
+    index = seq2seq_codec(ctx.task, ctx.vocabs, labels, 1, 1).index
     fixed = {"src_vocab_size": len(index), "tgt_vocab_size": N_TARGET_SPECIALS + len(labels)}
     config = make_config(Seq2SeqConfig, fixed, ctx.overrides)
     model = Seq2SeqForDrugRec(config)
-    codec = seq2seq_codec(ctx.vocabs, labels, config.max_src, config.max_tgt)
+    codec = seq2seq_codec(ctx.task, ctx.vocabs, labels, config.max_src, config.max_tgt)
 
     def generate(m: nn.Module, batch: dict) -> list[list[str]]:
         return m.generate(batch, labels.names)

@@ -33,8 +33,8 @@ from medtx.tasks import Task, get_task, tasks_of_family
 from medtx.text.base import TextConfig, TextData
 from medtx.text.evaluation import TextEvaluation, evaluate_text  # noqa: F401  (re-exported: the text stage's API)
 from medtx.text.fitting import TextFit, fit_text_model  # noqa: F401  (re-exported: the text stage's API)
-from medtx.text.runner import OnEpoch, RunPlan, execute_run
 from medtx.training import records
+from medtx.training.skeleton import OnEpoch, RunPlan, execute_run
 
 log = logging.getLogger("medtx.text")
 
@@ -166,7 +166,7 @@ def run_text_experiment(
 ) -> str:
     """Train and evaluate one text model on one task and seed; everything lands in `ml.*`. Returns the run id.
 
-    The run follows the shared skeleton (medtx.text.runner). Checkpoints go to `<models_dir>/<run_id>`
+    The run follows the shared skeleton (medtx.training.skeleton). Checkpoints go to `<models_dir>/<run_id>`
     (default: settings `models_dir`). A failure marks the run `failed` with the error text and re-raises.
     """
     generation = tuple(t.name for t in tasks_of_family("text") if t.kind == "generation")

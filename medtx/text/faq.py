@@ -31,7 +31,7 @@ from medtx.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
 from medtx.tasks import Task, tasks_of_kind
-from medtx.text.runner import RunPlan, execute_run
+from medtx.training.skeleton import RunPlan, execute_run
 from medtx.training import records
 
 log = logging.getLogger("medtx.text")
@@ -226,7 +226,7 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
                        *, pipeline_run_id: str | None = None, run_id: str | None = None,
                        models_dir: Path | None = None) -> str:
     """One FAQ run (k-fold over held-out paraphrases) into ml.*, through the shared run skeleton
-    (medtx.text.runner); `ml.predictions.prob` holds each answer's token F1 and `text` the answer given.
+    (medtx.training.skeleton); `ml.predictions.prob` holds each answer's token F1 and `text` the answer given.
     Returns the run id."""
     from medtx.models.registry import model_names
 

@@ -116,7 +116,9 @@ def _tokenizer_and_model(data: TextData, model: str, cfg: TextConfig, out_dir: P
         tokenizer = load_tokenizer(path)
         encoder = load_encoder("local", path)
     else:
-        raise ValueError(f"unknown text model {model!r}; choose one of {text_models()}")
+        from medtx.models.registry import model_names
+
+        raise ValueError(f"unknown text model {model!r}; choose one of {model_names('text')}")
     net = BertTextClassifier(
         encoder,
         BertTextConfig(n_outputs=n_out, pooling=cfg.pooling, dropout=cfg.dropout, binary=data.binary,
@@ -357,5 +359,5 @@ def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_d
     if model in model_names("text_baseline"):
         return _fit_sklearn(data, model, cfg, seed)
     if model not in model_names("text"):
-        raise ValueError(f"unknown text model {model!r}; choose one of {text_models()}")
+        raise ValueError(f"unknown text model {model!r}; choose one of {model_names('text')}")
     return _fit_neural(data, model, cfg, seed, out_dir, on_epoch)

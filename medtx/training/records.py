@@ -97,7 +97,8 @@ class RunResults:
     label_metrics: Mapping[str, Sequence[tuple]] = field(default_factory=dict)  # split -> rows
     confusion: Mapping[str, Sequence[tuple]] = field(default_factory=dict)  # split -> (true, predicted, n)
     attention: pl.DataFrame | None = None
-    checkpoints: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+    # kind -> (path, epoch) or (path, epoch, monitored metric, its value)
+    checkpoints: Mapping[str, tuple] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)  # finish_run fields
 
 
@@ -114,8 +115,8 @@ def record_results(con: duckdb.DuckDBPyConnection, run_id: str, results: RunResu
         write_predictions(con, run_id, results.predictions)
         if results.attention is not None and results.attention.height:
             write_attention(con, run_id, results.attention)
-        for kind, (path, epoch) in results.checkpoints.items():
-            register_checkpoint(con, run_id, kind, str(path), epoch=epoch)
+        for kind, (path, epoch, *monitored) in results.checkpoints.items():
+            register_checkpoint(con, run_id, kind, str(path), epoch, *monitored)
         _mark_completed(con, run_id, dict(results.summary))
     _analyse(con, run_id)
 

@@ -272,49 +272,19 @@ def fit(
     config = _checkpoint_config(model, cfg)
     _preflight(model, train_items, collate, device)
 
-    state = {"epoch": 0, "best_epoch": 0, "best_value": math.inf if cfg.monitor == "loss" else -math.inf,
-             "bad_epochs": 0, "history": [], "monitor": cfg.monitor, "train_seconds": 0.0}
-    if resume and (last_dir / "trainer_state.json").exists():
-        state = json.loads((last_dir / "trainer_state.json").read_text())
-        load_weights(model, last_dir, device)
-        optimizer.load_state_dict(torch.load(last_dir / "optimizer.pt", map_location=device, weights_only=True))
-        log.info("resuming from %s after epoch %d (best %s=%.4f at epoch %d)", last_dir, state["epoch"],
-                 cfg.monitor, state["best_value"], state["best_epoch"])
-
-    show_bar = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    state = _start_state(model, optimizer, cfg, last_dir, device, resume)
     key = "val_loss" if cfg.monitor == "loss" else f"val_{cfg.monitor}"
     stopped_early = state["bad_epochs"] >= cfg.patience
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         if stopped_early:
             break
         started = time.perf_counter()
-        # Re-seed per epoch so a resumed run shuffles exactly like an uninterrupted one.
-        set_seed(cfg.seed * 100_003 + epoch)
-        loader = _batches(train_items, collate, cfg.batch_size, shuffle=True, seed=cfg.seed * 100_003 + epoch,
-                          pool_batches=cfg.length_buckets)
-        bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs}", leave=False) if show_bar else None
-        try:
-            train_loss = _train_epoch(model, loader, optimizer, device, cfg, bar)
-        finally:
-            if bar is not None:
-                bar.close()
-        metrics = {"train_loss": train_loss, **_validate(model, val_items, collate, device, cfg, score, predict_proba)}
+        metrics = _train_and_validate(model, train_items, val_items, collate, optimizer, device, cfg, epoch,
+                                      score, predict_proba)
         if key not in metrics:
             raise ValueError(f"fit: monitor {cfg.monitor!r} not among validation metrics {sorted(metrics)}")
-        seconds = time.perf_counter() - started
-        metrics["seconds"] = seconds
-        state["train_seconds"] += seconds
-        state["epoch"] = epoch
-        state["history"].append({"epoch": epoch, **metrics})
-        if _better(metrics[key], state["best_value"], cfg.monitor):
-            state.update(best_epoch=epoch, best_value=metrics[key], bad_epochs=0)
-            save_checkpoint(model, best_dir, config, state)
-        else:
-            state["bad_epochs"] += 1
-        save_checkpoint(model, last_dir, config, state)
-        torch.save(optimizer.state_dict(), last_dir / "optimizer.pt")
-        log.info("epoch %d/%d train_loss=%.4f %s=%.4f best=%.4f@%d (%.1fs)", epoch, cfg.epochs, train_loss,
-                 key, metrics[key], state["best_value"], state["best_epoch"], seconds)
+        metrics["seconds"] = time.perf_counter() - started
+        _keep_epoch(model, optimizer, state, epoch, metrics, key, cfg, config, best_dir, last_dir)
         if on_epoch is not None:
             on_epoch(epoch, metrics)
         stopped_early = state["bad_epochs"] >= cfg.patience
@@ -329,6 +299,56 @@ def fit(
         best_dir=best_dir, last_dir=last_dir, device=str(device), train_seconds=state["train_seconds"],
         stopped_early=stopped_early,
     )
+
+
+def _start_state(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig, last_dir: Path,
+                 device: torch.device, resume: bool) -> dict[str, Any]:
+    """The trainer's state before the first epoch: fresh, or (resume) from `last_dir` with weights and optimizer."""
+    state = {"epoch": 0, "best_epoch": 0, "best_value": math.inf if cfg.monitor == "loss" else -math.inf,
+             "bad_epochs": 0, "history": [], "monitor": cfg.monitor, "train_seconds": 0.0}
+    if resume and (last_dir / "trainer_state.json").exists():
+        state = json.loads((last_dir / "trainer_state.json").read_text())
+        load_weights(model, last_dir, device)
+        optimizer.load_state_dict(torch.load(last_dir / "optimizer.pt", map_location=device, weights_only=True))
+        log.info("resuming from %s after epoch %d (best %s=%.4f at epoch %d)", last_dir, state["epoch"],
+                 cfg.monitor, state["best_value"], state["best_epoch"])
+    return state
+
+
+def _train_and_validate(model: nn.Module, train_items: Sequence | EncodedSet, val_items: Sequence | EncodedSet,
+                        collate: Collate, optimizer: torch.optim.Optimizer, device: torch.device, cfg: TrainConfig,
+                        epoch: int, score: ScoreFn | None, predict_proba: PredictProba | None) -> dict[str, float]:
+    """One training epoch then validation: {"train_loss", "val_loss", "val_<score key>" ...}."""
+    # Re-seed per epoch so a resumed run shuffles exactly like an uninterrupted one.
+    set_seed(cfg.seed * 100_003 + epoch)
+    loader = _batches(train_items, collate, cfg.batch_size, shuffle=True, seed=cfg.seed * 100_003 + epoch,
+                      pool_batches=cfg.length_buckets)
+    show_bar = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs}", leave=False) if show_bar else None
+    try:
+        train_loss = _train_epoch(model, loader, optimizer, device, cfg, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return {"train_loss": train_loss, **_validate(model, val_items, collate, device, cfg, score, predict_proba)}
+
+
+def _keep_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], epoch: int,
+                metrics: dict[str, float], key: str, cfg: TrainConfig, config: dict, best_dir: Path,
+                last_dir: Path) -> None:
+    """Add the epoch to the state; save `best/` when it improves on the monitor, `last/` (and the optimizer) always."""
+    state["train_seconds"] += metrics["seconds"]
+    state["epoch"] = epoch
+    state["history"].append({"epoch": epoch, **metrics})
+    if _better(metrics[key], state["best_value"], cfg.monitor):
+        state.update(best_epoch=epoch, best_value=metrics[key], bad_epochs=0)
+        save_checkpoint(model, best_dir, config, state)
+    else:
+        state["bad_epochs"] += 1
+    save_checkpoint(model, last_dir, config, state)
+    torch.save(optimizer.state_dict(), last_dir / "optimizer.pt")
+    log.info("epoch %d/%d train_loss=%.4f %s=%.4f best=%.4f@%d (%.1fs)", epoch, cfg.epochs, metrics["train_loss"],
+             key, metrics[key], state["best_value"], state["best_epoch"], metrics["seconds"])
 
 
 # ----------------------------------------------------------------------------------------------- predict

@@ -1,8 +1,9 @@
-"""The one run skeleton of the text and FAQ runners: start run -> load samples -> fit -> predict -> evaluate
--> record.
+"""The one run skeleton of every run family (EHR neural, EHR baselines, text, FAQ): start run -> load samples
+-> fit -> predict -> evaluate -> record.
 
-- load: the task's samples through a short warehouse connection, closed before any training starts;
-- start: `records.start_run` (config, data fingerprint, the shared synthetic-dataset rule `runs.is_synthetic`);
+- load and start: one short warehouse connection reads the task's samples and records the run as `running`
+  (`records.start_run`: config, data fingerprint, the shared synthetic-dataset rule `runs.is_synthetic`); it is
+  closed before any training starts. A load that fails (no samples, an empty split) is recorded as a failed run;
 - fit, predict, evaluate: the runner's own `train(samples, folder, on_epoch) -> records.RunResults`, with no
   connection held (`on_epoch` writes each epoch through its own short connection); checkpoints go to the one
   checkpoint-folder rule `runs.run_folder` (`<models_dir>/<run_id>`);
@@ -15,17 +16,19 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import duckdb
 
-from medtx.db import open_warehouse
+from medtx.db import open_warehouse as _open_warehouse
 from medtx.training import records
 from medtx.training.runs import is_synthetic, settings_run_folder
 
 S = TypeVar("S")
+LOCK_WAIT_S = 120.0  # another process (a parallel run, a reader) may hold the DuckDB file for a moment
 OnEpoch = Callable[[int, Mapping[str, float]], None]
 
 
@@ -45,7 +48,14 @@ class RunPlan(Generic[S]):
     run_id: str | None = None
     pipeline_run_id: str | None = None
     models_dir: Path | None = None
+    device: str | None = None  # recorded while the run is running (the results' summary may refine it)
     outcome: dict[str, Any] = field(default_factory=dict)  # filled: the recorded results, for the log line
+
+
+def open_warehouse(db: Path | str, *, read_only: bool = False, wait_s: float = LOCK_WAIT_S
+                   ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+    """`medtx.db.open_warehouse` waiting out another process's lock: connections are short, so the wait is too."""
+    return _open_warehouse(db, read_only=read_only, wait_s=wait_s)
 
 
 def execute_run(db: Path | str, plan: RunPlan[S]) -> str:
@@ -53,14 +63,21 @@ def execute_run(db: Path | str, plan: RunPlan[S]) -> str:
     from medtx.fingerprint import code_version
 
     db = Path(db)
-    with open_warehouse(db) as con:
-        samples = plan.load(con)
     run_id = plan.run_id or records.new_run_id(plan.task, plan.model, plan.dataset, plan.seed)
     with open_warehouse(db) as con:
+        loaded: BaseException | None = None
+        try:
+            samples = plan.load(con)
+            config = plan.describe(samples)
+        except Exception as exc:  # recorded below as a failed run, then raised
+            loaded, config = exc, {}
         records.start_run(con, run_id, task=plan.task, model=plan.model, dataset=plan.dataset, seed=plan.seed,
-                          config=plan.describe(samples), data_fingerprint=plan.fingerprint(con),
+                          config=config, device=plan.device, data_fingerprint=plan.fingerprint(con),
                           code_version=code_version(*plan.code_parts), is_synthetic=is_synthetic(con, plan.dataset),
                           pipeline_run_id=plan.pipeline_run_id)
+        if loaded is not None:
+            records.fail_run(con, run_id, f"{type(loaded).__name__}: {loaded}")
+            raise loaded
 
     def on_epoch(epoch: int, metrics: Mapping[str, float]) -> None:
         with open_warehouse(db) as con:

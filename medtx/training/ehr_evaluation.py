@@ -1,0 +1,223 @@
+"""Evaluation of one EHR run, pure: validation scores for the trainer, the decision threshold (tuned on
+validation only), test metrics with the 10 x 80% patient subsample sd (SafeDrug's convention; the 95% patient
+bootstrap intervals are added when the run is recorded, medtx.uncertainty), per-label scores, long-form
+predictions, and the `records.RunResults` that the run skeleton records.
+
+Protocol (stated in ml.runs / ml.metrics and RESULTS.md):
+- The decision threshold is tuned on validation (grid 0.05..0.95, maximising visit-averaged Jaccard for
+  drug_rec, F1 for next_visit: each task's `tune_metric`) unless the model fixes its own rule
+  (most_frequent: top-k; copy_last: 0.5) or `threshold=` is given (`threshold_source='fixed'`).
+- Set metrics are reported both visit-averaged ('visit', PyHealth/sklearn samples) and patient-averaged
+  ('patient', SafeDrug).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from medtx.metrics.binary import binary_metrics
+from medtx.metrics.bootstrap import bootstrap
+from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
+from medtx.metrics.multilabel import patient_average, per_visit_metrics, tune_threshold, visit_average
+from medtx.models.baselines import label_matrix
+from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.tasks import get_task, tasks_of_family
+from medtx.training import records
+
+log = logging.getLogger("medtx.training")
+
+# Views of the task registry (medtx/tasks/).
+TUNE_METRIC = {t.name: t.tune_metric for t in tasks_of_family("ehr") if t.tune_metric}
+RECALL_KS = {t.name: t.recall_ks for t in tasks_of_family("ehr") if not t.binary}
+# Per-visit metrics reported both visit- and patient-averaged; the rest are pooled or sizes.
+AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
+            "recall_samples", "recall_at_10", "recall_at_20")
+SIZES = ("avg_pred_size", "avg_true_size")
+MAX_PREDICTION_ROWS = 2_000_000  # above this, ml.predictions keeps only the labels that matter (see below)
+TOP_LABELS_KEPT = 30
+
+
+@dataclass
+class Outcome:
+    """What fitting a model (neural or baseline) leaves for evaluation: validation and test probabilities and
+    what the run records beside them."""
+
+    p_val: np.ndarray
+    p_test: np.ndarray
+    fixed_threshold: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    n_params: int | None = None
+    best_epoch: int | None = None
+    device: str = "cpu"
+    attention: pl.DataFrame | None = None
+    checkpoints: dict[str, tuple] = field(default_factory=dict)  # kind -> (path, epoch[, metric, value])
+
+
+
+def validation_score(task: str):
+    """score(y_true, y_prob) for the trainer's per-epoch validation (threshold-free monitor + 0.5 set metrics)."""
+    def score(y_true: np.ndarray, y_prob: np.ndarray) -> dict[str, float]:
+        if task_spec(task).binary:
+            return binary_metrics(y_true[:, 0], y_prob[:, 0])
+        rows = per_visit_metrics(y_true, y_prob, 0.5)
+        return {k: visit_average(rows[k]) for k in ("pr_auc_samples", "jaccard_samples", "f1_samples")}
+    return score
+
+
+def choose_threshold(task: str, y_val: np.ndarray, p_val: np.ndarray, fixed_by_model: float | None,
+                     fixed_by_user: float | None) -> tuple[float, str]:
+    """(threshold, source): the user's, else the model's own rule, else tuned on validation."""
+    if fixed_by_user is not None:
+        return fixed_by_user, "fixed"
+    if fixed_by_model is not None:
+        return fixed_by_model, "model_rule"
+    if task_spec(task).binary:
+        return 0.5, "fixed"  # readmission metrics are threshold-free
+    threshold, _ = tune_threshold(y_val, p_val, TUNE_METRIC[task])
+    return threshold, "tuned_on_val"
+
+
+def multilabel_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float, task: str,
+                            ddi: np.ndarray | None, n_boot: int, seed: int) -> list[tuple]:
+    """(metric, averaging, mean, sd, n_boot) rows: bootstrap over test patients of per-visit values."""
+    rows = per_visit_metrics(y, p, threshold, RECALL_KS[task])
+    if ddi is not None:
+        rows["_ddi_pred"], rows["_pairs_pred"] = ddi_pair_counts(p >= threshold, ddi)
+        rows["_ddi_true"], rows["_pairs_true"] = ddi_pair_counts(y >= 0.5, ddi)
+
+    def stat(idx: np.ndarray) -> dict[str, float]:
+        out = {}
+        for name in AVERAGED:
+            if name in rows:
+                out[f"{name}|visit"] = visit_average(rows[name][idx])
+                out[f"{name}|patient"] = patient_average(rows[name][idx], patients[idx])
+        for name in SIZES:
+            out[f"{name}|visit"] = visit_average(rows[name][idx])
+        if ddi is not None:
+            for kind in ("pred", "true"):
+                pairs = rows[f"_pairs_{kind}"][idx].sum()
+                rate = rows[f"_ddi_{kind}"][idx].sum() / pairs if pairs > 0 else 0.0
+                out[("ddi_rate" if kind == "pred" else "ddi_rate_true") + "|none"] = float(rate)
+        return out
+
+    result = bootstrap(stat, patients, n_boot=n_boot, seed=seed)
+    return [(*key.split("|"), mean, sd, n_boot) for key, (mean, sd) in result.items()]
+
+
+def binary_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, n_boot: int, seed: int) -> list[tuple]:
+    result = bootstrap(lambda idx: binary_metrics(y[idx, 0], p[idx, 0]), patients, n_boot=n_boot, seed=seed)
+    rows = [(name, "none", mean, sd, n_boot) for name, (mean, sd) in result.items()]
+    rows.append(("positive_rate", "none", float(y.mean()), None, None))
+    return rows
+
+
+def point_metrics(task: str, y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float) -> list[tuple]:
+    """Validation figures (no bootstrap): same names as test, sd NULL."""
+    if task_spec(task).binary:
+        return [(k, "none", v, None, None) for k, v in binary_metrics(y[:, 0], p[:, 0]).items()]
+    rows = per_visit_metrics(y, p, threshold, RECALL_KS[task])
+    out = [(k, "visit", visit_average(v), None, None) for k, v in rows.items()]
+    out += [(k, "patient", patient_average(rows[k], patients), None, None) for k in AVERAGED if k in rows]
+    return out
+
+
+def label_metric_rows(y: np.ndarray, p: np.ndarray, threshold: float, names: list[str]) -> list[tuple]:
+    """Per-label AUPRC (labels with a positive), F1 at the threshold, and support on test."""
+    from sklearn.metrics import average_precision_score
+
+    pred = p >= threshold
+    truth = y >= 0.5
+    support = truth.sum(axis=0)
+    tp = (pred & truth).sum(axis=0)
+    f1 = np.divide(2 * tp, pred.sum(axis=0) + support, out=np.zeros(len(names)),
+                   where=(pred.sum(axis=0) + support) > 0)
+    rows = []
+    for j, name in enumerate(names):
+        rows.append((name, "f1", float(f1[j]), int(support[j])))
+        if 0 < support[j] < len(y):
+            rows.append((name, "auprc", float(average_precision_score(truth[:, j], p[:, j])), int(support[j])))
+    return rows
+
+
+def prediction_frame(frame: pl.DataFrame, y: np.ndarray, p: np.ndarray, threshold: float, names: list[str],
+                     text: list[str] | None = None) -> pl.DataFrame:
+    """Long-form test predictions. All (sample, label) rows when N x L <= MAX_PREDICTION_ROWS; above that only
+    labels that are true, predicted or among the sample's top-30 scores (stated in the run's config)."""
+    n, n_labels = p.shape
+    keep = np.ones_like(p, dtype=bool)
+    if n * n_labels > MAX_PREDICTION_ROWS:
+        top = np.argpartition(-p, min(TOP_LABELS_KEPT, n_labels) - 1, axis=1)[:, :TOP_LABELS_KEPT]
+        keep = (y >= 0.5) | (p >= threshold)
+        np.put_along_axis(keep, top, True, axis=1)
+    rows, cols = np.nonzero(keep)
+    hadm = frame["hadm_id"].to_numpy()
+    out = pl.DataFrame({
+        "sample_id": hadm[rows].astype(str),
+        "subject_id": frame["subject_id"].to_numpy()[rows],
+        "hadm_id": hadm[rows],
+        "label": np.asarray(names, dtype=object)[cols].astype(str),
+        "prob": p[rows, cols].astype(np.float64),
+        "y_true": y[rows, cols] >= 0.5,
+        "predicted": p[rows, cols] >= threshold,
+    })
+    if text is not None:
+        out = out.with_columns(pl.Series("text", np.asarray(text, dtype=object)[rows].astype(str)))
+    return out
+
+
+def showcase_items(items: list[dict], n: int, max_tokens: int) -> list[dict]:
+    """The first `n` test items whose every sequence fits `max_tokens` (complete attention rows), topped up
+    with the next items when too few fit."""
+    def length(item: dict) -> int:
+        sizes = [len(v["ids"]) for v in item.values() if isinstance(v, dict) and "ids" in v]
+        sizes += [len(item[k]) for k in ("input_ids", "src_ids", "tgt_ids") if k in item]
+        return max(sizes, default=0)
+    fitting = [it for it in items if length(it) <= max_tokens]
+    rest = [it for it in items if length(it) > max_tokens]
+    return (fitting + rest)[:n]
+
+
+def evaluate(task: str, model: str, seed: int, parts: dict[str, pl.DataFrame], labels: LabelSpace,
+             ddi_pairs: list, outcome: Outcome, n_boot: int, threshold: float | None, seconds: float
+             ) -> records.RunResults:
+    """Threshold on validation, test metrics, per-label scores, predictions: the run's `records.RunResults`."""
+    from medtx.metrics.collapse import is_collapsed
+
+    y_val = label_matrix(parts["val"], task, labels)
+    y_test = label_matrix(parts["test"], task, labels)
+    for name, y, p in (("val", y_val, outcome.p_val), ("test", y_test, outcome.p_test)):
+        if p.shape != y.shape:
+            raise ValueError(f"{model}: {name} probabilities have shape {p.shape}, labels {y.shape} "
+                             "(label vocabulary mismatch between model and samples)")
+    threshold, source = choose_threshold(task, y_val, outcome.p_val, outcome.fixed_threshold, threshold)
+    patients = parts["test"]["subject_id"].to_numpy()
+    if labels.binary:
+        test_rows = binary_test_metrics(y_test, outcome.p_test, patients, n_boot, seed)
+        collapsed, reason = is_collapsed(outcome.p_test[:, 0])
+    else:
+        ddi = ddi_matrix(ddi_pairs, labels.names) if "ref.ddi_atc3" in get_task(task).train_reads else None
+        test_rows = multilabel_test_metrics(y_test, outcome.p_test, patients, threshold, task, ddi, n_boot, seed)
+        collapsed, reason = is_collapsed(outcome.p_test, multilabel=True, threshold=threshold)
+    test_rows += [("n_samples", "none", float(len(y_test)), None, None),
+                  ("n_patients", "none", float(len(np.unique(patients))), None, None)]
+    config = {**outcome.config, "threshold": threshold, "threshold_source": source, "n_boot": n_boot,
+              "bootstrap": "80% of test patients without replacement, sd ddof=0",
+              "predictions_stored": "all" if y_test.size <= MAX_PREDICTION_ROWS
+              else f"true, predicted or top-{TOP_LABELS_KEPT} labels per sample"}
+    val_rows = point_metrics(task, y_val, outcome.p_val, parts["val"]["subject_id"].to_numpy(), threshold)
+    summary = {m: v for m, a, v, *_ in test_rows if a in ("visit", "none") and m in (*AVERAGED, "auroc", "ddi_rate")}
+    log.info("%s %s seed %d: %s", task, model, seed, ", ".join(f"{k}={v:.4f}" for k, v in summary.items()))
+    return records.RunResults(
+        metrics={"val": val_rows, "test": test_rows},
+        label_metrics={} if labels.binary else
+        {"test": label_metric_rows(y_test, outcome.p_test, threshold, labels.names)},
+        predictions=prediction_frame(parts["test"], y_test, outcome.p_test, threshold, labels.names),
+        attention=outcome.attention, checkpoints=outcome.checkpoints,
+        summary={"threshold": threshold, "threshold_source": source, "collapsed": collapsed,
+                 "collapse_reason": reason, "n_params": outcome.n_params, "best_epoch": outcome.best_epoch,
+                 "train_seconds": seconds, "device": outcome.device, "config": config})
