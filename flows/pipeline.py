@@ -124,6 +124,7 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
     return steps.run_samples(spec, paths)
 
 
+TRAINING_MODULES = ("medtx.pipeline_steps", "medtx.training.experiment", "medtx.text.experiment")
 # The training processes of the running pipeline (thread runner, several trainings at once); None otherwise.
 _TRAIN_POOL: TrainingProcesses | None = None
 
@@ -131,7 +132,8 @@ _TRAIN_POOL: TrainingProcesses | None = None
 @contextmanager
 def _training_pool(runner: RunnerConfig, width: int) -> Iterator[None]:
     global _TRAIN_POOL
-    with training_processes(width if runner.kind == "thread" else 1) as pool:
+    # The workers start and import the trainers while the data stages run.
+    with training_processes(width if runner.kind == "thread" else 1, preload=TRAINING_MODULES) as pool:
         _TRAIN_POOL = pool
         try:
             yield
@@ -255,10 +257,12 @@ class _Run:
         if (folder / "manifest.json").exists():
             record_result_package(self.db, folder, self.settings.models_dir)
 
-    def collect(self, step: Step, key: str, future: PrefectFuture, started: float) -> None:
+    def collect(self, step: Step, key: str, future: PrefectFuture, started: float, ended: float | None = None
+                ) -> None:
+        """Record a finished step (`ended`: when it was seen finished; default now)."""
         future.wait()
         state = future.state
-        seconds = round(time.perf_counter() - started, 3)
+        seconds = round((ended or time.perf_counter()) - started, 3)
         if state.is_completed():
             result = future.result()
             if step.kind == "train":
@@ -291,12 +295,18 @@ class _Run:
         pending: list[tuple[Step, str, PrefectFuture, float]] = []
         for step, prints, key in ready:
             if len(pending) >= width:
-                self.collect(*pending.pop(self._first_done(pending)))
+                done, ended = pending.pop(self._first_done(pending)), time.perf_counter()
+                # The freed slot gets its next step before this process records the finished one (importing a
+                # result package, its intervals and comparisons take seconds that a training can use).
+                pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
+                self.collect(*done, ended=ended)
                 if step.kind == "train":
                     self.publish_progress(force=False)
-            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
+            else:
+                pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
-            self.collect(*pending.pop(self._first_done(pending)))
+            done, ended = pending.pop(self._first_done(pending)), time.perf_counter()
+            self.collect(*done, ended=ended)
 
     def longest_first(self, ready: list[tuple[Step, dict, str]]) -> list[tuple[Step, dict, str]]:
         """Training steps in submission order, longest expected first (medtx.training_order)."""

@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _init_worker(log_files: list[str], level: int) -> None:
+def _init_worker(log_files: list[str], level: int, preload: tuple[str, ...] = ()) -> None:
+    import importlib
+
     root = logging.getLogger()
     root.setLevel(level)
     for path in log_files:
@@ -29,6 +31,8 @@ def _init_worker(log_files: list[str], level: int) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"))
         root.addHandler(handler)
     logging.getLogger("medtx").setLevel(level)
+    for name in preload:  # what every training needs (torch, the trainer), imported once per worker
+        importlib.import_module(name)
 
 
 def _log_files() -> list[str]:
@@ -39,9 +43,9 @@ class TrainingProcesses:
     """A pool of `width` spawned training processes. A worker that dies (killed, out of memory) fails the
     training it ran with a clear error, and the pool is replaced so the other trainings go on."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, preload: tuple[str, ...] = ()) -> None:
         self.width = width
-        self._initargs = (_log_files(), logging.getLogger("medtx").getEffectiveLevel())
+        self._initargs = (_log_files(), logging.getLogger("medtx").getEffectiveLevel(), preload)
         self._lock = threading.Lock()
         self._pool = self._start()
 
@@ -60,19 +64,30 @@ class TrainingProcesses:
                     self._pool = self._start()
             raise RuntimeError(f"the training process died ({exc}); killed or out of memory?") from None
 
+    def warm(self) -> None:
+        """Start every worker now, without waiting (each imports the pool's `preload` modules as it starts):
+        spawning a worker and importing torch take seconds, which then overlap the stages before training
+        instead of delaying the first one."""
+        with self._lock:
+            for _ in range(self.width):  # the executor spawns a worker per submit while none is idle
+                self._pool.submit(int)
+
     def shutdown(self) -> None:
         with self._lock:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 @contextmanager
-def training_processes(width: int) -> Iterator[TrainingProcesses | None]:
+def training_processes(width: int, preload: tuple[str, ...] = ()) -> Iterator[TrainingProcesses | None]:
     """A pool of `width` training processes while the block runs (None when one training runs at a time:
-    it runs in the caller's process); shut down, waiting for running trainings, when the block ends."""
+    it runs in the caller's process); shut down, waiting for running trainings, when the block ends. With
+    `preload`, the workers start at once and import those modules (`warm`)."""
     if width <= 1:
         yield None
         return
-    pool = TrainingProcesses(width)
+    pool = TrainingProcesses(width, preload)
+    if preload:
+        pool.warm()
     try:
         yield pool
     finally:

@@ -49,3 +49,20 @@ def test_one_at_a_time_runs_here() -> None:
     with training_processes(1) as pool:
         assert pool is None
         assert call_in(pool, os.getpid) == os.getpid()
+
+
+def _loaded(module: str) -> tuple[int, bool]:
+    import sys
+
+    return os.getpid(), module in sys.modules
+
+
+def test_warm_starts_every_worker_with_its_imports_before_any_training() -> None:
+    with training_processes(2, preload=("tests.fixtures_samples",)) as pool:
+        seen = {}
+        deadline = time.monotonic() + 120
+        while len(seen) < 2 and time.monotonic() < deadline:  # both workers answer, each already warmed
+            with ThreadPoolExecutor(2) as threads:
+                for pid, warmed in threads.map(lambda _: pool.call(_loaded, "tests.fixtures_samples"), range(2)):
+                    seen[pid] = warmed
+    assert len(seen) == 2 and all(seen.values())
