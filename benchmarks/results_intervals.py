@@ -57,17 +57,35 @@ def comparison_lines(db: Path, dataset: str, task: str) -> list[str]:
             continue
         grouped.setdefault((model, metric, averaging), []).append((seed, diff, lo, hi, verdict))
     for (model, metric, averaging), seeds in grouped.items():
-        per_seed = "; ".join(
-            f"s{s} {d:+.4f} [{lo:+.4f}, {hi:+.4f}] {v}" if d is not None and lo is not None else f"s{s} {v}"
-            for s, d, lo, hi, v in seeds)
-        verdicts = {v for *_, v in seeds}
-        if len(verdicts) > 1:
-            claim = "seeds disagree: no claim"
-        elif len(seeds) < MIN_SEEDS:
-            claim = f"{verdicts.pop()} on {len(seeds)} seed(s): not yet a claim (needs {MIN_SEEDS} agreeing seeds)"
-        else:
-            claim = {"better": f"**{model} beats {reference}**", "worse": f"{model} is worse than {reference}",
-                     "no_detectable_difference": "no detectable difference",
-                     "too_small": "too few test patients for a verdict"}[verdicts.pop()]
+        per_seed = "; ".join(seed_difference(s, d, lo, hi, v) for s, d, lo, hi, v in seeds)
+        claim = seed_claim(model, reference, [v for *_, v in seeds])
         lines.append(f"- {model} − {reference}, {metric} ({averaging}): {per_seed} → {claim}.")
     return lines
+
+
+def seed_difference(seed: int | None, diff: float | None, low: float | None, high: float | None, verdict: str) -> str:
+    """One seed's paired difference from the reference: `s0 +0.0053 [+0.0025, +0.0081] better`."""
+    return f"s{seed} {difference(diff, low, high, verdict)}"
+
+
+def difference(diff: float | None, low: float | None, high: float | None, verdict: str) -> str:
+    """A paired difference with its 95% interval and verdict: `+0.0053 [+0.0025, +0.0081] better`."""
+    if diff is not None and low is not None and high is not None:
+        return f"{diff:+.4f} [{low:+.4f}, {high:+.4f}] {verdict}"
+    return verdict
+
+
+def seed_claim(model: str, reference: str, verdicts: list[str], units: str = "test patients") -> str:
+    """The claim the seeds' paired verdicts support: 'beats' only when every one of >= MIN_SEEDS seeds is
+    `better`; seeds that disagree support no claim."""
+    distinct = set(verdicts)
+    if not distinct:
+        return "no comparison recorded: no claim"
+    if len(distinct) > 1:
+        return "seeds disagree: no claim"
+    verdict = distinct.pop()
+    if len(verdicts) < MIN_SEEDS:
+        return f"{verdict} on {len(verdicts)} seed(s): not yet a claim (needs {MIN_SEEDS} agreeing seeds)"
+    return {"better": f"**{model} beats {reference}**", "worse": f"{model} is worse than {reference}",
+            "no_detectable_difference": "no detectable difference",
+            "too_small": f"too few {units} for a verdict"}[verdict]

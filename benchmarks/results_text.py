@@ -1,8 +1,13 @@
 """Text benchmarks: MTSamples specialty (3 seeds) and FAQ tables, written between `<!-- BEGIN text -->` and
-`<!-- END text -->` of benchmarks/RESULTS.md (the rest of the file is preserved).
+`<!-- END text -->` of benchmarks/RESULTS.md (the rest of the file is preserved; `--out` names another file).
 
     .venv/bin/python benchmarks/results_text.py --db var/bench/text.duckdb --prepare --run   # train + write
     .venv/bin/python benchmarks/results_text.py --db var/bench/text.duckdb                   # rewrite tables only
+    .venv/bin/python benchmarks/results_text.py --db var/bench/text.duckdb --intervals       # + recompute intervals
+
+Each cell is a run's point estimate on the whole test split with its 95% bootstrap interval (ml.metrics), and
+each run is compared with its task's reference baseline by a paired bootstrap (ml.comparisons); the tables are
+in benchmarks/results_text_render.py. `--intervals` recomputes both for runs recorded before they existed.
 
 Parallel runs (DuckDB allows one writing process per file): run each model against its own copy of the
 warehouse (`--faq-models none`), then `--merge var/bench/text_bilstm.duckdb ...` copies their `ml.*` rows back.
@@ -17,14 +22,20 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import sys
 from pathlib import Path
 
-from medtx.db import connect, param_marks, quote_ident, quote_table
-from medtx.settings import BUNDLED_DATA
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results_text_render import SPECIALTY_MODELS, faq_table, readmission_table, specialty_table  # noqa: E402
+from medtx.db import connect, param_marks, quote_ident, quote_table  # noqa: E402
+from medtx.settings import BUNDLED_DATA  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 NOTES = Path(__file__).with_name("results_text_notes.md")  # how the recorded runs were made (CPU budget, configs)
-SPECIALTY_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert_scratch", "minilm")
+TEXT_TASKS = ("specialty", "faq")
+READMISSION_TASKS = ("readmission", "readmission_notes")
 FAQ_MODELS = (("retrieval", {}), ("retrieval", {"embedding": "minilm"}), ("seq2seq", {}))
 
 
@@ -107,133 +118,19 @@ def merge_runs(db: Path, sources: list[Path]) -> int:
     return copied
 
 
-ENCODER_LAYERS = {"minilm": 6}  # all-MiniLM-L6-v2: 6 transformer layers (for "top K of N" labels)
+def recompute_intervals(db: Path, tasks: tuple[str, ...]) -> None:
+    """(Re)compute the 95% intervals and paired comparisons of every completed run of `tasks`, one
+    (task, dataset) at a time (runs recorded before issue 14 have none)."""
+    from benchmarks.results_intervals import recompute
 
-# How a BERT-family run used its encoder, from ml.runs.config: '' (trained end to end, or not a BERT),
-# 'probe' (frozen encoder + linear probe) or 'top<K>' (only the top K layers fine-tuned).
-VARIANT_SQL = """CASE WHEN json_extract_string(r.config, '$.text.freeze_encoder') = 'true' THEN 'probe'
-     WHEN json_extract_string(r.config, '$.text.finetune_layers') IS NOT NULL
-     THEN 'top' || json_extract_string(r.config, '$.text.finetune_layers') ELSE '' END"""
-
-
-def model_label(model: str, variant: str) -> str:
-    """Row name saying what was trained: e.g. 'minilm, top 2 of 6 layers fine-tuned'."""
-    if variant == "probe":
-        return f"{model}, frozen encoder + linear probe (not fine-tuned)"
-    if variant.startswith("top"):
-        n = ENCODER_LAYERS.get(model)
-        return f"{model}, top {variant[3:]}{f' of {n}' if n else ''} layers fine-tuned"
-    return model
-
-
-def _fmt(mean, sd) -> str:
-    return "—" if mean is None else f"{mean:.3f} ± {sd:.3f}"
-
-
-def specialty_table(con) -> list[str]:
-    rows = con.sql("""
-        SELECT r.model, {VARIANT_SQL} AS variant, count(DISTINCT r.run_id) AS seeds, bool_or(r.collapsed) AS collapsed,
-               avg(m.value) FILTER (WHERE metric = 'accuracy'), stddev_pop(m.value) FILTER (WHERE metric = 'accuracy'),
-               avg(m.value) FILTER (WHERE metric = 'macro_f1'), stddev_pop(m.value) FILTER (WHERE metric = 'macro_f1'),
-               avg(m.value) FILTER (WHERE metric = 'weighted_f1'), stddev_pop(m.value) FILTER (WHERE metric = 'weighted_f1'),
-               avg(r.train_seconds)
-        FROM ml.runs r JOIN ml.metrics m USING (run_id)
-        WHERE r.task = 'specialty' AND r.status = 'completed' AND m.split = 'test'
-        GROUP BY r.model, variant ORDER BY 7""".replace("{VARIANT_SQL}", VARIANT_SQL)).fetchall()
-    summary = dict(con.sql("SELECT metric, value FROM samples.task_summary WHERE task = 'specialty'").fetchall())
-    lines = [
-        "### MTSamples medical specialty (40 classes, deduplicated, group split 70/10/20, seed 42)",
-        "",
-        f"Test: {int(summary.get('test_units', 0) or 0)} text groups; label-noise ceiling on test (best reachable accuracy "
-        f"when identical texts carry different labels): **{summary.get('label_noise_ceiling_test', float('nan')):.3f}**; "
-        f"majority-class share on test {summary.get('majority_class_accuracy_test', float('nan')):.3f}. "
-        "Mean ± sd over training seeds of the per-run bootstrap means (10 resamples of 80% of test text groups).",
-        "",
-        "| model | seeds | accuracy | macro-F1 | weighted-F1 | train s / run | collapse guard |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for model, variant, seeds, collapsed, a, asd, f, fsd, w, wsd, secs in rows:
-        flag = "**COLLAPSED**" if collapsed else "ok"
-        lines.append(f"| {model_label(model, variant)} | {seeds} | {_fmt(a, asd)} | {_fmt(f, fsd)} | {_fmt(w, wsd)} | "
-                     f"{secs or 0:.0f} | {flag} |")
-    lines += ["", *config_lines(con)]
-    missing = [m for m in SPECIALTY_MODELS if m not in {r[0] for r in rows}]
-    if missing:
-        lines += ["", f"Not measured yet in this table: {', '.join(missing)} (run `--run --models ...`)."]
-    lines += ["", "Published anchors: CLiGNet 2026 (Bio_ClinicalBERT + label GCN, leakage-free) macro-F1 **0.279**; "
-              "the PyHealth book's ClinicalBERT run (accuracy 0.254, macro-F1 0.0116) is a collapsed majority-class "
-              "predictor, like `majority` above."]
-    return lines
-
-
-def config_lines(con) -> list[str]:
-    """One line per specialty model: the config fields its runs changed from the model's defaults."""
-    import dataclasses
-    import json
-
-    from medtx.text.experiment import text_config
-
-    rows = con.sql(f"""SELECT r.model, {VARIANT_SQL} AS variant, any_value(r.config) FROM ml.runs r
-                       WHERE r.task = 'specialty' AND r.status = 'completed' GROUP BY ALL ORDER BY 1, 2""").fetchall()
-    lines = ["Configs recorded in `ml.runs.config` (changes from the defaults in `medtx.text.experiment`); neural "
-             "models keep their best epoch on validation macro-F1, test is scored once:"]
-    for model, variant, config in rows:
-        used = json.loads(config)["text"]
-        base = dataclasses.asdict(text_config(model))
-        diff = {k: v for k, v in used.items() if k in base and base[k] != v}
-        lines.append(f"- `{model_label(model, variant)}`: " + (", ".join(f"{k}={v}" for k, v in sorted(diff.items())) or "defaults"))
-    return lines
-
-
-def faq_table(con) -> list[str]:
-    rows = con.sql("""
-        SELECT r.model, coalesce(json_extract_string(r.config, '$.faq.embedding'), '') AS emb, r.collapsed,
-               max(m.value) FILTER (WHERE metric = 'token_f1'), max(m.sd) FILTER (WHERE metric = 'token_f1'),
-               max(m.value) FILTER (WHERE metric = 'exact_match'), max(m.sd) FILTER (WHERE metric = 'exact_match')
-        FROM ml.runs r JOIN ml.metrics m USING (run_id)
-        WHERE r.task = 'faq' AND r.status = 'completed'
-        GROUP BY r.run_id, r.model, emb, r.collapsed ORDER BY 4 DESC""").fetchall()
-    lines = [
-        "### Mental Health FAQ (98 pairs): held-out paraphrases, 5-fold",
-        "",
-        "Per fold: index/train on all 98 original questions + the other folds' paraphrases, test on this fold's "
-        "paraphrases; pooled; mean ± sd over 10 resamples of 80% of pairs.",
-        "",
-        "| model | token F1 | exact match | collapse guard |",
-        "|---|---|---|---|",
-    ]
-    for model, emb, collapsed, f, fsd, e, esd in rows:
-        name = f"{model} ({emb})" if model == "retrieval" else f"{model} (word-level Transformer)"
-        lines.append(f"| {name} | {_fmt(f, fsd)} | {_fmt(e, esd)} | {'**COLLAPSED**' if collapsed else 'ok'} |")
-    return lines
-
-
-def readmission_table(con) -> list[str]:
-    """30-day readmission on a synthetic cohort with notes: text models beside the EHR bag-of-codes LR and
-    the generator's oracle (the best reachable ranking on this cohort)."""
-    rows = con.sql("""
-        SELECT r.task, r.model, r.dataset, count(DISTINCT r.run_id), bool_or(r.collapsed),
-               avg(m.value) FILTER (WHERE metric = 'auroc'), CASE WHEN count(DISTINCT r.run_id) = 1 THEN avg(m.sd) FILTER (WHERE metric = 'auroc') ELSE stddev_pop(m.value) FILTER (WHERE metric = 'auroc') END,
-               avg(m.value) FILTER (WHERE metric = 'auprc'), CASE WHEN count(DISTINCT r.run_id) = 1 THEN avg(m.sd) FILTER (WHERE metric = 'auprc') ELSE stddev_pop(m.value) FILTER (WHERE metric = 'auprc') END,
-               avg(m.value) FILTER (WHERE metric = 'rp80'), CASE WHEN count(DISTINCT r.run_id) = 1 THEN avg(m.sd) FILTER (WHERE metric = 'rp80') ELSE stddev_pop(m.value) FILTER (WHERE metric = 'rp80') END
-        FROM ml.runs r JOIN ml.metrics m USING (run_id)
-        WHERE r.task IN ('readmission', 'readmission_notes') AND r.status = 'completed' AND m.split = 'test'
-        GROUP BY ALL ORDER BY 6 DESC""").fetchall()
-    if not rows:
-        return []
-    lines = [
-        f"### 30-day readmission from discharge notes (synthetic cohort `{rows[0][2]}`, templated NOTEEVENTS)",
-        "",
-        "Same patient split as the EHR readmission task; only admissions with a discharge summary. Mean ± sd over "
-        "training seeds of the per-run bootstrap means (one seed: the bootstrap sd). `oracle` scores the generator's true probabilities.",
-        "",
-        "| task | model | seeds | AUROC | AUPRC | RP80 | collapse guard |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for task, model, _ds, seeds, collapsed, a, asd, p, psd, r, rsd in rows:
-        lines.append(f"| {task} | {model} | {seeds} | {_fmt(a, asd)} | {_fmt(p, psd)} | {_fmt(r, rsd)} | "
-                     f"{'**COLLAPSED**' if collapsed else 'ok'} |")
-    return lines
+    con = connect(db, read_only=True)
+    try:
+        pairs = con.execute("SELECT DISTINCT task, dataset FROM ml.runs WHERE status = 'completed' "
+                            "AND task IN (SELECT unnest(?::VARCHAR[])) ORDER BY ALL", [list(tasks)]).fetchall()
+    finally:
+        con.close()
+    for task, dataset in pairs:
+        recompute(db, dataset, [task])
 
 
 def write_section(db: Path, results: Path = RESULTS, readmission_db: Path | None = None,
@@ -275,6 +172,9 @@ def main() -> None:
     parser.add_argument("--readmission-db", type=Path, default=Path("var/bench/readm_notes.duckdb"),
                         help="warehouse with readmission_notes runs (used when it exists)")
     parser.add_argument("--notes", type=Path, default=NOTES, help="markdown appended to the section (how it was run)")
+    parser.add_argument("--intervals", action="store_true",
+                        help="(re)compute intervals and paired comparisons of the runs before rendering")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the results file whose text section is rewritten")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.prepare:
@@ -285,7 +185,11 @@ def main() -> None:
         print(f"merged {merge_runs(args.db, args.merge)} runs")
     notes = args.notes.read_text().splitlines() if args.notes and args.notes.exists() else None
     readmission_db = args.readmission_db if args.readmission_db and args.readmission_db.exists() else None
-    print(write_section(args.db, readmission_db=readmission_db, notes=notes))
+    if args.intervals:
+        recompute_intervals(args.db, TEXT_TASKS)
+        if readmission_db is not None:
+            recompute_intervals(readmission_db, READMISSION_TASKS)
+    print(write_section(args.db, args.out, readmission_db=readmission_db, notes=notes))
 
 
 if __name__ == "__main__":
