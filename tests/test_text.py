@@ -116,6 +116,30 @@ def test_mlm_pretraining_loss_falls(tokenizer, notes, tmp_path):
     assert encoder.config.hidden_size == 32 and (encoder_dir / "vocab.txt").exists() or (encoder_dir / "tokenizer.json").exists()
 
 
+def test_mlm_loss_on_masked_positions_only_equals_the_full_head(tokenizer, notes):
+    """MaskedLM runs the vocabulary head on the masked positions only; its loss and gradients are those of
+    BertForMaskedLM over every position (which ignores the unmasked ones)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    from medtx.text.mlm import MaskedLM, MLMConfig, mlm_windows
+
+    torch.manual_seed(0)
+    model = MaskedLM(scratch_config(len(tokenizer), hidden=32, layers=1, heads=2, max_len=64)).eval()
+    windows = mlm_windows(tokenizer, notes["text"].to_list()[:8], MLMConfig(max_len=64, max_windows_per_note=2))
+    batch = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, pad_to_multiple_of=64)(windows)
+    masked = model(batch)
+    masked.loss.backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    full = model.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+    full.loss.backward()
+    assert masked.logits.shape == ((batch["labels"] != -100).sum().item(), len(tokenizer))
+    assert masked.loss.item() == pytest.approx(full.loss.item(), rel=1e-6)
+    full_grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert len(grads) == len(full_grads)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, full_grads, strict=True))
+
+
 def _overfit(model, batch, steps: int, lr: float) -> float:
     torch.manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
