@@ -54,6 +54,30 @@ def _tiny_bert(tokenizer, n_out: int = 3, pooling: str = "mean", binary: bool = 
 # ------------------------------------------------------------------------------------ tokenizer & chunking
 
 
+_TRAIN_VOCAB = """
+import json, sys
+import polars as pl
+from medtx.text.tokenize import train_wordpiece
+texts = pl.read_csv(sys.argv[1]).drop_nulls("transcription")["transcription"].head(800).to_list()
+print(json.dumps(sorted(train_wordpiece(texts, vocab_size=2000).get_vocab().items())))
+"""
+
+
+def test_wordpiece_ids_are_the_same_in_every_process():
+    """`tokenizers` numbers equal-rank tokens in a per-process hash order: two processes trained on the same
+    notes gave different ids (so the same seed gave a different BiLSTM / BERT). The ids are canonical now."""
+    import subprocess
+    import sys
+
+    def vocab() -> str:
+        done = subprocess.run([sys.executable, "-c", _TRAIN_VOCAB, str(DATA / "mtsamples" / "mtsamples.csv.gz")],
+                              capture_output=True, text=True, check=True, timeout=300)
+        return done.stdout
+
+    first = vocab()
+    assert len(first) > 1000 and all(vocab() == first for _ in range(2))
+
+
 def test_wordpiece_round_trip_through_a_saved_folder(tokenizer, notes, tmp_path):
     tokenizer.save_pretrained(tmp_path / "tok")
     loaded = load_tokenizer(tmp_path / "tok")

@@ -25,7 +25,11 @@ def train_wordpiece(
 ) -> BertTokenizerFast:
     """A BERT-style WordPiece tokenizer learned from `texts` (pass the training split only).
 
-    [PAD] gets id 0 so padding masks and embeddings agree with `padding_idx=0`.
+    [PAD] gets id 0 so padding masks and embeddings agree with `padding_idx=0`. `tokenizers` numbers tokens
+    of equal rank in hash-map order, which differs from process to process, so the same notes and seed gave
+    different token ids (and different models) run to run; the ids are renumbered canonically: the special
+    tokens first, then every other token in sorted order. WordPiece splits words by longest match against the
+    vocabulary *set*, so tokenisation itself is unchanged.
     """
     wordpiece = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=lowercase, clean_text=True)
     wordpiece.train_from_iterator(
@@ -33,7 +37,10 @@ def train_wordpiece(
         show_progress=False,  # its bar goes straight to the terminal, past the log routing
     )
     # transformers 5 takes the vocabulary itself (`vocab=`); the old `vocab_file=` is silently ignored.
-    tokenizer = BertTokenizerFast(vocab=wordpiece.get_vocab(), do_lower_case=lowercase, strip_accents=lowercase)
+    learned = wordpiece.get_vocab()
+    ordered = SPECIAL_TOKENS + sorted(t for t in learned if t not in SPECIAL_TOKENS)
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(ordered)}, do_lower_case=lowercase,
+                                  strip_accents=lowercase)
     log.info("trained WordPiece tokenizer: %d tokens", len(tokenizer))
     return tokenizer
 
