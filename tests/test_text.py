@@ -64,8 +64,9 @@ print(json.dumps(sorted(train_wordpiece(texts, vocab_size=2000).get_vocab().item
 
 
 def test_wordpiece_ids_are_the_same_in_every_process():
-    """`tokenizers` numbers equal-rank tokens in a per-process hash order: two processes trained on the same
-    notes gave different ids (so the same seed gave a different BiLSTM / BERT). The ids are canonical now."""
+    """`tokenizers` numbers `##x` tokens in a per-process hash order and breaks merge ties by those numbers:
+    two processes trained on the same notes gave different vocabularies (so the same seed gave a different
+    BiLSTM / BERT; huggingface/tokenizers#1794). The vocabulary and its ids are the same in every process now."""
     import subprocess
     import sys
 

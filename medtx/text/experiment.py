@@ -127,7 +127,9 @@ def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> Text
         raise ValueError(f"unknown text task {task!r}; choose one of {TEXT_TASKS}")
     spec = get_task(task)
     if spec.split_unit == "text_group":
-        frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)}").pl()
+        # ORDER BY: a parallel scan returns rows in any order, and the order feeds the tokenizer and batches.
+        frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)} "
+                        "ORDER BY note_id").pl()
         if frame.height == 0:
             raise ValueError(f"{spec.sample_table} is empty: run `medtx ingest {spec.dataset}` then "
                              f"`medtx build-samples --task {spec.samples_task}`")
@@ -135,7 +137,7 @@ def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> Text
     frame = con.sql(  # DuckDB 2.0: execute(...).pl() is gone; sql(..., params=) returns a relation
         f"SELECT r.subject_id, r.hadm_id, r.text, r.label, s.split FROM {quote_table(spec.sample_table)} r "
         "JOIN samples.splits s ON s.dataset = r.dataset AND s.task = ? AND s.subject_id = r.subject_id "
-        "WHERE r.dataset = ?",
+        "WHERE r.dataset = ? ORDER BY r.subject_id, r.hadm_id",  # one order every run (see above)
         params=[spec.samples_task, dataset],
     ).pl()
     return patient_split_data(frame, spec)

@@ -25,20 +25,29 @@ def train_wordpiece(
 ) -> BertTokenizerFast:
     """A BERT-style WordPiece tokenizer learned from `texts` (pass the training split only).
 
-    [PAD] gets id 0 so padding masks and embeddings agree with `padding_idx=0`. `tokenizers` numbers tokens
-    of equal rank in hash-map order, which differs from process to process, so the same notes and seed gave
-    different token ids (and different models) run to run; the ids are renumbered canonically: the special
-    tokens first, then every other token in sorted order. WordPiece splits words by longest match against the
-    vocabulary *set*, so tokenisation itself is unchanged.
+    [PAD] gets id 0 so padding masks and embeddings agree with `padding_idx=0`.
+
+    Deterministic: `tokenizers`' trainer numbers the `##x` continuing-subword tokens in hash-map order, which
+    differs from process to process, and breaks ties between equally frequent merges by those numbers, so the
+    same notes gave a different vocabulary, and the same seed a different model, run to run
+    (huggingface/tokenizers#1794). Every `##x` of the notes' characters is therefore handed to the trainer up
+    front, in sorted order, so it never numbers one itself; and the final ids are renumbered canonically
+    (the special tokens, then every other token sorted). WordPiece splits words by longest match against the
+    vocabulary set, so the numbering changes no tokenisation.
     """
+    texts = [t for t in texts if t]
     wordpiece = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=lowercase, clean_text=True)
+    normalize = wordpiece.normalizer.normalize_str
+    chars = sorted({c for t in texts for c in normalize(t) if not c.isspace()})
+    continuing = [f"##{c}" for c in chars]
     wordpiece.train_from_iterator(
-        (t for t in texts if t), vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+        texts, vocab_size=vocab_size, min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS + continuing,
         show_progress=False,  # its bar goes straight to the terminal, past the log routing
     )
-    # transformers 5 takes the vocabulary itself (`vocab=`); the old `vocab_file=` is silently ignored.
     learned = wordpiece.get_vocab()
     ordered = SPECIAL_TOKENS + sorted(t for t in learned if t not in SPECIAL_TOKENS)
+    # transformers 5 takes the vocabulary itself (`vocab=`); the old `vocab_file=` is silently ignored.
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(ordered)}, do_lower_case=lowercase,
                                   strip_accents=lowercase)
     log.info("trained WordPiece tokenizer: %d tokens", len(tokenizer))
