@@ -33,6 +33,18 @@ def _init_worker(log_files: list[str], level: int, preload: tuple[str, ...] = ()
     logging.getLogger("medtx").setLevel(level)
     for name in preload:  # what every training needs (torch, the trainer), imported once per worker
         importlib.import_module(name)
+    _library_logs_to_files()
+
+
+def _library_logs_to_files() -> None:
+    """transformers writes its warnings (e.g. the load report of a checkpoint whose MLM head is dropped) to the
+    terminal through a handler of its own: in a training process they go to the log files, like every record."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_default_handler()
+    hf_logging.enable_propagation()
 
 
 def _log_files() -> list[str]:

@@ -66,3 +66,25 @@ def test_warm_starts_every_worker_with_its_imports_before_any_training() -> None
                 for pid, warmed in threads.map(lambda _: pool.call(_loaded, "tests.fixtures_samples"), range(2)):
                     seen[pid] = warmed
     assert len(seen) == 2 and all(seen.values())
+
+
+def _warn_from_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers.modeling_utils").warning("LOAD REPORT stand-in")
+
+
+def test_library_warnings_of_a_training_process_go_to_the_log_file(tmp_path, capfd) -> None:
+    import logging
+
+    log_file = tmp_path / "pipeline.log"
+    handler = logging.FileHandler(log_file)
+    logging.getLogger().addHandler(handler)
+    try:
+        with training_processes(2) as pool:
+            pool.call(_warn_from_transformers)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    assert "LOAD REPORT stand-in" in log_file.read_text()
+    assert "LOAD REPORT stand-in" not in capfd.readouterr().err
