@@ -24,6 +24,11 @@ from medtx.uncertainty import COMPARED, NON_NEURAL, RunData, load_run_data
 log = logging.getLogger("medtx.uncertainty")
 
 
+# A baseline model run on a pretrained neural encoder is not a non-neural reference (FAQ retrieval over MiniLM
+# sentence embeddings, `embedding: minilm`, is model `retrieval` like the TF-IDF one).
+NEURAL_CONFIG_SQL = "coalesce(json_extract_string(r.config, '$.faq.embedding'), '') = 'minilm'"
+
+
 def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None) -> str | None:
     """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none."""
     metric, averaging = COMPARED[task][0]
@@ -31,7 +36,7 @@ def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None
         f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
             LEFT JOIN ml.metrics v ON v.run_id = r.run_id AND v.split = 'val' AND v.metric = ? AND v.averaging = ?
             WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ? AND r.status = 'completed'
-              AND r.model IN (SELECT unnest(?))
+              AND r.model IN (SELECT unnest(?)) AND NOT {NEURAL_CONFIG_SQL}
               AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions)
             ORDER BY r.started_at DESC, r.run_id DESC""",
         [metric, averaging, task, dataset, list(NON_NEURAL)]).fetchall()

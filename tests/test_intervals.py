@@ -151,10 +151,10 @@ def test_empty_split_is_refused():
 
 
 def _record_binary_run(con, run_id: str, model: str, probs: np.ndarray, y: np.ndarray, subjects: np.ndarray,
-                       val_auprc: float | None) -> None:
+                       val_auprc: float | None, config: dict | None = None) -> None:
     import polars as pl
 
-    records.start_run(con, run_id, task="readmission", model=model, dataset="sim", seed=0, config={})
+    records.start_run(con, run_id, task="readmission", model=model, dataset="sim", seed=0, config=config or {})
     if val_auprc is not None:
         records.write_metrics(con, run_id, "val", [("auprc", "none", val_auprc, None, None)])
     records.write_metrics(con, run_id, "test", [("auprc", "none", 0.5, 0.01, 10), ("auroc", "none", 0.5, 0.01, 10)])
@@ -205,6 +205,22 @@ def test_warehouse_intervals_reference_on_validation_and_verdicts(tmp_db: Path):
         refs = {r for r, in con.sql("SELECT DISTINCT reference_run_id FROM ml.comparisons").fetchall()}
         assert refs == {"cl"}
         assert con.sql("SELECT count(DISTINCT run_id) FROM ml.comparisons").fetchall()[0][0] == 4
+    finally:
+        con.close()
+
+
+def test_a_baseline_on_a_pretrained_encoder_is_never_the_reference(tmp_db: Path):
+    """FAQ retrieval over MiniLM embeddings is model `retrieval`, like TF-IDF retrieval, but not a non-neural
+    baseline: the reference is the TF-IDF run even when the MiniLM one ran last or scored higher."""
+    rng, subjects, y = _sim(40)
+    noise = rng.random(len(y))
+    con = connect(tmp_db)
+    try:
+        _record_binary_run(con, "tfidf", "retrieval", 0.5 * noise + 0.3 * y, y, subjects, val_auprc=None,
+                           config={"faq": {"embedding": "tfidf"}})
+        _record_binary_run(con, "mini", "retrieval", 0.2 * noise + 0.8 * y, y, subjects, val_auprc=None,
+                           config={"faq": {"embedding": "minilm"}})
+        assert reference_run(con, "readmission", "sim") == "tfidf"
     finally:
         con.close()
 
