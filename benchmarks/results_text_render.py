@@ -268,6 +268,10 @@ def readmission_table(con: duckdb.DuckDBPyConnection) -> list[str]:
     """30-day readmission on a synthetic cohort with notes: text models beside the EHR bag-of-codes LR and
     the generator's oracle (the best reachable ranking on this cohort)."""
     runs = load_runs(con, ("readmission", "readmission_notes"))
+    # Only the cohorts with note runs: a pipeline warehouse also holds EHR readmission runs of other datasets
+    # (e.g. the MIMIC-III demo, without notes), which are not this comparison and must not be pooled with it.
+    with_notes = {r.dataset for r in runs if r.task == "readmission_notes"}
+    runs = [r for r in runs if r.dataset in with_notes]
     if not runs:
         return []
     groups = _order(group_runs(runs), "auroc", descending=True)

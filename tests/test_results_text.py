@@ -140,3 +140,29 @@ def test_empty_warehouse_renders(tmp_db: Path, tmp_path: Path):
     section = write_section(tmp_db, tmp_path / "RESULTS.md", readmission_db=tmp_db)
     assert section.count("No completed runs recorded yet.") == 2  # specialty and FAQ; no readmission table
     assert "30-day readmission" not in section
+
+
+def _binary_run(con, run_id: str, task: str, model: str, dataset: str, n: int = 60) -> None:
+    rng = np.random.default_rng(len(run_id))
+    y = rng.random(n) < 0.3
+    records.start_run(con, run_id, task=task, model=model, dataset=dataset, seed=42, config={})
+    records.write_metrics(con, run_id, "test", [("auroc", "none", 0.5, 0.01, 10)])
+    records.write_predictions(con, run_id, pl.DataFrame({
+        "sample_id": np.arange(n).astype(str), "subject_id": np.arange(n), "hadm_id": np.arange(n),
+        "label": ["readmission"] * n, "prob": rng.random(n), "y_true": y, "predicted": y}))
+    records.finish_run(con, run_id)
+
+
+def test_readmission_table_keeps_only_the_cohorts_with_note_runs(tmp_db: Path):
+    """A pipeline warehouse also holds EHR readmission runs of a cohort without notes (the MIMIC-III demo):
+    they are not pooled into the notes comparison."""
+    con = connect(tmp_db)
+    try:
+        _binary_run(con, "notes.tfidf", "readmission_notes", "tfidf_logreg", "synth_2000")
+        _binary_run(con, "codes.lr", "readmission", "logreg", "synth_2000")
+        _binary_run(con, "demo.lr", "readmission", "logreg", "mimic3_demo")
+        table = "\n".join(readmission_table(con))
+    finally:
+        con.close()
+    assert "`synth_2000`" in table and "mimic3_demo" not in table
+    assert len([line for line in table.splitlines() if line.startswith("| readmission | logreg | 42 |")]) == 1
