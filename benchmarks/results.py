@@ -10,8 +10,8 @@ so an interrupted run resumes; (3) render `benchmarks/RESULTS.md`'s section betw
 and `<!-- END ehr -->` from ml.* (other sections, e.g. the text stage's, are kept as they are).
 
 Protocol: the split is fixed by the samples stage (patient-level 70/10/20, its own seed); training seeds
-vary. Each cell is the mean ± sd over seeds of the per-run test value, where each per-run test value is
-itself the mean over 10 resamples of 80% of test patients (the per-run bootstrap sd is in ml.metrics).
+vary. Each cell is the mean ± sd over seeds of the per-run test value, the point estimate on the whole test
+split (its 95% patient-bootstrap interval and the 10×80% subsample sd are in ml.metrics).
 """
 
 from __future__ import annotations

@@ -296,14 +296,17 @@ class _Run:
         for step, prints, key in ready:
             if len(pending) >= width:
                 done, ended = pending.pop(self._first_done(pending)), time.perf_counter()
-                # The freed slot gets its next step before this process records the finished one (importing a
-                # result package, its intervals and comparisons take seconds that a training can use).
-                pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
-                self.collect(*done, ended=ended)
                 if step.kind == "train":
+                    # The freed slot gets its next training before this process records the finished one
+                    # (importing a result package, its intervals and comparisons take seconds a training can
+                    # use). Trainings never write the warehouse, so recording meanwhile is safe; the other
+                    # stages write it, so each is recorded before the next one starts.
+                    pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
+                    self.collect(*done, ended=ended)
                     self.publish_progress(force=False)
-            else:
-                pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
+                    continue
+                self.collect(*done, ended=ended)
+            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
             done, ended = pending.pop(self._first_done(pending)), time.perf_counter()
             self.collect(*done, ended=ended)
