@@ -367,7 +367,7 @@ def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path
 @pytest.mark.slow
 def test_contention_two_pipelines_and_ingest_with_build_samples(tmp_path: Path) -> None:
     """Real commands at once: the second pipeline refuses at once while the first completes; ingest and
-    build-samples share the warehouse, one waits for the other with the message, both complete."""
+    build-samples started while the warehouse is held both wait with the message, then both complete."""
     config = tmp_path / "c.yaml"
     config.write_text("datasets: [{source: synth:20}]\ntasks: {drug_rec: {models: [{model: most_frequent}]}}\n")
     db = tmp_path / "p.duckdb"
@@ -383,13 +383,22 @@ def test_contention_two_pipelines_and_ingest_with_build_samples(tmp_path: Path) 
     db = tmp_path / "w.duckdb"
     env = {**ENV, "MEDTX_CACHE_DIR": str(tmp_path / "cache")}
     assert _medtx("ingest", "mtsamples", "--limit", "300", "--db", str(db), env=env).returncode == 0
-    procs = [subprocess.Popen([PY, "-c", "from flows.cli import main; main()", *args, "--db", str(db)], env=env,
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for args in (["ingest", "mimic3"], ["build-samples", "--task", "specialty"])]
-    results = [(p.wait(timeout=580), p.stderr.read()) for p in procs]
+    # Both commands start while a writer holds the warehouse (this test, until both say they wait): whether two
+    # commands overlap on their own depends on how fast the machine is, so the overlap is made, not hoped for.
+    # After the release they contend with each other, and both complete.
+    errs = [tmp_path / "ingest.err", tmp_path / "samples.err"]
+    with hold_writer(db, "the contention test", wait_s=0):
+        procs = [subprocess.Popen([PY, "-c", "from flows.cli import main; main()", *args, "--db", str(db)], env=env,
+                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=err.open("w"), text=True)
+                 for args, err in zip((["ingest", "mimic3"], ["build-samples", "--task", "specialty"]), errs)]
+        deadline = time.monotonic() + 300
+        while (time.monotonic() < deadline and all(p.poll() is None for p in procs)
+               and not all("waiting up to" in err.read_text() for err in errs)):
+            time.sleep(0.2)
+    results = [(p.wait(timeout=580), err.read_text()) for p, err in zip(procs, errs)]
     assert [rc for rc, _ in results] == [0, 0], results
     waited = [" ".join(err.split()) for _, err in results if "is being written by" in err]
-    assert len(waited) == 1 and "waiting up to 120 s" in waited[0], results
+    assert len(waited) == 2 and all("waiting up to 120 s" in w for w in waited), results
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.sql("SELECT count(*) FROM raw.admissions").fetchall()[0][0] > 0
         assert con.sql("SELECT count(*) FROM samples.specialty").fetchall()[0][0] > 0
