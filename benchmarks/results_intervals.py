@@ -14,7 +14,7 @@ from pathlib import Path
 
 from medtx.comparisons import compare_runs
 from medtx.uncertainty import COMPARED, record_intervals
-from medtx.training.skeleton import open_warehouse
+from medtx.db import open_warehouse
 
 log = logging.getLogger("medtx.benchmarks")
 MIN_SEEDS = 3

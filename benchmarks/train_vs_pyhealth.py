@@ -57,7 +57,7 @@ def sample_ap(y_true, y_prob) -> float:
 def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
     """medtx's drug_rec samples with their split, as JSON (the PyHealth worker's input)."""
     from medtx.training.experiment import load_split_samples
-    from medtx.training.skeleton import open_warehouse
+    from medtx.db import open_warehouse
 
     with open_warehouse(db, read_only=True) as con:
         parts = load_split_samples(con, dataset, "drug_rec")
@@ -81,7 +81,7 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: int, seed: int, bu
     import numpy as np
 
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
-    from medtx.training.skeleton import open_warehouse
+    from medtx.db import open_warehouse
     from medtx.training.trainer import TrainConfig
 
     overrides = {"batch_size": 32, "num_threads": threads, "patience": epochs + 1}

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import duckdb
 
-from medtx.db import open_warehouse as _open_warehouse
+from medtx.db import open_warehouse
 from medtx.training import records
 from medtx.training.runs import is_synthetic, settings_run_folder
 
 S = TypeVar("S")
-LOCK_WAIT_S = 120.0  # another process (a parallel run, a reader) may hold the DuckDB file for a moment
 OnEpoch = Callable[[int, Mapping[str, float]], None]
 
 
@@ -50,12 +48,6 @@ class RunPlan(Generic[S]):
     models_dir: Path | None = None
     device: str | None = None  # recorded while the run is running (the results' summary may refine it)
     outcome: dict[str, Any] = field(default_factory=dict)  # filled: the recorded results, for the log line
-
-
-def open_warehouse(db: Path | str, *, read_only: bool = False, wait_s: float = LOCK_WAIT_S
-                   ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
-    """`medtx.db.open_warehouse` waiting out another process's lock: connections are short, so the wait is too."""
-    return _open_warehouse(db, read_only=read_only, wait_s=wait_s)
 
 
 def execute_run(db: Path | str, plan: RunPlan[S]) -> str:
