@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -9,7 +13,8 @@ import duckdb
 import pytest
 
 from medtx.pipeline_config import RunnerConfig
-from medtx.resources import (auto_train_concurrency, available_cpus, cgroup_cpu_limit, threads_per_training)
+from medtx.resources import (TRAININGS_DIR_ENV, auto_train_concurrency, available_cpus, cgroup_cpu_limit, fair_threads,
+                             running_trainings, threads_per_training, training_slot)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -55,6 +60,76 @@ def test_runner_auto_resolves_from_the_machine() -> None:
         RunnerConfig(train_concurrency=0)
     with pytest.raises(ValueError):
         RunnerConfig(torch_threads="many")
+
+
+HOLD_SLOT = """
+import sys, time
+from pathlib import Path
+from medtx.resources import training_slot
+with training_slot(Path(sys.argv[1])) as held:
+    print("held" if held else "no registry", flush=True)
+    time.sleep(600)
+"""
+
+
+def _other_training(folder: Path) -> subprocess.Popen:
+    """Another process that holds a training slot (as a second `medtx train` would) until it is killed."""
+    child = subprocess.Popen([sys.executable, "-c", HOLD_SLOT, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_trainings_on_the_machine_are_counted_and_a_killed_one_stops_counting(tmp_path: Path) -> None:
+    assert running_trainings(tmp_path) == 1  # nobody: still one share (the caller)
+    with training_slot(tmp_path) as held:
+        assert held and running_trainings(tmp_path) == 1
+        other = _other_training(tmp_path)
+        try:
+            assert running_trainings(tmp_path) == 2
+            assert fair_threads(ceiling=8, cpus=2, folder=tmp_path) == 1
+            assert fair_threads(ceiling=8, cpus=8, folder=tmp_path) == 4
+        finally:
+            other.send_signal(signal.SIGKILL)  # no cleanup runs: its file stays, its lock goes with the process
+            other.wait()
+        assert len(list(tmp_path.glob("*.lock"))) == 2
+        assert running_trainings(tmp_path) == 1
+        assert len(list(tmp_path.glob("*.lock"))) == 1  # the dead one's leftover file is removed
+        assert fair_threads(ceiling=8, cpus=2, folder=tmp_path) == 2
+        assert fair_threads(ceiling=1, cpus=2, folder=tmp_path) == 1  # never above what the caller set
+    assert list(tmp_path.glob("*.lock")) == []
+
+
+def test_fit_shares_the_cores_with_a_training_started_beside_it(tmp_path: Path, monkeypatch, caplog) -> None:
+    import torch
+
+    from medtx.training.trainer import TrainConfig, fit
+    from tests.test_models import FRAMES, bundle_for
+
+    registry = tmp_path / "registry"
+    monkeypatch.setenv(TRAININGS_DIR_ENV, str(registry))
+    monkeypatch.setattr("medtx.resources.available_cpus", lambda root=None: 2)
+    bundle = bundle_for("transformer")
+    items = bundle.encode(FRAMES["drug_rec"](n=12, seed=1))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # what `medtx train` alone sets on 2 cores
+    other = _other_training(registry)
+    try:
+        seen: list[int] = []
+        cfg = TrainConfig(epochs=2, batch_size=4, seed=0, device="cpu")
+        with caplog.at_level(logging.INFO, logger="medtx.training"):
+            fit(bundle.model, items[:8], items[8:], bundle.collate, cfg, tmp_path / "out",
+                on_epoch=lambda epoch, metrics: seen.append(torch.get_num_threads()))
+        assert seen == [1, 1]  # two trainings on 2 cores: one thread each, not 2 + 2
+        assert "torch threads 2 -> 1" in caplog.text
+        assert torch.get_num_threads() == 2  # given back afterwards
+        explicit = TrainConfig(epochs=1, batch_size=4, seed=0, device="cpu", num_threads=2)
+        fit(bundle.model, items[:8], items[8:], bundle.collate, explicit, tmp_path / "out2",
+            on_epoch=lambda epoch, metrics: seen.append(torch.get_num_threads()))
+        assert seen[-1] == 2  # an explicit num_threads is kept as asked
+    finally:
+        other.kill()
+        other.wait()
+        torch.set_num_threads(before)
 
 
 @pytest.mark.slow

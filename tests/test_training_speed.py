@@ -3,7 +3,9 @@
 - `EncodedSet.batch(indices)` gives the same batch content as the codec's collate over those items;
 - the fused `scaled_dot_product_attention` path gives the explicit-attention path's outputs;
 - length buckets are deterministic under a seed and cover every sample exactly once per epoch;
-- `fit` / `predict` accept an EncodedSet and predict the same probabilities as from the item list.
+- `fit` / `predict` accept an EncodedSet and predict the same probabilities as from the item list;
+- the cheap CPU dropout drops at rate p, keeps the expectation and its gradient is its mask; training attention
+  on CPU takes the explicit path with it; the fused AdamW makes the per-tensor loop's update.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import pytest
 import torch
 
 from medtx.models.encoded import EncodedSet, length_buckets, shuffled_batches
-from medtx.models.layers import Encoder, MultiHeadAttention
-from medtx.training.trainer import TrainConfig, fit, predict
+from medtx.models.layers import Dropout, Encoder, MultiHeadAttention, dropout
+from medtx.training.trainer import TrainConfig, fit, make_optimizer, predict
 # the tiny vocabularies and sample frames of the model tests, and their one-thread, seeded autouse fixture
 from tests.test_models import FRAMES, _one_thread, bundle_for  # noqa: F401
 
@@ -111,3 +113,74 @@ def test_fit_and_predict_take_an_encoded_set(tmp_path):
     assert fast.sample_ids == plain.sample_ids
     np.testing.assert_allclose(fast.probs, plain.probs, atol=1e-6)
     np.testing.assert_array_equal(fast.y_true, plain.y_true)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.5])
+def test_cpu_dropout_drops_at_rate_p_and_keeps_the_expectation(p):
+    torch.manual_seed(0)
+    x = torch.ones(1_000_003)
+    out = dropout(x, p)
+    dropped = float((out == 0).float().mean())
+    assert abs(dropped - p) < 0.003  # 1M draws: sd of the rate ~ 0.0005
+    assert abs(float(out.mean()) - 1.0) < 0.006
+    values = torch.unique(out).tolist()
+    assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(1 / (1 - p), rel=1e-4)
+    # every 16-bit lane of the random words is uniform (a lane with a fixed sign bit would drop 0 or 2p)
+    lanes = (out == 0)[: 1_000_000].view(-1, 4).float().mean(0)
+    assert torch.all((lanes - p).abs() < 0.006), lanes
+
+
+def test_cpu_dropout_is_seeded_and_its_gradient_is_its_mask():
+    x = torch.randn(4, 5, 6, requires_grad=True)
+    torch.manual_seed(3)
+    first = dropout(x, 0.3)
+    torch.manual_seed(3)
+    again = dropout(x, 0.3)
+    assert torch.equal(first, again)
+    first.sum().backward()
+    kept = first.detach() != 0
+    assert torch.allclose(x.grad[kept], torch.full_like(x.grad[kept], 65536 / (65536 - round(0.3 * 65536))))
+    assert torch.all(x.grad[~kept] == 0)
+
+
+def test_dropout_module_is_identity_in_eval_and_at_p0_and_zero_at_p1():
+    x = torch.randn(7, 3)
+    assert torch.equal(Dropout(0.4).eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        Dropout(1.5)
+
+
+def test_training_attention_on_cpu_drops_weights_and_equals_fused_without_dropout(monkeypatch):
+    torch.manual_seed(4)
+    attn = MultiHeadAttention(16, 4, dropout=0.1).train()
+    x, mask = torch.randn(3, 6, 16), torch.rand(3, 6) > 0.3
+    mask[:, 0] = True
+    calls = []
+    monkeypatch.setattr(attn, "_fused", lambda *a: calls.append("fused"))
+    out, weights = attn(x, mask, need_weights=False)
+    assert calls == [] and weights is None and out.shape == (3, 6, 16)  # the explicit path, weights not returned
+    monkeypatch.undo()
+    attn.dropout.p = 0.0  # no dropout: training takes the fused kernel, same function
+    explicit, _ = attn(x, mask, need_weights=True)
+    fused, _ = attn(x, mask, need_weights=False)
+    assert torch.allclose(explicit, fused, atol=1e-5)
+
+
+def test_fused_adamw_makes_the_loop_update():
+    torch.manual_seed(5)
+    models = [torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Linear(8, 3)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    fused = make_optimizer(models[0], TrainConfig(), torch.device("cpu"))
+    loop = torch.optim.AdamW(models[1].parameters(), lr=TrainConfig().lr, weight_decay=TrainConfig().weight_decay,
+                             foreach=False)
+    assert fused.defaults["fused"] is True
+    ids = torch.randint(0, 50, (16, 5))
+    for _ in range(20):
+        for model, optimizer in zip(models, (fused, loop)):
+            optimizer.zero_grad()
+            model(ids).pow(2).mean().backward()
+            optimizer.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.allclose(a, b, atol=1e-6)

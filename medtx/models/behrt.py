@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import MASK, CodeIndex, LabelSpace, behrt_codec, vocab_tokens
 from medtx.models.layers import (
+    Dropout,
     DrugCopyGate,
     Encoder,
     LabelAttentionPooling,
@@ -100,7 +101,7 @@ class BehrtEmbeddings(nn.Module):
         self.segment = nn.Embedding(2, config.d_model)
         self.position = SinusoidalPositions(config.d_model, config.n_positions)  # BEHRT: fixed, not trained
         self.norm = nn.LayerNorm(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, input_ids: Tensor, age_ids: Tensor, segment_ids: Tensor, position_ids: Tensor) -> Tensor:
         x = (self.code(input_ids) + self.age(age_ids.clamp(0, self.age.num_embeddings - 1))
@@ -159,7 +160,7 @@ class BehrtForMultiLabel(nn.Module):
             raise ValueError(f"BehrtConfig.pooling={config.pooling!r}; expected one of {list(POOLINGS)}")
         self.config = config
         self.behrt = BehrtModel(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.pooler = (nn.Sequential(nn.Linear(config.d_model, config.d_model), nn.Tanh())
                        if config.pooling == "cls" else None)
         self.head: nn.Module = (LabelAttentionPooling(1, config.n_labels, config.d_model)

@@ -39,7 +39,7 @@ from transformers import AutoModel, BertConfig, BertModel, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 
 from medtx.models.base import ModelOutput
-from medtx.models.layers import classification_loss
+from medtx.models.layers import Dropout, classification_loss
 from medtx.models.registry import ModelSpec, register_model
 
 log = logging.getLogger("medtx.text")
@@ -171,7 +171,7 @@ class BertTextClassifier(nn.Module):
         self.encoder = encoder
         self.config = config
         self.n_frozen = n_frozen_layers(encoder, config.finetune_layers)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.norm = nn.LayerNorm(encoder.config.hidden_size) if config.head_norm else nn.Identity()
         self.head = nn.Linear(encoder.config.hidden_size, config.n_outputs)
         self.register_buffer("class_weights", class_weights, persistent=False)
@@ -276,7 +276,7 @@ class NoteVectorClassifier(nn.Module):
         super().__init__()
         self.binary = binary
         self.norm = nn.LayerNorm(dim)  # pooled states of a pretrained encoder are far from unit scale
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.head = nn.Linear(dim, n_outputs)
         self.register_buffer("class_weights", class_weights, persistent=False)
 

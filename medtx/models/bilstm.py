@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from medtx.models.base import ModelOutput
-from medtx.models.layers import classification_loss
+from medtx.models.layers import Dropout, classification_loss
 from medtx.models.registry import ModelSpec, register_model
 
 
@@ -60,7 +60,7 @@ class BiLSTMClassifier(nn.Module):
             dropout=config.dropout if config.num_layers > 1 else 0.0,
         )
         self.pool = AttentionPool(2 * config.hidden_dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.head = nn.Linear(2 * config.hidden_dim, config.n_outputs)
         self.register_buffer("class_weights", class_weights, persistent=False)
 

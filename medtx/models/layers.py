@@ -1,9 +1,12 @@
 """Building blocks shared by the model files of medtx.models (EHR and text).
 
-Attention runs through torch's fused `scaled_dot_product_attention` when no weights are wanted (training,
-validation, prediction) and explicitly, returning every layer's weights [B, heads, queries, keys], when they
-are (`need_weights=True`: the attention export pass). Both paths compute the same function.
-Blocks: `SinusoidalPositions` (+ `sinusoidal_table`), `MultiHeadAttention` (self/cross, causal, rotary),
+Attention runs through torch's fused `scaled_dot_product_attention` when neither weights nor CPU attention dropout
+are wanted (validation, prediction: its flash kernel) and explicitly otherwise (training on CPU with dropout; the
+attention export pass, which returns every layer's weights [B, heads, queries, keys]). Every path computes the
+same function. Dropout (`Dropout`, `dropout`) draws its CPU keep-mask from 16-bit slices of random 64-bit words
+instead of `torch.bernoulli_` (about 4x cheaper on CPU, where the [B, heads, L, L] attention masks made it the
+largest single cost of a training step: issue #18's profile); on GPU it is torch's own dropout.
+Blocks: `Dropout`, `SinusoidalPositions` (+ `sinusoidal_table`), `MultiHeadAttention` (self/cross, causal, rotary),
 `FeedForward`, `EncoderLayer`, `Encoder`; pooling and heads: `masked_mean`, `LabelAttentionPooling`
 (CAML/LAAT), `DrugCopyGate` (COGNet-style copy path); losses and starts: `multilabel_loss`,
 `classification_loss`, `smoothed_log_odds`, `initial_output_bias`; visit pooling: `visit_embeddings`.
@@ -20,6 +23,44 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # ----------------------------------------------------------------------------------------------- blocks
+
+_LEVELS = 1 << 16  # keep-mask resolution: each element's draw is one uniform 16-bit integer
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
+
+    On CPU the keep-mask compares uniform 16-bit integers (four per random 64-bit word from torch's seeded
+    generator) with round(p * 65536), so the drop rate is p to within 1 / 131072 (0.1 -> 0.1000061) and the
+    scale uses that exact rate (the expectation is kept exactly). torch's own CPU dropout draws one Bernoulli
+    per element, about 4x slower. Elsewhere (CUDA) and for p outside (0, 1) it is `torch.nn.functional.dropout`.
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or not 0.0 < p < 1.0:
+        return F.dropout(x, p, training)
+    cut = round(p * _LEVELS)
+    if cut == 0:
+        return x
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= cut - _LEVELS // 2
+    return x * (keep.to(x.dtype) * (_LEVELS / (_LEVELS - cut)))
+
+
+class Dropout(nn.Module):
+    """`nn.Dropout` with `dropout`'s cheaper CPU mask (same `p` attribute, no parameters or state)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
 
 def sinusoidal_table(n_positions: int, dim: int) -> Tensor:
@@ -61,7 +102,7 @@ class MultiHeadAttention(nn.Module):
         self.k = nn.Linear(d_model, d_model)
         self.v = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:  # [B, T, D] -> [B, H, T, Dh]
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
@@ -77,21 +118,23 @@ class MultiHeadAttention(nn.Module):
         k_pos: Tensor | None = None,
         need_weights: bool = True,
     ) -> tuple[Tensor, Tensor | None]:
-        """-> (output [B, Q, D], weights [B, H, Q, K] or None when `need_weights` is False (fused path))."""
+        """-> (output [B, Q, D], weights [B, H, Q, K] or None when `need_weights` is False)."""
         source = x if memory is None else memory
         q, k, v = self._split(self.q(x)), self._split(self.k(source)), self._split(self.v(source))
         if rotary is not None:
             q, k = rotary(q, q_pos), rotary(k, k_pos)
         hidden = hidden_keys(key_mask, q.shape[-2], causal)
-        if need_weights:
+        if need_weights or (self.training and self.dropout.p > 0 and q.device.type == "cpu"):
             context, weights = self._explicit(q, k, v, hidden)
         else:
             context, weights = self._fused(q, k, v, hidden), None
         context = context.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
-        return self.out(context), weights
+        return self.out(context), (weights if need_weights else None)
 
     def _explicit(self, q: Tensor, k: Tensor, v: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
-        """Scores written out so the weights [B, H, Q, K] can be returned (exported attention)."""
+        """Scores written out: the weights [B, H, Q, K] can be returned (exported attention), and training on
+        CPU drops them with `dropout`'s cheap mask (torch's fused CPU kernels have no dropout: with dropout_p > 0
+        scaled_dot_product_attention falls back to an unfused path with a Bernoulli mask)."""
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Q, K]
         # finfo.min instead of -inf: a fully hidden row (a padding query) gives uniform weights, not NaN.
         scores = scores.float().masked_fill(hidden, torch.finfo(torch.float32).min)
@@ -118,7 +161,7 @@ def hidden_keys(key_mask: Tensor, n_queries: int, causal: bool) -> Tensor:
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), Dropout(dropout), nn.Linear(d_ff, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
@@ -133,7 +176,7 @@ class EncoderLayer(nn.Module):
         self.attn = MultiHeadAttention(d_model, n_heads, dropout)
         self.norm_ff = nn.LayerNorm(d_model)
         self.ff = FeedForward(d_model, d_ff, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor, rotary: nn.Module | None = None,
                 positions: Tensor | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]:

@@ -29,7 +29,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import history_codec
-from medtx.models.layers import initial_output_bias, multilabel_loss, visit_embeddings
+from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
 from medtx.models.registry import (
     BuildContext,
     EHRModelBundle,
@@ -77,7 +77,7 @@ class RetainModel(nn.Module):
         self.config = config
         self.embed = nn.ModuleDict({f: nn.Embedding(config.vocab_sizes[f], config.d_model, padding_idx=0)
                                     for f in config.features})
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.gru_alpha = nn.GRU(config.d_model, config.hidden, batch_first=True)
         self.gru_beta = nn.GRU(config.d_model, config.hidden, batch_first=True)
         self.alpha = nn.Linear(config.hidden, 1)

@@ -18,7 +18,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import history_codec
-from medtx.models.layers import multilabel_loss, visit_embeddings
+from medtx.models.layers import Dropout, multilabel_loss, visit_embeddings
 from medtx.models.registry import BuildContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
@@ -66,7 +66,7 @@ class RNNModel(nn.Module):
         super().__init__()
         self.config = config
         self.encoders = nn.ModuleDict({f: VisitRNN(config.vocab_sizes[f], config) for f in config.features})
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.head = nn.Linear(len(config.features) * config.hidden, config.n_labels)
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import N_TARGET_SPECIALS, SEQ2SEQ_SOURCE, seq2seq_codec
-from medtx.models.layers import Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
+from medtx.models.layers import Dropout, Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
 from medtx.models.registry import BuildContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
 
 
@@ -61,7 +61,7 @@ class DecoderLayer(nn.Module):
         self.norm_self, self.self_attn = nn.LayerNorm(d_model), MultiHeadAttention(d_model, n_heads, dropout)
         self.norm_cross, self.cross_attn = nn.LayerNorm(d_model), MultiHeadAttention(d_model, n_heads, dropout)
         self.norm_ff, self.ff = nn.LayerNorm(d_model), FeedForward(d_model, d_ff, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, tgt_mask: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = True
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -81,7 +81,7 @@ class Seq2SeqTransformer(nn.Module):
         self.src_embed = nn.Embedding(config.src_vocab_size, d, padding_idx=config.pad_id)
         self.tgt_embed = nn.Embedding(config.tgt_vocab_size, d, padding_idx=config.pad_id)
         self.positions = SinusoidalPositions(d, config.max_positions)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.encoder = Encoder(d, config.n_heads, config.d_ff, config.n_encoder_layers, config.dropout)
         self.decoder = nn.ModuleList(DecoderLayer(d, config.n_heads, config.d_ff, config.dropout)
                                      for _ in range(config.n_decoder_layers))

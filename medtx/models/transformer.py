@@ -58,6 +58,7 @@ from torch import Tensor, nn
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import CodeIndex, LabelSpace, history_codec
 from medtx.models.layers import (
+    Dropout,
     DrugCopyGate,
     Encoder,
     LabelAttentionPooling,
@@ -113,7 +114,7 @@ class FeatureEncoder(nn.Module):
         # With rotary embeddings positions enter through q/k only (RoFormer); otherwise they are added.
         self.positions = SinusoidalPositions(config.d_model, config.max_visits + 1) if rotary is None else None
         self.rotary = rotary
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
 
     def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor, need_weights: bool = True
@@ -149,7 +150,7 @@ class TransformerModel(nn.Module):
         self.encoders = nn.ModuleDict(
             {f: FeatureEncoder(config.vocab_sizes[f], config, self._rotary()) for f in config.features}
         )
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         n_features = len(config.features)
         self.head: nn.Module = (LabelAttentionPooling(n_features, config.n_labels, config.d_model)
                                 if config.pooling == "label_attention"
