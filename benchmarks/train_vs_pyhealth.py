@@ -20,10 +20,19 @@ EHR Transformer never runs; the worker stubs those three modules instead of inst
 
 The cohort: `medtx synth mimic3 --patients N`, `medtx ingest mimic3`, `medtx map-codes`,
 `medtx build-samples --task drug_rec` into WAREHOUSE (see --help). `--medtx-root` may be given twice
-(e.g. main's checkout and a branch's) to compare medtx versions in the same interleaved rounds.
+(e.g. main's checkout and a branch's) to compare medtx versions in the same interleaved rounds; a root may
+carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_buckets": 0}'`).
 
     .venv/bin/python benchmarks/train_vs_pyhealth.py --db W.duckdb --dataset synth_10000 \\
-        --pyhealth-python /tmp/pyhealth-venv/bin/python [--medtx-root /work/main] [--epochs 5] [--rounds 2]
+        --pyhealth-python /tmp/pyhealth-venv/bin/python [--medtx-root /work/main] [--epochs 5] [--rounds 2] \\
+        [--threads N|auto] [--set max_visits=2 ...] [--background K]
+
+`--threads auto`: each side picks its own threads, as a user running it would get them: PyHealth torch's default
+(every core), medtx `medtx train`'s rule (every available core, capped at cores // trainings running on the
+machine, rechecked every epoch; checkouts without that rule just use every core). `--background K` keeps K
+more medtx trainings (threads auto) running during every round, in their own warehouse copies: the benchmark
+under load. `--set key=value` passes a model/trainer override to medtx (e.g. the drug_rec overrides chosen on
+validation in RESULTS.md: `--set max_visits=2 --set max_codes=64`).
 """
 
 from __future__ import annotations
@@ -73,22 +82,30 @@ def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
 # ----------------------------------------------------------------------------------------------- workers
 
 
-def medtx_worker(db: str, dataset: str, epochs: int, threads: int, seed: int, buckets: int = 0) -> dict:
+def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, buckets: int = 0,
+                 extra: dict | None = None, model: str = "transformer") -> dict:
     """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs. `buckets` sets
-    TrainConfig.length_buckets where the checkout has it (off by default in medtx; 16 = the opt-in)."""
+    TrainConfig.length_buckets where the checkout has it (off by default in medtx; 16 = the opt-in). `threads`
+    "auto": every core the process may use, as `medtx train` sets it (its trainer then caps it at its share)."""
     import dataclasses
 
     import numpy as np
+    import torch
 
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
     from medtx.db import open_warehouse
     from medtx.training.trainer import TrainConfig
 
-    overrides = {"batch_size": 32, "num_threads": threads, "patience": epochs + 1}
+    overrides: dict = {"batch_size": 32, "patience": epochs + 1}
+    if threads == "auto":
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+    else:
+        overrides["num_threads"] = int(threads)
     if buckets and "length_buckets" in {f.name for f in dataclasses.fields(TrainConfig)}:
         overrides["length_buckets"] = buckets
+    overrides.update(extra or {})
     models = tempfile.mkdtemp(prefix="bench-medtx-")
-    run = run_ehr_experiment(db, dataset, "drug_rec", "transformer", seed=seed, overrides=overrides, epochs=epochs,
+    run = run_ehr_experiment(db, dataset, "drug_rec", model, seed=seed, overrides=overrides, epochs=epochs,
                              device="cpu", options=ExperimentOptions(n_boot=2, models_dir=Path(models)))
     shutil.rmtree(models, ignore_errors=True)
     with open_warehouse(db, read_only=True) as con:
@@ -137,8 +154,9 @@ def _stub_unused_pyhealth_imports() -> None:
     sys.meta_path.insert(0, Stubs())
 
 
-def pyhealth_worker(samples: str, epochs: int, threads: int, seed: int) -> dict:
-    """PyHealth's Transformer + Trainer on the exported samples (its defaults, batch 32)."""
+def pyhealth_worker(samples: str, epochs: int, threads: str, seed: int) -> dict:
+    """PyHealth's Transformer + Trainer on the exported samples (its defaults, batch 32; threads "auto": torch's
+    default)."""
     _stub_unused_pyhealth_imports()
     import numpy as np
     import torch
@@ -147,7 +165,8 @@ def pyhealth_worker(samples: str, epochs: int, threads: int, seed: int) -> dict:
     from pyhealth.trainer import Trainer
     from torch.utils.data import Subset
 
-    torch.set_num_threads(threads)
+    if threads != "auto":
+        torch.set_num_threads(int(threads))
     torch.manual_seed(seed)
     np.random.seed(seed)
     rows = json.loads(Path(samples).read_text())
@@ -173,12 +192,18 @@ def pyhealth_worker(samples: str, epochs: int, threads: int, seed: int) -> dict:
 # ----------------------------------------------------------------------------------------------- driver
 
 
-def _run(python: str, args: list[str], pythonpath: str | None, threads: int) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+def _env(pythonpath: str | None, threads: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if threads != "auto":
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
-    out = subprocess.run([python, str(Path(__file__).resolve()), *args], env=env, capture_output=True, text=True,
-                         cwd=pythonpath or str(ROOT))
+    return env
+
+
+def _run(python: str, args: list[str], pythonpath: str | None, threads: str) -> dict:
+    out = subprocess.run([python, str(Path(__file__).resolve()), *args], env=_env(pythonpath, threads),
+                         capture_output=True, text=True, cwd=pythonpath or str(ROOT))
     if out.returncode:
         raise RuntimeError(f"worker {args[:2]} failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -196,7 +221,14 @@ def main() -> None:
     parser.add_argument("--medtx-root", action="append", help="medtx checkout(s) to time (default: this one)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", default="2", help="torch threads of both sides, or auto (see above)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="medtx model/trainer override (repeatable; values parsed as JSON when they parse)")
+    parser.add_argument("--background", type=int, default=0, help="medtx trainings kept running meanwhile")
+    parser.add_argument("--model", default="transformer",
+                        help="medtx model (PyHealth's side runs only for the transformer; other models: per-model "
+                             "throughput of the medtx roots)")
+    parser.add_argument("--overrides", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--length-buckets", type=int, default=16,
                         help="medtx TrainConfig.length_buckets (0 = medtx's default plain shuffle; 16 = the opt-in "
@@ -206,7 +238,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker == "medtx":
         print(json.dumps(medtx_worker(str(args.db), args.dataset, args.epochs, args.threads, args.seed,
-                                      args.length_buckets)))
+                                      args.length_buckets, json.loads(args.overrides or "{}"), args.model)))
         return
     if args.worker == "pyhealth":
         print(json.dumps(pyhealth_worker(args.samples, args.epochs, args.threads, args.seed)))
@@ -217,16 +249,56 @@ def main() -> None:
     print("samples per split:", export_samples(args.db, args.dataset, samples))
     roots = args.medtx_root or [str(ROOT)]
     common = ["--epochs", str(args.epochs), "--threads", str(args.threads), "--seed", str(args.seed)]
+    if args.model != "transformer":
+        args.pyhealth_python = None
+    overrides = json.dumps(dict(_parse_set(item) for item in args.set))
+    print(f"medtx overrides: {overrides}; threads: {args.threads}; background trainings: {args.background}")
+    background = [_background_training(work / f"background{i}.duckdb", args, roots[0].partition("@")[0])
+                  for i in range(args.background)]
     results: dict[str, list[dict]] = {}
+    try:
+        _rounds(args, work, samples, roots, common, overrides, results)
+    finally:
+        for proc in background:
+            proc.kill()
+            proc.wait()
+    _summary(results)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _parse_set(item: str) -> tuple[str, object]:
+    key, _, value = item.partition("=")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _background_training(db: Path, args: argparse.Namespace, root: str) -> subprocess.Popen:
+    """A long medtx training (threads auto) on its own copy of the warehouse, left running until killed."""
+    shutil.copy(args.db, db)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "medtx", "--db", str(db), "--dataset",
+           args.dataset, "--epochs", "1000", "--threads", "auto", "--seed", "7", "--length-buckets", "0"]
+    proc = subprocess.Popen(cmd, env=_env(root, "auto"), cwd=root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(20)  # past its data loading: training when the first timed run starts
+    return proc
+
+
+def _rounds(args: argparse.Namespace, work: Path, samples: Path, roots: list[str], common: list[str],
+            overrides: str, results: dict[str, list[dict]]) -> None:
     for round_no in range(1, args.rounds + 1):
-        for i, root in enumerate(roots):
+        for i, spec in enumerate(roots):
+            root, _, own = spec.partition("@")
             db = work / f"medtx{i}.duckdb"  # each version writes its ml.* rows into its own copy
             shutil.copy(args.db, db)
+            merged = json.dumps({**json.loads(overrides), **json.loads(own or "{}")})
             r = _run(sys.executable, ["--worker", "medtx", "--db", str(db), "--dataset", args.dataset, *common,
-                                      "--length-buckets", str(args.length_buckets)],
+                                      "--length-buckets", str(args.length_buckets), "--overrides", merged,
+                                      "--model", args.model],
                      root, args.threads)
-            results.setdefault(f"medtx@{root}", []).append(r)
-            print(f"round {round_no} medtx@{root}: {r['samples_per_s']:.0f} samples/s, test PR-AUC "
+            results.setdefault(f"medtx@{spec}", []).append(r)
+            print(f"round {round_no} medtx@{spec}: {r['samples_per_s']:.0f} samples/s, test PR-AUC "
                   f"{r['test_pr_auc']:.4f} (load {_load()})", flush=True)
         if args.pyhealth_python:
             r = _run(args.pyhealth_python, ["--worker", "pyhealth", "--samples", str(samples), *common], None,
@@ -234,6 +306,9 @@ def main() -> None:
             results.setdefault("pyhealth", []).append(r)
             print(f"round {round_no} pyhealth: {r['samples_per_s']:.0f} samples/s, test PR-AUC "
                   f"{r['test_pr_auc']:.4f} (load {_load()})", flush=True)
+
+
+def _summary(results: dict[str, list[dict]]) -> None:
     print("\nmean over rounds:")
     mean = {k: sum(r["samples_per_s"] for r in v) / len(v) for k, v in results.items()}
     for key, runs in results.items():
@@ -242,7 +317,6 @@ def main() -> None:
         for key in mean:
             if key != "pyhealth":
                 print(f"  {key} / pyhealth = {mean[key] / mean['pyhealth']:.2f}x")
-    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

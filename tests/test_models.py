@@ -451,7 +451,7 @@ def test_copy_gate_is_on_for_drug_rec_by_default_and_configurable():
 
 
 def test_copy_gate_marks_the_previous_visits_drugs():
-    bundle = bundle_for("transformer", copy_recencies=(1, 2))
+    bundle = bundle_for("transformer", copy_recencies=(1, 2), max_visits=20)  # drug_rec keeps 2 by default
     frame = drug_rec_frame(8)
     present = bundle.model.copy_presence(batch_of(bundle, frame))
     for row, history in enumerate(frame["drugs_hist"].to_list()):

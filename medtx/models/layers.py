@@ -168,12 +168,14 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Pre-LayerNorm block (stabler than post-LN for small, briefly trained models): x + attn, x + ffn."""
+    """Pre-LayerNorm block (stabler than post-LN for small, briefly trained models): x + attn, x + ffn.
+    `attention_dropout` (on the attention weights) defaults to `dropout`."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
+                 attention_dropout: float | None = None) -> None:
         super().__init__()
         self.norm_attn = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout if attention_dropout is None else attention_dropout)
         self.norm_ff = nn.LayerNorm(d_model)
         self.ff = FeedForward(d_model, d_ff, dropout)
         self.dropout = Dropout(dropout)
@@ -190,9 +192,11 @@ class EncoderLayer(nn.Module):
 class Encoder(nn.Module):
     """A stack of encoder layers with a final LayerNorm; returns states and one weight tensor per layer."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int, dropout: float,
+                 attention_dropout: float | None = None) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout) for _ in range(n_layers))
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout)
+                                    for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, mask: Tensor, rotary: nn.Module | None = None,

@@ -92,6 +92,7 @@ class TransformerConfig:
     n_layers: int = 1
     d_ff: int = 64  # feed-forward width (2 x d_model)
     dropout: float = 0.1
+    attention_dropout: float | None = None  # on the attention weights; None = `dropout`
     max_visits: int = 20  # keep the most recent visits of a long history
     max_codes: int = 128  # per feature, most recent codes kept after flattening (attention is O(L^2))
     pooling: str = "label_attention"  # "label_attention" (one attention-pooled view per label) | "mean"
@@ -115,7 +116,8 @@ class FeatureEncoder(nn.Module):
         self.positions = SinusoidalPositions(config.d_model, config.max_visits + 1) if rotary is None else None
         self.rotary = rotary
         self.dropout = Dropout(config.dropout)
-        self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
+        self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout,
+                               config.attention_dropout)
 
     def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor, need_weights: bool = True
                 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
