@@ -25,8 +25,13 @@ def _notes(n: int) -> list[str]:
 
 
 def _steps_per_second(model, batch, steps: int) -> tuple[float, float]:
-    """(training steps/s, inference steps/s) on one fixed batch."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    """(training steps/s, inference steps/s) on one fixed batch, with the trainer's own optimizer."""
+    try:
+        from medtx.training.trainer import TrainConfig, make_optimizer  # the fused AdamW (issue #18)
+
+        optimizer = make_optimizer(model, TrainConfig(lr=1e-4), next(model.parameters()).device)
+    except ImportError:  # checkouts before it: the plain AdamW their trainer used
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     model(batch).loss.backward()  # warm-up
     started = time.perf_counter()

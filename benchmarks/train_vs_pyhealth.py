@@ -30,8 +30,8 @@ carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_bu
 `--threads auto`: each side picks its own threads, as a user running it would get them: PyHealth torch's default
 (every core), medtx `medtx train`'s rule (every available core, capped at cores // trainings running on the
 machine, rechecked every epoch; checkouts without that rule just use every core). `--background K` keeps K
-more medtx trainings (threads auto) running during every round, in their own warehouse copies: the benchmark
-under load. `--set key=value` passes a model/trainer override to medtx (e.g. the drug_rec overrides chosen on
+more medtx trainings of this checkout (threads auto) running during every round, in their own warehouse copies: the
+benchmark under load. `--set key=value` passes a model/trainer override to medtx (e.g. the drug_rec overrides chosen on
 validation in RESULTS.md: `--set max_visits=2 --set max_codes=64`).
 """
 
@@ -253,8 +253,8 @@ def main() -> None:
         args.pyhealth_python = None
     overrides = json.dumps(dict(_parse_set(item) for item in args.set))
     print(f"medtx overrides: {overrides}; threads: {args.threads}; background trainings: {args.background}")
-    background = [_background_training(work / f"background{i}.duckdb", args, roots[0].partition("@")[0])
-                  for i in range(args.background)]
+    # The background trainings run this checkout (the newest thread rule), whatever the timed roots are.
+    background = [_background_training(work / f"background{i}.duckdb", args, str(ROOT)) for i in range(args.background)]
     results: dict[str, list[dict]] = {}
     try:
         _rounds(args, work, samples, roots, common, overrides, results)
