@@ -42,6 +42,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     cut = round(p * _LEVELS)
     if cut == 0:
         return x
+    if cut == _LEVELS:  # p within 1/131072 of 1: everything dropped
+        return x * 0.0
     words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
     keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= cut - _LEVELS // 2
     return x * (keep.to(x.dtype) * (_LEVELS / (_LEVELS - cut)))
