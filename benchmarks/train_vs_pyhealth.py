@@ -25,14 +25,14 @@ carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_bu
 
     .venv/bin/python benchmarks/train_vs_pyhealth.py --db W.duckdb --dataset synth_10000 \\
         --pyhealth-python /tmp/pyhealth-venv/bin/python [--medtx-root /work/main] [--epochs 5] [--rounds 2] \\
-        [--threads N|auto] [--set max_visits=2 ...] [--background K]
+        [--threads N|auto] [--set key=value ...] [--background K] [--model M]
 
 `--threads auto`: each side picks its own threads, as a user running it would get them: PyHealth torch's default
 (every core), medtx `medtx train`'s rule (every available core, capped at cores // trainings running on the
 machine, rechecked every epoch; checkouts without that rule just use every core). `--background K` keeps K
 more medtx trainings of this checkout (threads auto) running during every round, in their own warehouse copies: the
-benchmark under load. `--set key=value` passes a model/trainer override to medtx (e.g. the drug_rec overrides chosen on
-validation in RESULTS.md: `--set max_visits=2 --set max_codes=64`).
+benchmark under load. `--set key=value` passes a model/trainer override to medtx (e.g. the generic
+transformer defaults instead of drug_rec's: `--set max_visits=20 --set max_codes=128 --set attention_dropout=0.1`).
 """
 
 from __future__ import annotations
