@@ -98,7 +98,9 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, bu
 
     overrides: dict = {"batch_size": 32, "patience": epochs + 1}
     if threads == "auto":
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
+        from medtx.resources import threads_per_training  # what `medtx train` alone sets
+
+        torch.set_num_threads(threads_per_training(1))
     else:
         overrides["num_threads"] = int(threads)
     if buckets and "length_buckets" in {f.name for f in dataclasses.fields(TrainConfig)}:

@@ -96,6 +96,7 @@ def training_slot(folder: Path | None = None) -> Iterator[bool]:
     """
     folder = folder or trainings_dir()
     name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    handle = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if folder.stat().st_uid == os.getuid():
@@ -104,6 +105,9 @@ def training_slot(folder: Path | None = None) -> Iterator[bool]:
         fcntl.flock(handle, fcntl.LOCK_EX)
         os.rename(folder / f"{name}.tmp", folder / f"{name}.lock")
     except OSError:
+        if handle is not None:  # opened but not locked or renamed: leave no file behind
+            handle.close()
+            (folder / f"{name}.tmp").unlink(missing_ok=True)
         yield False
         return
     try:

@@ -317,16 +317,18 @@ def fit(
 def _shared_cores(cfg: TrainConfig) -> Iterator[Callable[[], None]]:
     """Hold a slot in the machine's registry of running trainings (medtx.resources) and yield `rebalance`, which
     caps torch's threads at this training's fair share of the cores (at most what the caller set); an explicit
-    `cfg.num_threads` is kept as asked. Torch's thread count is restored afterwards."""
+    `cfg.num_threads` (set by `fit`) is kept as asked. Torch's thread count is restored afterwards."""
     from medtx.resources import fair_threads, training_slot
 
     ceiling = torch.get_num_threads()
 
     def rebalance() -> None:
-        threads = cfg.num_threads or fair_threads(ceiling)
+        if cfg.num_threads:
+            return
+        threads = fair_threads(ceiling)
         if threads != torch.get_num_threads():
-            log.info("torch threads %d -> %d (%s)", torch.get_num_threads(), threads,
-                     "num_threads" if cfg.num_threads else "cores // trainings running on this machine")
+            log.info("torch threads %d -> %d (cores // trainings running on this machine)",
+                     torch.get_num_threads(), threads)
             torch.set_num_threads(threads)
 
     with training_slot():
