@@ -96,7 +96,8 @@ def test_config_refuses_a_model_of_another_kind(tmp_path):
 def test_per_task_model_defaults_come_from_the_task():
     from medtx.models.registry import model_defaults
 
-    fast = {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0}
+    fast = {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
+            "n_heads": 1}
     assert model_defaults("transformer", "drug_rec", "multilabel") == fast
     # transformer_rope takes the transformer's per-task defaults (the task lists only "transformer")
     assert model_defaults("transformer_rope", "drug_rec", "multilabel") == fast

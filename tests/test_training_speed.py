@@ -5,7 +5,8 @@
 - length buckets are deterministic under a seed and cover every sample exactly once per epoch;
 - `fit` / `predict` accept an EncodedSet and predict the same probabilities as from the item list;
 - the cheap CPU dropout drops at rate p, keeps the expectation and its gradient is its mask; training attention
-  on CPU takes the explicit path with it; the fused AdamW makes the per-tensor loop's update.
+  on CPU takes the explicit path with it; the fused AdamW makes the per-tensor loop's update;
+- the one-GEMM label-attention head gives its written-out definition's logits and gradients.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from medtx.models.encoded import EncodedSet, length_buckets, shuffled_batches
-from medtx.models.layers import Dropout, Encoder, MultiHeadAttention, dropout
+from medtx.models.layers import Dropout, Encoder, LabelAttentionPooling, MultiHeadAttention, dropout
 from medtx.training.trainer import TrainConfig, fit, make_optimizer, predict
 # the tiny vocabularies and sample frames of the model tests, and their one-thread, seeded autouse fixture
 from tests.test_models import FRAMES, _one_thread, bundle_for  # noqa: F401
@@ -184,3 +185,27 @@ def test_fused_adamw_makes_the_loop_update():
             optimizer.step()
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_label_attention_head_equals_its_written_out_definition():
+    """Scores and values from one GEMM, softmax over tokens: the same logits and gradients as pooling per label
+    then a dot product, over features of different lengths with padding (a row with a single real token too)."""
+    torch.manual_seed(0)
+    head = LabelAttentionPooling(n_features=2, n_labels=7, d_model=8)
+    with torch.no_grad():
+        head.bias.normal_()
+    states = [torch.randn(5, 9, 8, requires_grad=True), torch.randn(5, 4, 8, requires_grad=True)]
+    masks = [torch.rand(5, 9) > 0.4, torch.rand(5, 4) > 0.4]
+    for mask in masks:
+        mask[:, 0] = True
+    masks[1][2] = torch.tensor([True, False, False, False])
+    got, want = head(states, masks), head.written_out(states, masks)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(got.square().sum(), [*states, head.query, head.weight])
+    wanted = torch.autograd.grad(want.square().sum(), [*states, head.query, head.weight])
+    for g, w in zip(grads, wanted, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    # padding positions do not reach the logits
+    padded = [s.detach().clone() for s in states]
+    padded[0][~masks[0]] = 1e3
+    torch.testing.assert_close(head(padded, masks), got.detach(), rtol=1e-5, atol=1e-5)

@@ -238,7 +238,11 @@ class LabelAttentionPooling(nn.Module):
 
     For feature f and label a: weights = softmax over real tokens of <query[f, a], state> / sqrt(d),
     pooled[f, a] = weighted sum of states, logit_a = bias_a + sum_f <weight[f, a], pooled[f, a]>.
-    Cost is O(B * labels * L * d) per feature: small next to self-attention at these sizes.
+
+    Computed as logit_a = bias_a + sum_f sum_l weights[a, l] * <weight[f, a], state_l> (the same sum, reordered):
+    one GEMM per feature gives every token's score and value for every label ([B, L, 2 * labels]), and the
+    softmax runs over the token axis of that product, so no [B, labels, d] pooled tensor and no batched matmul
+    are made (issue #18: ~12% less time in this head on CPU). `written_out` is the definition, for tests.
     """
 
     def __init__(self, n_features: int, n_labels: int, d_model: int) -> None:
@@ -250,6 +254,18 @@ class LabelAttentionPooling(nn.Module):
 
     def forward(self, states: list[Tensor], masks: list[Tensor]) -> Tensor:
         """states: per feature [B, L_f, D]; masks: per feature [B, L_f] (True = real) -> logits [B, labels]."""
+        logits = self.bias.float()
+        n_labels = self.bias.shape[0]
+        for i, (s, mask) in enumerate(zip(states, masks, strict=True)):
+            projection = torch.cat([self.query[i] / math.sqrt(s.shape[-1]), self.weight[i]]).to(s.dtype)
+            scores, values = F.linear(s, projection).float().split(n_labels, dim=-1)  # [B, L, labels] each
+            hidden = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(torch.float32).min)
+            logits = logits + ((scores + hidden.unsqueeze(-1)).softmax(dim=1) * values).sum(1)
+        return logits
+
+    def written_out(self, states: list[Tensor], masks: list[Tensor]) -> Tensor:
+        """`forward` as defined: per label, attention-pool the states, then a dot product with the label's weight."""
         logits = self.bias.float()
         for i, (s, mask) in enumerate(zip(states, masks, strict=True)):
             scores = torch.einsum("bld,ad->bal", s, self.query[i].to(s.dtype)).float() / math.sqrt(s.shape[-1])
