@@ -21,7 +21,9 @@ EHR Transformer never runs; the worker stubs those three modules instead of inst
 The cohort: `medtx synth mimic3 --patients N`, `medtx ingest mimic3`, `medtx map-codes`,
 `medtx build-samples --task drug_rec` into WAREHOUSE (see --help). `--medtx-root` may be given twice
 (e.g. main's checkout and a branch's) to compare medtx versions in the same interleaved rounds; a root may
-carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_buckets": 0}'`).
+carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_buckets": 16}'`).
+`--length-buckets K` sets TrainConfig.length_buckets for every root: default 0, medtx's own default (before
+2026-11-24's third round the script defaulted to 16, so a bare root meant "with the opt-in buckets").
 
     .venv/bin/python benchmarks/train_vs_pyhealth.py --db W.duckdb --dataset synth_10000 \\
         --pyhealth-python /tmp/pyhealth-venv/bin/python [--medtx-root /work/main] [--epochs 5] [--rounds 2] \\
@@ -232,9 +234,9 @@ def main() -> None:
                              "throughput of the medtx roots)")
     parser.add_argument("--overrides", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--length-buckets", type=int, default=16,
-                        help="medtx TrainConfig.length_buckets (0 = medtx's default plain shuffle; 16 = the opt-in "
-                             "the README figures used); ignored by checkouts without the field")
+    parser.add_argument("--length-buckets", type=int, default=0,
+                        help="medtx TrainConfig.length_buckets for every root (default 0: medtx's own default, plain "
+                             "shuffle; 16 = the opt-in); ignored by checkouts without the field")
     parser.add_argument("--worker", choices=("medtx", "pyhealth"), help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args()
