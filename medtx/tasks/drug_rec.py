@@ -45,7 +45,7 @@ TASK = Task(
         # validation (2026-11-24, 8 epochs, batch 32, seeds 0/1; val PR-AUC 0.7738 / 0.7745 against the generic
         # defaults' 0.7732 / 0.7733) and 2x the training samples/s (issue #18; benchmarks/README.md). One attention
         # head: the same sweep, val PR-AUC 0.7741 / 0.7753 against 4 heads' 0.7738 / 0.7745 and 2 heads' 0.7736 /
-        # 0.7748, and a third of the attention time (head width 32 instead of 8; benchmarks/README.md, round 3).
+        # 0.7748, and 3-4x less attention time (head width 32 instead of 8; benchmarks/README.md, round 3).
         "transformer": {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
                         "n_heads": 1},
         "behrt": {"copy_feature": "drugs_hist", "copy_recencies": (1,)},
