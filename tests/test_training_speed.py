@@ -209,3 +209,29 @@ def test_label_attention_head_equals_its_written_out_definition():
     padded = [s.detach().clone() for s in states]
     padded[0][~masks[0]] = 1e3
     torch.testing.assert_close(head(padded, masks), got.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_listing_and_building_ehr_models_does_not_import_transformers():
+    """transformers takes seconds to import; an EHR run lists every model (task vocabularies) and builds one,
+    and must not pay for it (it did: medtx.models.bert_text imported it at module level)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from medtx.models.registry import model_names\n"
+            "assert 'bert' in model_names('text') and 'transformer' in model_names('ehr')\n"
+            "from tests.test_models import bundle_for\n"
+            "bundle_for('transformer')\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')\n"
+            "assert not loaded, loaded[:5]\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_pad_right_pads_to_the_widest_row():
+    from medtx.models.ehr_data import _pad
+
+    torch.testing.assert_close(_pad([[1, 2, 3], [], (4,)]), torch.tensor([[1, 2, 3], [0, 0, 0], [4, 0, 0]]))
+    torch.testing.assert_close(_pad([[5], [6, 7]], value=-1), torch.tensor([[5, -1], [6, 7]]))
+    assert _pad([[], []]).shape == (2, 1) and _pad([]).shape == (0, 1)
+    assert _pad([[1]]).dtype == torch.long

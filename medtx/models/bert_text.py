@@ -32,15 +32,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
-from transformers import AutoModel, BertConfig, BertModel, PreTrainedModel
-from transformers.masking_utils import create_bidirectional_mask
 
 from medtx.models.base import ModelOutput
 from medtx.models.layers import Dropout, classification_loss
 from medtx.models.registry import ModelSpec, register_model
+
+if TYPE_CHECKING:  # transformers is imported where a text model is built (it takes seconds; EHR runs never need it)
+    from transformers import BertConfig, PreTrainedModel
 
 log = logging.getLogger("medtx.text")
 
@@ -63,6 +65,8 @@ def scratch_config(
     vocab_size: int, *, hidden: int = 128, layers: int = 2, heads: int = 2, max_len: int = 128
 ) -> BertConfig:
     """A small BERT for CPU (hidden 128 / 2 layers ≈ 127 ms per batch-16 step at seq 128 on 2 cores)."""
+    from transformers import BertConfig
+
     return BertConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -79,6 +83,8 @@ def load_encoder(source: str, path_or_id: str | Path | None = None, *, config: B
     if source == "scratch":
         if config is None:
             raise ValueError("source 'scratch' needs a BertConfig (see scratch_config)")
+        from transformers import BertModel
+
         return BertModel(config, add_pooling_layer=False)
     if source == "minilm":
         path_or_id = minilm_dir()
@@ -87,6 +93,8 @@ def load_encoder(source: str, path_or_id: str | Path | None = None, *, config: B
     if path_or_id is None:
         raise ValueError("source 'local' needs a checkpoint folder or Hub id (config key bert_path)")
     try:
+        from transformers import AutoModel
+
         return AutoModel.from_pretrained(str(path_or_id))
     except OSError as exc:
         raise FileNotFoundError(
@@ -112,6 +120,8 @@ def n_frozen_layers(encoder: PreTrainedModel, finetune_layers: int | None) -> in
 
 def _extended_mask(encoder: PreTrainedModel, hidden: Tensor, attention_mask: Tensor):
     """The additive/boolean mask the encoder's attention implementation expects (what BertModel builds)."""
+    from transformers.masking_utils import create_bidirectional_mask
+
     return create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=attention_mask)
 
 

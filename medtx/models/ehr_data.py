@@ -175,10 +175,11 @@ def _base_item(row: dict, labels: LabelSpace, spec: TaskSpec) -> dict:
 def _pad(rows: Sequence[Sequence[int]], value: int = 0) -> Tensor:
     """Right-pad integer lists to one [B, max_len] long tensor (max_len >= 1)."""
     width = max(1, max((len(r) for r in rows), default=0))
-    out = torch.full((len(rows), width), value, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    return out
+    if not rows:
+        return torch.full((0, width), value, dtype=torch.long)
+    # one tensor from padded Python lists: a tensor per row plus a slice copy took 2-3x longer (EncodedSet collates
+    # every item on its own, so this runs once per sample and feature)
+    return torch.tensor([[*r, *([value] * (width - len(r)))] for r in rows], dtype=torch.long)
 
 
 def _base_batch(items: Sequence[dict], labels: LabelSpace) -> dict[str, Any]:
