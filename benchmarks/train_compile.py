@@ -90,13 +90,14 @@ def main() -> None:
                                  check=True, capture_output=True, text=True, env=env)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             runs[kind].append(r)
+            load = " ".join(f"{x:.2f}" for x in os.getloadavg())
             print(f"round {round_no} {kind:8s}: first step {r['first_step_s']:.1f} s, epoch 1 {r['epoch_0_s']:.1f} s, "
-                  f"last epoch {r['samples_per_s']:.0f} samples/s (load {' '.join(f'{x:.2f}' for x in os.getloadavg())})",
-                  flush=True)
+                  f"last epoch {r['samples_per_s']:.0f} samples/s (load {load})", flush=True)
     eager = sum(r["samples_per_s"] for r in runs["eager"]) / len(runs["eager"])
     compiled = sum(r["samples_per_s"] for r in runs["compiled"]) / len(runs["compiled"])
     extra = (sum(r["epoch_0_s"] for r in runs["compiled"]) - sum(r["epoch_0_s"] for r in runs["eager"])) / args.rounds
-    print(f"\nsteady state: eager {eager:.0f}, compiled {compiled:.0f} samples/s; compiled / eager = {compiled / eager:.2f}x")
+    print(f"\nsteady state: eager {eager:.0f}, compiled {compiled:.0f} samples/s; "
+          f"compiled / eager = {compiled / eager:.2f}x")
     print(f"first epoch costs compiled {extra:.0f} s more than eager" + (
         "; the compiled steady state is not faster, so it never pays back" if compiled <= eager else
         f"; it pays back after {extra / (1 / eager - 1 / compiled) :.0f} training samples"))

@@ -242,7 +242,8 @@ class LabelAttentionPooling(nn.Module):
     Computed as logit_a = bias_a + sum_f sum_l weights[a, l] * <weight[f, a], state_l> (the same sum, reordered):
     one GEMM per feature gives every token's score and value for every label ([B, L, 2 * labels]), and the
     softmax runs over the token axis of that product, so no [B, labels, d] pooled tensor and no batched matmul
-    are made (issue #18: 1.25x faster on CPU, benchmarks/attention_kernels.py). `written_out` is the definition, for tests.
+    are made (issue #18: 1.25x faster on CPU, benchmarks/attention_kernels.py). `written_out` is the definition,
+    for tests.
     """
 
     def __init__(self, n_features: int, n_labels: int, d_model: int) -> None:
