@@ -6,10 +6,13 @@
 - `fit` / `predict` accept an EncodedSet and predict the same probabilities as from the item list;
 - the cheap CPU dropout drops at rate p, keeps the expectation and its gradient is its mask; training attention
   on CPU takes the explicit path with it; the fused AdamW makes the per-tensor loop's update;
-- the one-GEMM label-attention head gives its written-out definition's logits and gradients.
+- the one-GEMM label-attention head gives its written-out definition's logits and gradients;
+- run setup: building an EHR model does not import transformers; `_pad` pads to the widest row.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,7 +227,8 @@ def test_listing_and_building_ehr_models_does_not_import_transformers():
             "bundle_for('transformer')\n"
             "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')\n"
             "assert not loaded, loaded[:5]\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    root = str(Path(__file__).resolve().parent.parent)  # `tests` importable whatever the working directory
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
