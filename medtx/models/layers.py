@@ -146,9 +146,15 @@ class MultiHeadAttention(nn.Module):
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, hidden: Tensor) -> Tensor:
         """torch's fused scaled_dot_product_attention: the same maths (same finfo.min additive mask, so a
         fully hidden row is uniform too), no [B, H, Q, K] weights kept for backward."""
-        bias = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill(hidden, torch.finfo(q.dtype).min)
+        bias = additive_mask(hidden, q.dtype)
         p = self.dropout.p if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+
+
+def additive_mask(hidden: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where a position counts, finfo(dtype).min where `hidden` is True: added to scores before a softmax
+    (finfo.min, not -inf, so a fully hidden row gives uniform weights instead of NaN)."""
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill(hidden, torch.finfo(dtype).min)
 
 
 def hidden_keys(key_mask: Tensor, n_queries: int, causal: bool) -> Tensor:
@@ -260,9 +266,8 @@ class LabelAttentionPooling(nn.Module):
         for i, (s, mask) in enumerate(zip(states, masks, strict=True)):
             projection = torch.cat([self.query[i] / math.sqrt(s.shape[-1]), self.weight[i]]).to(s.dtype)
             scores, values = F.linear(s, projection).float().split(n_labels, dim=-1)  # [B, L, labels] each
-            hidden = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device).masked_fill(
-                ~mask, torch.finfo(torch.float32).min)
-            logits = logits + ((scores + hidden.unsqueeze(-1)).softmax(dim=1) * values).sum(1)
+            hidden = additive_mask(~mask, scores.dtype).unsqueeze(-1)  # [B, L, 1]
+            logits = logits + ((scores + hidden).softmax(dim=1) * values).sum(1)
         return logits
 
     def written_out(self, states: list[Tensor], masks: list[Tensor]) -> Tensor:
