@@ -99,6 +99,28 @@ def test_trainings_on_the_machine_are_counted_and_a_killed_one_stops_counting(tm
     assert list(tmp_path.glob("*.lock")) == []
 
 
+def test_a_registry_that_cannot_be_written_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> None:
+    """No registry folder (its parent is a file), or a slot file that cannot be renamed into place: the training
+    is just not counted (held is False), and no half-made slot file stays to be counted or cleaned up later."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with training_slot(blocker / "registry") as held:
+        assert held is False
+    assert not (blocker / "registry").exists()
+
+    registry = tmp_path / "registry"
+
+    def refuse(*_args) -> None:
+        raise OSError("rename refused")
+
+    monkeypatch.setattr("medtx.resources.os.rename", refuse)
+    with training_slot(registry) as held:
+        assert held is False
+        assert list(registry.iterdir()) == []  # the .tmp slot was closed and removed
+    monkeypatch.undo()
+    assert running_trainings(registry) == 1
+
+
 def test_fit_shares_the_cores_with_a_training_started_beside_it(tmp_path: Path, monkeypatch, caplog) -> None:
     import torch
 
