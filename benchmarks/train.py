@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MODELS = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "seq2seq")
+MODELS = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "retain", "seq2seq")
 
 
 def synthetic_drug_rec(n: int, seed: int = 0):

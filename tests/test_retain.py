@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from medtx.models.registry import build_ehr_model, ehr_models_for, get_spec
-from medtx.models.retain import reverse_index
+from medtx.models.recurrent import reverse_index
 from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 from tests.test_models import CONDS, DRUGS, FEATURE_TOKENS, drug_rec_frame, readmission_frame, vocab
 from tests.test_training_experiment import DATASET, _q, tiny_db  # noqa: F401  (fixture: tiny learnable drug_rec)

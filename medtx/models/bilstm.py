@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from medtx.models.base import ModelOutput
 from medtx.models.layers import Dropout, classification_loss
+from medtx.models.recurrent import run_recurrent
 from medtx.models.registry import ModelSpec, register_model
 
 
@@ -67,8 +67,7 @@ class BiLSTMClassifier(nn.Module):
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
         ids, lengths = batch["input_ids"], batch["lengths"]
         embedded = self.dropout(self.embed(ids))
-        packed = pack_padded_sequence(embedded, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-        states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=ids.shape[1])
+        states = run_recurrent(self.lstm, embedded, lengths)  # zeros after each note's end
         mask = ids != self.config.pad_id
         mask[:, 0] = True  # an empty note still attends somewhere instead of producing NaN
         pooled, weights = self.pool(states, mask)

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
+from medtx.models.recurrent import reverse_index, run_recurrent
 from medtx.models.registry import (
     BuildContext,
     EHRModelBundle,
@@ -51,21 +51,6 @@ class RetainConfig:
     dropout: float = 0.2  # on the visit embeddings and on the context (the paper's two dropouts)
     max_visits: int = 20  # most recent visits kept
     max_codes: int = 128  # most recent codes kept per feature (the codec shared with the Transformer)
-
-
-def reverse_index(nvisits: Tensor, n_steps: int) -> Tensor:
-    """[B, T] index that reverses each row's first n_b steps and leaves its padding in place (an involution)."""
-    steps = torch.arange(n_steps, device=nvisits.device).unsqueeze(0)
-    last = nvisits.unsqueeze(1) - 1
-    return torch.where(steps <= last, last - steps, steps)
-
-
-def run_gru(gru: nn.GRU, x: Tensor, lengths: Tensor) -> Tensor:
-    """GRU outputs [B, T, H] over right-padded sequences (zeros after each sequence's end)."""
-    packed = pack_padded_sequence(x.float(), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-    with torch.autocast(device_type=x.device.type, enabled=False):  # recurrent kernels in fp32 (as rnn.py)
-        out, _ = gru(packed)
-    return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
 
 
 class RetainModel(nn.Module):
@@ -96,7 +81,7 @@ class RetainModel(nn.Module):
         """alpha [B, T] (softmax over real visits) and beta [B, T, D], both in chronological order."""
         order = reverse_index(nvisits, v.shape[1])
         v_rev = v.gather(1, order.unsqueeze(-1).expand_as(v))
-        g, h = run_gru(self.gru_alpha, v_rev, nvisits), run_gru(self.gru_beta, v_rev, nvisits)
+        g, h = run_recurrent(self.gru_alpha, v_rev, nvisits), run_recurrent(self.gru_beta, v_rev, nvisits)
         real = torch.arange(v.shape[1], device=v.device).unsqueeze(0) < nvisits.unsqueeze(1)
         scores = self.alpha(g).squeeze(-1).float().masked_fill(~real, torch.finfo(torch.float32).min)
         alpha_rev, beta_rev = scores.softmax(-1), torch.tanh(self.beta(h))

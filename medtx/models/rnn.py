@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, multilabel_loss, visit_embeddings
+from medtx.models.recurrent import last_outputs, run_recurrent
 from medtx.models.registry import BuildContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
@@ -51,14 +51,8 @@ class VisitRNN(nn.Module):
 
     def forward(self, ids: Tensor, visit: Tensor, nvisits: Tensor, mask: Tensor) -> Tensor:
         visits = visit_embeddings(self.embed(ids), visit, mask, int(nvisits.max()))
-        packed = pack_padded_sequence(visits.float(), nvisits.clamp(min=1).cpu(), batch_first=True,
-                                      enforce_sorted=False)
-        # Recurrent kernels run in fp32 even under CUDA bf16 autocast (cuDNN RNN bf16 support varies).
-        with torch.autocast(device_type=ids.device.type, enabled=False):
-            _, state = self.rnn(packed)
-        if isinstance(state, tuple):  # LSTM returns (h, c)
-            state = state[0]
-        return state[-1]  # top layer's hidden state after each sequence's last real visit
+        # The top layer's hidden state after each sequence's last real visit (fp32, see medtx.models.recurrent).
+        return last_outputs(run_recurrent(self.rnn, visits, nvisits), nvisits)
 
 
 class RNNModel(nn.Module):
