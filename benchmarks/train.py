@@ -113,13 +113,13 @@ def run_worker(model: str, device: str, n_batches: int, batch_size: int, threads
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def text_rows() -> list[dict]:
-    """Rows from the text stage's benchmark, when it exists (same keys)."""
+def text_rows(threads: int | None = None) -> list[dict]:
+    """Rows from the text stage's benchmark, when it exists (same keys), with the same torch threads."""
     try:
         from benchmarks import text_throughput
     except ImportError:
         return []
-    return list(getattr(text_throughput, "rows", lambda: [])())
+    return list(getattr(text_throughput, "rows", lambda **_: [])(num_threads=threads))
 
 
 def _rate(value: float) -> str:
@@ -164,8 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(json.dumps(measure(args.worker, args.device, args.batches, args.batch_size)))
         return
+    load_before = os.getloadavg()[0]
     rows = [run_worker(m, args.device, args.batches, args.batch_size, args.threads) for m in args.models.split(",")]
-    rows += text_rows()
+    rows += text_rows(args.threads)
     table = markdown(rows)
     print(table)
     if args.readme:
@@ -175,9 +176,12 @@ def main(argv: list[str] | None = None) -> None:
         host = f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
         if on_gpu:
             host += f", {torch.cuda.get_device_name(0)}"
+        threads = f" --threads {args.threads}" if args.threads else ""
         body = (f"### EHR training throughput ({time.strftime('%Y-%m-%d')}, {host})\n\n"
                 f"`benchmarks/train.py --device {args.device} --batches {args.batches} "
-                f"--batch-size {args.batch_size}`\n\n{table}\n")
+                f"--batch-size {args.batch_size}{threads}`, load average {load_before:.2f} at the start and "
+                f"{os.getloadavg()[0]:.2f} at the end (the machine may be shared: rates at a higher load are lower "
+                f"bounds).\n\n{table}\n")
         write_section(args.readme, body, "train-gpu" if on_gpu else "train-cpu")
 
 
