@@ -3,7 +3,10 @@
 1. Self-attention per feature at d_model 32 with 1, 2 and 4 heads: torch's fused `scaled_dot_product_attention`
    (the training path with no attention dropout) and medtx's explicit path (scores, mask, softmax), forward +
    backward, on [32 samples, heads, 65 tokens, 32 / heads] with random padding.
-2. The label-attention head (`medtx.models.layers.LabelAttentionPooling`) for one feature, 118 labels, 50 tokens:
+2. BEHRT's attention with attention dropout (the explicit path on CPU), [32, 4 heads, 129 tokens, 16]: the scores
+   divided by sqrt(d) and masked_fill'ed (before round 4) against q scaled and the mask added
+   (`layers.MultiHeadAttention._explicit` now), forward + backward through softmax and the value product.
+3. The label-attention head (`medtx.models.layers.LabelAttentionPooling`) for one feature, 118 labels, 50 tokens:
    its one-GEMM `forward` against its `written_out` definition (per-label pooling, then a dot product).
 
 Each variant runs `--repeats` times in turn (interleaved), `--steps` steps each; printed: ms per step, best and
@@ -23,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from medtx.models.layers import LabelAttentionPooling
+from medtx.models.layers import LabelAttentionPooling, additive_mask
 
 BATCH, TOKENS, D_MODEL, LABELS, HEAD_TOKENS = 32, 65, 32, 118, 50
 
@@ -56,6 +59,25 @@ def self_attention_steps(heads: int) -> dict[str, Callable[[], None]]:
     return {f"self-attention, {heads} head(s), fused": fused, f"self-attention, {heads} head(s), explicit": explicit}
 
 
+def explicit_steps() -> dict[str, Callable[[], None]]:
+    """BEHRT's shape (d_model 64, 4 heads, 128 codes + [CLS]); the dropout itself is left out of both."""
+    heads, dim, tokens = 4, 16, 129
+    q, k, v = (torch.randn(BATCH, heads, tokens, dim, requires_grad=True) for _ in range(3))
+    mask = torch.rand(BATCH, tokens) > 0.3
+    mask[:, 0] = True
+    hidden = ~mask[:, None, None, :]
+
+    def filled() -> None:
+        scores = ((q @ k.transpose(-2, -1)) / math.sqrt(dim)).float().masked_fill(hidden, torch.finfo(torch.float32).min)
+        (scores.softmax(-1) @ v).sum().backward()
+
+    def added() -> None:
+        scores = ((q * dim ** -0.5) @ k.transpose(-2, -1)).float() + additive_mask(hidden, torch.float32)
+        (scores.softmax(-1) @ v).sum().backward()
+
+    return {"explicit, BEHRT shape, masked_fill (before)": filled, "explicit, BEHRT shape, added mask (now)": added}
+
+
 def head_steps() -> dict[str, Callable[[], None]]:
     torch.manual_seed(0)
     head = LabelAttentionPooling(1, LABELS, D_MODEL)
@@ -76,6 +98,7 @@ def main() -> None:
     steps: dict[str, Callable[[], None]] = {}
     for heads in (1, 2, 4):
         steps.update(self_attention_steps(heads))
+    steps.update(explicit_steps())
     steps.update(head_steps())
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.repeats):
@@ -84,11 +107,13 @@ def main() -> None:
     print(f"{args.threads} thread(s), {args.steps} steps x {args.repeats} repeats, forward + backward, "
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name, ms in times.items():
-        print(f"  {name:42s} {min(ms):7.3f} - {max(ms):7.3f} ms/step")
+        print(f"  {name:46s} {min(ms):7.3f} - {max(ms):7.3f} ms/step")
     four, one = min(times["self-attention, 4 head(s), fused"]), min(times["self-attention, 1 head(s), fused"])
     gemm, written = min(times["label attention, one GEMM (forward)"]), min(times["label attention, written out"])
+    filled, added = (min(times[f"explicit, BEHRT shape, {name}"]) for name in ("masked_fill (before)", "added mask (now)"))
     print(f"fused self-attention, 4 heads / 1 head = {four / one:.2f}x; "
-          f"label attention, written out / one GEMM = {written / gemm:.2f}x")
+          f"label attention, written out / one GEMM = {written / gemm:.2f}x; "
+          f"explicit attention, masked_fill / added mask = {filled / added:.2f}x")
 
 
 if __name__ == "__main__":

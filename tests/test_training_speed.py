@@ -1,7 +1,8 @@
 """The training fast paths compute what the plain paths compute (issue #18).
 
 - `EncodedSet.batch(indices)` gives the same batch content as the codec's collate over those items;
-- the fused `scaled_dot_product_attention` path gives the explicit-attention path's outputs;
+- the fused `scaled_dot_product_attention` path gives the explicit-attention path's outputs, and the explicit
+  path's weights are the masked softmax of the scaled scores;
 - length buckets are deterministic under a seed and cover every sample exactly once per epoch;
 - `fit` / `predict` accept an EncodedSet and predict the same probabilities as from the item list;
 - the cheap CPU dropout drops at rate p, keeps the expectation and its gradient is its mask; training attention
@@ -81,6 +82,24 @@ def test_fused_attention_equals_explicit_attention(causal, cross):
     fused, none = attn(x, mask, need_weights=False, **kw)
     assert none is None and weights.shape == (5, 4, 7, mask.shape[1])
     assert torch.allclose(explicit, fused, atol=1e-5)
+
+
+def test_explicit_attention_weights_are_the_masked_softmax_of_the_scaled_scores():
+    """The explicit path scales q and adds the mask (round 4); its weights are still softmax(q k^T / sqrt(d))
+    over the real keys, exactly 0 on hidden keys, uniform on a fully hidden row."""
+    torch.manual_seed(4)
+    attn = MultiHeadAttention(16, 4, dropout=0.1).eval()
+    x = torch.randn(3, 6, 16)
+    mask = torch.rand(3, 6) > 0.4
+    mask[:, 0] = True
+    mask[1] = False
+    _, weights = attn(x, mask, need_weights=True)
+    q, k = attn._split(attn.q(x)), attn._split(attn.k(x))
+    scores = (q @ k.transpose(-2, -1)) / 2.0  # sqrt(head_dim 4)
+    want = scores.masked_fill(~mask[:, None, None, :], float("-inf")).softmax(-1)
+    want[1] = 1 / 6
+    torch.testing.assert_close(weights, want)
+    assert torch.count_nonzero(weights[0][..., ~mask[0]]) == 0 and torch.count_nonzero(weights[2][..., ~mask[2]]) == 0
 
 
 def test_encoder_fused_path_equals_explicit_path_and_returns_no_weights():

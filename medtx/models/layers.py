@@ -137,10 +137,12 @@ class MultiHeadAttention(nn.Module):
         """Scores written out: the weights [B, H, Q, K] can be returned (exported attention), and training on
         CPU drops them with `dropout`'s cheap mask (torch's fused CPU kernels have no dropout: with dropout_p > 0
         scaled_dot_product_attention falls back to an unfused path with a Bernoulli mask)."""
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, Q, K]
-        # finfo.min instead of -inf: a fully hidden row (a padding query) gives uniform weights, not NaN.
-        scores = scores.float().masked_fill(hidden, torch.finfo(torch.float32).min)
-        weights = scores.softmax(dim=-1)  # softmax in fp32 even under bf16 autocast
+        # The scale on q ([B, H, Q, Dh]) rather than on the scores, and the mask added rather than filled in: two
+        # passes over [B, H, Q, K] fewer, 1.5-2x faster on CPU (issue #18, benchmarks/README.md round 4).
+        # finfo.min + a score rounds to finfo.min, so hidden keys get weight 0 and a fully hidden row (a padding
+        # query) gives uniform weights, not NaN, as in the fused path.
+        scores = ((q * self.head_dim ** -0.5) @ k.transpose(-2, -1)).float() + additive_mask(hidden, torch.float32)
+        weights = scores.softmax(dim=-1)  # [B, H, Q, K]; softmax in fp32 even under bf16 autocast
         return self.dropout(weights).to(v.dtype) @ v, weights
 
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, hidden: Tensor) -> Tensor:
