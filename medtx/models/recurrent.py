@@ -3,7 +3,7 @@
 On CPU, torch runs a recurrent module over a `PackedSequence` step by step through its generic path, and the
 backward pass of that path is slow: a BiLSTM over 16 notes x 512 tokens, one thread, took 3.0-4.0 s for
 forward + backward packed and 0.30 s over the padded tensor, where oneDNN's fused kernel runs
-(benchmarks/README.md, "Recurrent models"). The results at real steps are the same either way:
+(benchmarks/README.md, "Training speed, round 4"). The results at real steps are the same either way:
 
 - a forward-direction layer never reads past a step, so what follows a sequence's end changes nothing
   before it: the padded run's outputs at real steps are the packed run's;
