@@ -124,7 +124,8 @@ def main() -> None:
             r = run(world, args)
             results[world].append(r)
             print(f"round {round_}, {world} process(es) x 1 thread: {r['samples_per_s']:.0f} samples/s "
-                  f"({r['seconds']:.1f} s, all-reduce {r.get('reduce_s', 0):.1f} s), best val PR-AUC {r['best_val']:.4f}, load {load:.2f}", flush=True)
+                  f"({r['seconds']:.1f} s, all-reduce {r.get('reduce_s', 0):.1f} s), "
+                  f"best val PR-AUC {r['best_val']:.4f}, load {load:.2f}", flush=True)
     one = sorted(r["samples_per_s"] for r in results[1])
     two = sorted(r["samples_per_s"] for r in results[2])
     print(f"median: 1 process {one[len(one) // 2]:.0f}, 2 processes {two[len(two) // 2]:.0f} samples/s, "

@@ -40,7 +40,8 @@ def real_steps(lengths: Tensor, n_steps: int) -> Tensor:
     return torch.arange(n_steps, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
 
 
-def _time_gather(x: Tensor, index: Tensor) -> Tensor:
+def time_gather(x: Tensor, index: Tensor) -> Tensor:
+    """[B, T, D] rows of `x` taken along time by `index` [B, T] (e.g. `reverse_index`, which undoes itself)."""
     return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
@@ -68,7 +69,7 @@ def _padded(rnn: RNNModule, x: Tensor, lengths: Tensor) -> Tensor:
     for layer in range(rnn.num_layers):
         if layer > 0:
             x = F.dropout(x, rnn.dropout, rnn.training)
-        backward = _time_gather(_direction(rnn, layer, True, _time_gather(x, order)), order)
+        backward = time_gather(_direction(rnn, layer, True, time_gather(x, order)), order)
         x = torch.cat([_direction(rnn, layer, False, x), backward], dim=-1)
     return x
 

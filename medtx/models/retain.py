@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
-from medtx.models.recurrent import reverse_index, run_recurrent
+from medtx.models.recurrent import real_steps, reverse_index, run_recurrent, time_gather
 from medtx.models.registry import (
     BuildContext,
     EHRModelBundle,
@@ -80,13 +80,13 @@ class RetainModel(nn.Module):
     def attend(self, v: Tensor, nvisits: Tensor) -> tuple[Tensor, Tensor]:
         """alpha [B, T] (softmax over real visits) and beta [B, T, D], both in chronological order."""
         order = reverse_index(nvisits, v.shape[1])
-        v_rev = v.gather(1, order.unsqueeze(-1).expand_as(v))
+        v_rev = time_gather(v, order)
         g, h = run_recurrent(self.gru_alpha, v_rev, nvisits), run_recurrent(self.gru_beta, v_rev, nvisits)
-        real = torch.arange(v.shape[1], device=v.device).unsqueeze(0) < nvisits.unsqueeze(1)
-        scores = self.alpha(g).squeeze(-1).float().masked_fill(~real, torch.finfo(torch.float32).min)
+        hidden = ~real_steps(nvisits, v.shape[1])
+        scores = self.alpha(g).squeeze(-1).float().masked_fill(hidden, torch.finfo(torch.float32).min)
         alpha_rev, beta_rev = scores.softmax(-1), torch.tanh(self.beta(h))
         alpha = alpha_rev.gather(1, order)  # reverse_index is its own inverse
-        beta = beta_rev.gather(1, order.unsqueeze(-1).expand_as(beta_rev))
+        beta = time_gather(beta_rev, order)
         return alpha, beta
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
