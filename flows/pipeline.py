@@ -17,6 +17,7 @@ which must see the warehouse path (same machine, or a shared filesystem).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -397,10 +398,40 @@ def run_pipeline(
     return_state: bool = False,
 ):
     """Run the flow in this process (with a temporary Prefect server unless PREFECT_API_URL is set)."""
-    return pipeline(
-        config=str(config), db=str(db) if db else None, steps_only=steps_only, refresh=refresh,
-        return_state=return_state,
-    )
+    with one_prefect_api():
+        return pipeline(
+            config=str(config), db=str(db) if db else None, steps_only=steps_only, refresh=refresh,
+            return_state=return_state,
+        )
+
+
+@contextmanager
+def one_prefect_api() -> Iterator[None]:
+    """Every process of a run reports to one Prefect API: PREFECT_API_URL when one is set, else Prefect's
+    temporary server, started here and named in the settings and the environment the run's Dask workers get.
+
+    Why: a worker process does not inherit the temporary server (it is in no setting), so each worker started
+    a temporary server of its own on its first task. Its task runs then went there instead of to the flow's
+    server, and a pipeline stopped while a worker was starting one left that server running, orphaned."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, temporary_settings
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the one Prefect's own clients start and stop at exit
+    server.start()
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = server.api_url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
 
 
 def deployments(config: Path | str = DEFAULT_CONFIG, db: Path | str | None = None) -> list:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 import psutil
@@ -37,13 +39,31 @@ def _started_since(before: set[int]) -> list[psutil.Process]:
     return mine
 
 
-def stop_descendants(before: set[int] | None = None, grace_s: float = 5.0) -> list[int]:
-    """Terminate every descendant started since `before` (default: all of them), then kill those still
-    alive after `grace_s`; returns the pids that had to be stopped."""
-    children = _started_since(before or set())
+def _freeze(before: set[int]) -> list[psutil.Process]:
+    """SIGSTOP every descendant started since `before`, again and again until a pass finds none new. A stopped
+    process cannot start another, so a child that was starting one while the first pass listed the tree (a Dask
+    worker starting a server, say) is caught with its child instead of leaving it orphaned, out of sight."""
+    frozen: dict[int, psutil.Process | None] = {}
+    for _ in range(100):  # bounded: only this process's own threads can still start more
+        new = [p for p in _started_since(before) if p.pid not in frozen]
+        if not new:
+            break
+        for child in new:
+            try:
+                child.suspend()
+            except psutil.NoSuchProcess:  # gone, or a zombie (it holds nothing open): nothing to stop
+                frozen[child.pid] = None
+            else:
+                frozen[child.pid] = child
+    return [child for child in frozen.values() if child is not None]
+
+
+def _end(children: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM (and SIGCONT, so a stopped process sees it), then SIGKILL what is still alive after `grace_s`."""
     for child in children:
         try:
             child.terminate()
+            child.resume()
         except psutil.NoSuchProcess:
             pass
     _, alive = psutil.wait_procs(children, timeout=grace_s)
@@ -53,9 +73,38 @@ def stop_descendants(before: set[int] | None = None, grace_s: float = 5.0) -> li
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=grace_s)
-    if children:
-        log.info("stopped %d child process(es): %s", len(children), [c.pid for c in children])
-    return [c.pid for c in children]
+
+
+def stop_descendants(before: set[int] | None = None, grace_s: float = 5.0) -> list[int]:
+    """Stop every descendant started since `before` (default: all of them): freeze the tree, SIGTERM each
+    process, SIGKILL those still alive after `grace_s`; repeated while this process's own threads start more
+    (a Dask nanny restarting its worker). Returns the pids that had to be stopped.
+
+    SIGTERM and SIGINT are ignored meanwhile: a second signal must not leave the tree frozen."""
+    stopped: list[int] = []
+    with _signals_ignored():
+        for _ in range(5):
+            children = _freeze(before or set())
+            if not children:
+                break
+            _end(children, grace_s)
+            stopped += [c.pid for c in children]
+    if stopped:
+        log.info("stopped %d child process(es): %s", len(stopped), stopped)
+    return stopped
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -265,6 +265,19 @@ def _descendant_env(marker: str) -> list[int]:
     return found
 
 
+def _describe(pids: list[int]) -> list[str]:
+    import psutil
+
+    lines = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            lines.append(f"{pid} (parent {p.ppid()}, {p.status()}): {' '.join(p.cmdline())[:200]}")
+        except psutil.Error:
+            continue
+    return lines
+
+
 def _pipeline_proc(config: Path, db: Path, marker: str, tmp: Path) -> subprocess.Popen:
     env = {**ENV, "MEDTX_TEST_MARK": marker, "PREFECT_HOME": str(tmp / "prefect"), "PREFECT_API_URL": "",
            **{f"MEDTX_{k.upper()}": str(tmp / k) for k in ("cache_dir", "results_dir", "models_dir")}}
@@ -274,13 +287,22 @@ def _pipeline_proc(config: Path, db: Path, marker: str, tmp: Path) -> subprocess
                             text=True, start_new_session=True)
 
 
-def _watch(proc: subprocess.Popen, marker: str, until=None) -> set[int]:
-    """Poll until `proc` exits (or `until()` holds), collecting the pids of everything it started."""
-    seen: set[int] = set()
+def _watch(proc: subprocess.Popen, marker: str, until=None) -> dict[int, str]:
+    """Poll until `proc` exits (or `until()` holds), collecting everything it started: pid -> command line."""
+    import psutil
+
+    seen: dict[int, str] = {}
     while proc.poll() is None and not (until and until(seen)):
-        seen |= set(_descendant_env(marker)) - {proc.pid}
+        for pid in set(_descendant_env(marker)) - {proc.pid} - set(seen):
+            try:
+                seen[pid] = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
         time.sleep(0.5)
     return seen
+
+
+PREFECT_SERVER = "prefect.server.api.server:create_app"
 
 
 @pytest.mark.slow
@@ -300,9 +322,17 @@ def test_a_pipeline_stops_every_process_it_started(tmp_path: Path, ending: str) 
     if ending == "sigterm":
         proc.send_signal(signal.SIGTERM)
         seen |= _watch(proc, marker)
-    out = proc.communicate(timeout=120)[0]
+    try:
+        out = proc.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:  # something it started still holds its output: name it
+        raise AssertionError(f"still holding the pipeline's output 120 s on: {_describe(_descendant_env(marker))}")
     assert proc.returncode != 0, out
     assert len(seen) >= 2, f"the pipeline started no server/cluster to check: {out[-2000:]}"
+    # One Prefect API for the run: the Dask worker reports to the pipeline's temporary server instead of
+    # starting its own (which a stop while it started left orphaned, holding this pipe: the CI failure of
+    # 2026-11-24).
+    servers = [cmd for cmd in seen.values() if PREFECT_SERVER in cmd]
+    assert len(servers) == 1, servers
     time.sleep(1)
     import psutil
 

@@ -1,0 +1,69 @@
+"""medtx.processes: stopping every process a command started, with real processes.
+
+The case that matters is a child that is starting a process of its own while the tree is being stopped (a Dask
+worker starting a server, a pool replacing a worker): listing the tree once and then terminating it left such a
+grandchild orphaned and running, re-parented to init, where no later listing finds it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from medtx.processes import descendants, stop_descendants
+
+# Starts `sleep` processes as fast as it can, for as long as it lives.
+SPAWNER = "import subprocess\nwhile True:\n    subprocess.Popen(['sleep', '120'])\n"
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("MEDTX_TEST_MARK") == marker and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_child_starting_children_while_it_is_stopped_leaves_none_behind(attempt: int) -> None:
+    before = descendants()
+    marker = f"spawner-{os.getpid()}-{attempt}"
+    spawner = subprocess.Popen([sys.executable, "-c", SPAWNER], env={**os.environ, "MEDTX_TEST_MARK": marker})
+    try:
+        deadline = time.monotonic() + 30
+        while len(_marked(marker)) < 20 and time.monotonic() < deadline:  # it is busy starting grandchildren
+            time.sleep(0.05)
+        assert len(_marked(marker)) >= 20
+        stopped = stop_descendants(before, grace_s=2)
+        assert spawner.pid in stopped
+        spawner.wait(timeout=10)
+        time.sleep(0.2)
+        assert _marked(marker) == []
+    finally:
+        for proc in _marked(marker):
+            proc.kill()
+
+
+def test_what_ran_before_is_left_alone_and_signals_are_restored() -> None:
+    mine = subprocess.Popen(["sleep", "60"])
+    try:
+        before = descendants()
+        handler = signal.getsignal(signal.SIGTERM)
+        late = subprocess.Popen(["sleep", "60"])
+        assert stop_descendants(before, grace_s=2) == [late.pid]
+        late.wait(timeout=10)  # stop_descendants reaped it (so Popen sees no status of its own)
+        assert not psutil.pid_exists(late.pid)
+        assert mine.poll() is None and psutil.Process(mine.pid).status() != psutil.STATUS_STOPPED
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        mine.kill()
+        mine.wait()
