@@ -1,0 +1,131 @@
+"""Where drug_rec's transformer training step goes: batch, forward (encoders / label head / copy gate / loss),
+backward, optimizer step, validation per epoch; then the padding share and the aten ops per step.
+
+A map for optimisation work (issue #18), not a ratio: run it before and after a change. The cohort is built as
+for benchmarks/train_vs_pyhealth.py (`medtx synth mimic3`, `ingest mimic3`, `map-codes`, `build-samples --task
+drug_rec`).
+
+    .venv/bin/python benchmarks/train_step_phases.py --db W.duckdb --dataset synth_10000 [--threads 1] [--epochs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+from medtx.db import open_warehouse
+from medtx.models.encoded import EncodedSet
+from medtx.models.layers import multilabel_loss
+from medtx.models.registry import build_ehr_model
+from medtx.training.ehr_evaluation import validation_score
+from medtx.training.experiment import load_ehr_samples
+from medtx.training.trainer import TrainConfig, _batches, _validate, make_optimizer, set_seed
+
+
+def _forward_parts(model, batches: list[dict]) -> dict[str, float]:
+    """Mean ms per forward pass of each part of TransformerModel.forward (training mode)."""
+    totals = {"encoders": 0.0, "label head": 0.0, "copy gate": 0.0, "loss": 0.0}
+    for b in batches:
+        t0 = time.perf_counter()
+        states, masks = [], []
+        for f, encoder in model.encoders.items():
+            s, m, _ = encoder(b[f"{f}_ids"], b[f"{f}_visit"], b[f"{f}_nvisits"], b[f"{f}_mask"], need_weights=False)
+            states.append(s)
+            masks.append(m)
+        t1 = time.perf_counter()
+        logits = model.head([model.dropout(s) for s in states], masks)
+        t2 = time.perf_counter()
+        if model.copy is not None:
+            logits = logits + model.copy(model.copy_presence(b))
+        t3 = time.perf_counter()
+        multilabel_loss(logits, b["labels"])
+        t4 = time.perf_counter()
+        for key, dt in zip(totals, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            totals[key] += dt
+    return {k: 1000 * v / len(batches) for k, v in totals.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--dataset", default="synth_10000")
+    ap.add_argument("--model", default="transformer")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    with open_warehouse(args.db, read_only=True) as con:
+        data = load_ehr_samples(con, args.dataset, "drug_rec", args.model)
+    set_seed(42)
+    bundle = build_ehr_model(args.model, "drug_rec", data.vocabs, data.label_vocab, None)
+    items = {n: bundle.encode(f) for n, f in data.parts.items()}
+    bundle.init_from_train(items["train"])
+    enc = {n: EncodedSet(s, bundle.collate) for n, s in items.items()}
+    cfg = TrainConfig(batch_size=args.batch_size, seed=42, monitor="pr_auc_samples", device="cpu", progress=False)
+    model, cpu = bundle.model, torch.device("cpu")
+    opt = make_optimizer(model, cfg, cpu)
+    score = validation_score("drug_rec")
+    print(f"{args.model} on {args.dataset} drug_rec: {len(enc['train'])} training samples, batch {args.batch_size}, "
+          f"{args.threads} thread(s), load {os.getloadavg()[0]:.2f}")
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        phases = {"batch": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+        started, steps = time.perf_counter(), 0
+        batches = iter(_batches(enc["train"], bundle.collate, args.batch_size, True, epoch))
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            t1 = time.perf_counter()
+            out = model(batch)
+            t2 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            out.loss.backward()
+            t3 = time.perf_counter()
+            opt.step()
+            float(out.loss.detach())
+            t4 = time.perf_counter()
+            for key, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                phases[key] += dt
+            steps += 1
+        train_s = time.perf_counter() - started
+        t0 = time.perf_counter()
+        _validate(model, enc["val"], bundle.collate, cpu, cfg, score, None)
+        val_s = time.perf_counter() - t0
+        print(f"epoch {epoch}: {1000 * train_s / steps:.1f} ms/step ("
+              + ", ".join(f"{k} {1000 * v / steps:.1f}" for k, v in phases.items())
+              + f"); validation {val_s:.2f} s = {100 * val_s / (train_s + val_s):.0f}% of the epoch; "
+              f"{len(enc['train']) / (train_s + val_s):.0f} training samples/s, validation included")
+
+    batches = iter(_batches(enc["train"], bundle.collate, args.batch_size, True, 99))
+    sample = [next(batches) for _ in range(min(50, len(enc["train"]) // args.batch_size))]
+    model.train()
+    if hasattr(model, "encoders") and hasattr(model, "head"):
+        parts = _forward_parts(model, sample)
+        print("forward parts, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+        real = {f: float(sum(b[f"{f}_mask"].float().mean() for b in sample) / len(sample)) for f in model.encoders}
+        print("real share of padded positions: " + ", ".join(f"{f} {v:.0%}" for f, v in real.items()))
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in sample[:20]:
+            out = model(b)
+            opt.zero_grad(set_to_none=True)
+            out.loss.backward()
+            opt.step()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"aten ops per step: {sum(e.count for e in events if e.key.startswith('aten::')) / 20:.0f}; "
+          "largest self-CPU shares:")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
+        print(f"  {e.key[:60]:60s} {100 * e.self_cpu_time_total / total:5.1f}%  ({e.count / 20:.0f} calls/step)")
+
+
+if __name__ == "__main__":
+    main()
