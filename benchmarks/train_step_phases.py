@@ -1,5 +1,6 @@
 """Where drug_rec's transformer training step goes: batch, forward (encoders / label head / copy gate / loss),
-backward, optimizer step, validation per epoch; then the padding share and the aten ops per step.
+backward, optimizer step, validation per epoch; then the padding share, the aten ops per step, and an upper bound
+for batching the three feature encoders into one (`--stacked`).
 
 A map for optimisation work (issue #18), not a ratio: run it before and after a change. The cohort is built as
 for benchmarks/train_vs_pyhealth.py (`medtx synth mimic3`, `ingest mimic3`, `map-codes`, `build-samples --task
@@ -48,6 +49,45 @@ def _forward_parts(model, batches: list[dict]) -> dict[str, float]:
     return {k: 1000 * v / len(batches) for k, v in totals.items()}
 
 
+def _stacked_against_separate(model, batches: list[dict], rounds: int = 5) -> dict[str, list[float]]:
+    """ms per batch, forward + backward of the feature encoders: each over its own batch (as the model runs) against
+    ONE encoder over the three batches stacked and padded to the longest feature. The stacked run shares one
+    encoder's weights, so it is an upper bound for any batched-encoder rewrite (which would also stack weights)."""
+    feats = list(model.encoders)
+    shared = model.encoders[feats[0]]
+    top = shared.embed.num_embeddings - 1
+
+    def separate(b: dict) -> None:
+        total = 0
+        for f in feats:
+            s, _, _ = model.encoders[f](b[f"{f}_ids"], b[f"{f}_visit"], b[f"{f}_nvisits"], b[f"{f}_mask"],
+                                        need_weights=False)
+            total = total + s.sum()
+        total.backward()
+
+    def stacked(b: dict) -> None:
+        width = max(b[f"{f}_ids"].shape[1] for f in feats)
+
+        def pad(t: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (0, width - t.shape[1]))
+
+        ids = torch.cat([pad(b[f"{f}_ids"].clamp(max=top)) for f in feats])
+        visit = torch.cat([pad(b[f"{f}_visit"]) for f in feats])
+        mask = torch.cat([pad(b[f"{f}_mask"]) for f in feats])
+        s, _, _ = shared(ids, visit, torch.cat([b[f"{f}_nvisits"] for f in feats]), mask, need_weights=False)
+        s.sum().backward()
+
+    times: dict[str, list[float]] = {"separate": [], "stacked": []}
+    for _ in range(rounds):  # interleaved
+        for name, run in (("separate", separate), ("stacked", stacked)):
+            started = time.perf_counter()
+            for b in batches:
+                run(b)
+            times[name].append(1000 * (time.perf_counter() - started) / len(batches))
+    model.zero_grad(set_to_none=True)
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", required=True)
@@ -56,6 +96,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--stacked", action="store_true", help="also time the three encoders stacked into one batch")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -111,6 +152,14 @@ def main() -> None:
         print("forward parts, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
         real = {f: float(sum(b[f"{f}_mask"].float().mean() for b in sample) / len(sample)) for f in model.encoders}
         print("real share of padded positions: " + ", ".join(f"{f} {v:.0%}" for f, v in real.items()))
+        if args.stacked:
+            import statistics
+
+            times = _stacked_against_separate(model, sample[:40])
+            print("encoders, forward + backward, ms per batch (5 interleaved rounds):")
+            for name, values in times.items():
+                print(f"  {name:9s} " + " ".join(f"{v:.1f}" for v in values) + f"  median {statistics.median(values):.1f}")
+            print(f"  separate / stacked: {statistics.median(times['separate']) / statistics.median(times['stacked']):.2f}x")
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
