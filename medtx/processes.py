@@ -51,7 +51,7 @@ def _freeze(before: set[int]) -> list[psutil.Process]:
         for child in new:
             try:
                 child.suspend()
-            except psutil.NoSuchProcess:  # gone, or a zombie (it holds nothing open): nothing to stop
+            except psutil.NoSuchProcess:  # gone already: nothing to stop
                 frozen[child.pid] = None
             else:
                 frozen[child.pid] = child
