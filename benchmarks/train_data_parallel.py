@@ -21,28 +21,18 @@ import argparse
 import ast
 import os
 import socket
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def _setup(db: str, dataset: str, overrides: dict):
-    from medtx.db import open_warehouse
-    from medtx.models.encoded import EncodedSet
-    from medtx.models.registry import build_ehr_model
-    from medtx.training.experiment import load_ehr_samples
-    from medtx.training.trainer import set_seed
-
-    with open_warehouse(db, read_only=True) as con:
-        data = load_ehr_samples(con, dataset, "drug_rec", "transformer")
-    set_seed(42)
-    bundle = build_ehr_model("transformer", "drug_rec", data.vocabs, data.label_vocab, overrides or None)
-    items = {name: bundle.encode(frame) for name, frame in data.parts.items()}
-    bundle.init_from_train(items["train"])
-    return bundle, {name: EncodedSet(rows, bundle.collate) for name, rows in items.items()}
+from benchmarks.drug_rec_setup import encoded_drug_rec  # noqa: E402
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: dict) -> None:
@@ -53,7 +43,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: dic
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    bundle, sets = _setup(args.db, args.dataset, args.overrides)
+    bundle, sets = encoded_drug_rec(args.db, args.dataset, overrides=args.overrides)
     model = bundle.model
     cfg = TrainConfig(batch_size=32, seed=42, monitor="pr_auc_samples", device="cpu", progress=False)
     optimizer = make_optimizer(model, cfg, torch.device("cpu"))

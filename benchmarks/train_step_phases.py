@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from medtx.db import open_warehouse
-from medtx.models.encoded import EncodedSet
-from medtx.models.layers import multilabel_loss
-from medtx.models.registry import build_ehr_model
-from medtx.training.ehr_evaluation import validation_score
-from medtx.training.experiment import load_ehr_samples
-from medtx.training.trainer import TrainConfig, _batches, _validate, make_optimizer, set_seed
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.drug_rec_setup import encoded_drug_rec  # noqa: E402
+from medtx.models.layers import multilabel_loss  # noqa: E402
+from medtx.training.ehr_evaluation import validation_score  # noqa: E402
+from medtx.training.trainer import TrainConfig, _batches, _validate, make_optimizer  # noqa: E402
 
 
 def _forward_parts(model, batches: list[dict]) -> dict[str, float]:
@@ -100,13 +101,7 @@ def main() -> None:
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    with open_warehouse(args.db, read_only=True) as con:
-        data = load_ehr_samples(con, args.dataset, "drug_rec", args.model)
-    set_seed(42)
-    bundle = build_ehr_model(args.model, "drug_rec", data.vocabs, data.label_vocab, None)
-    items = {n: bundle.encode(f) for n, f in data.parts.items()}
-    bundle.init_from_train(items["train"])
-    enc = {n: EncodedSet(s, bundle.collate) for n, s in items.items()}
+    bundle, enc = encoded_drug_rec(args.db, args.dataset, args.model)
     cfg = TrainConfig(batch_size=args.batch_size, seed=42, monitor="pr_auc_samples", device="cpu", progress=False)
     model, cpu = bundle.model, torch.device("cpu")
     opt = make_optimizer(model, cfg, cpu)

@@ -21,6 +21,7 @@ from medtx.db import connect
 from medtx.pipeline_runs import finish_pipeline_run, start_pipeline_run
 from medtx.publish import publish_snapshot
 from medtx.writer_lock import WarehouseBusy, hold_writer, holder_path, read_holder
+from tests.fixtures_processes import marked_pids
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
@@ -251,20 +252,6 @@ def test_config_errors_are_one_line_each_exit_2_before_any_server(tmp_path: Path
 # ------------------------------------------------------------------------------ processes and kill -9 (slow)
 
 
-def _descendant_env(marker: str) -> list[int]:
-    """Every process of this machine whose environment carries `marker` (the pipeline and all it started)."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("MEDTX_TEST_MARK") == marker:
-                found.append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
 def _describe(pids: list[int]) -> list[str]:
     import psutil
 
@@ -293,7 +280,7 @@ def _watch(proc: subprocess.Popen, marker: str, until=None) -> dict[int, str]:
 
     seen: dict[int, str] = {}
     while proc.poll() is None and not (until and until(seen)):
-        for pid in set(_descendant_env(marker)) - {proc.pid} - set(seen):
+        for pid in set(marked_pids(marker)) - {proc.pid} - set(seen):
             try:
                 seen[pid] = " ".join(psutil.Process(pid).cmdline())
             except psutil.Error:
@@ -325,7 +312,7 @@ def test_a_pipeline_stops_every_process_it_started(tmp_path: Path, ending: str) 
     try:
         out = proc.communicate(timeout=120)[0]
     except subprocess.TimeoutExpired:  # something it started still holds its output: name it
-        raise AssertionError(f"still holding the pipeline's output 120 s on: {_describe(_descendant_env(marker))}")
+        raise AssertionError(f"still holding the pipeline's output 120 s on: {_describe(marked_pids(marker))}")
     assert proc.returncode != 0, out
     assert len(seen) >= 2, f"the pipeline started no server/cluster to check: {out[-2000:]}"
     # One Prefect API for the run: the Dask worker reports to the pipeline's temporary server instead of
@@ -337,7 +324,7 @@ def test_a_pipeline_stops_every_process_it_started(tmp_path: Path, ending: str) 
     import psutil
 
     survivors = [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert survivors == [] and _descendant_env(marker) == [], out[-2000:]
+    assert survivors == [] and marked_pids(marker) == [], out[-2000:]
     if db.exists():  # however it ended, its run is not left `running`
         statuses = _statuses(db, "ml.pipeline_runs", "pipeline_run_id")
         assert all(s != "running" for s, _ in statuses.values()), statuses
@@ -371,7 +358,7 @@ def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path
         deadline = time.monotonic() + point
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        everything = _descendant_env(marker)
+        everything = marked_pids(marker)
         for pid in everything:  # the whole command crashes at once (server and workers included)
             try:
                 psutil.Process(pid).kill()

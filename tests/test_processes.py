@@ -7,6 +7,7 @@ grandchild orphaned and running, re-parented to init, where no later listing fin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,20 +18,10 @@ import psutil
 import pytest
 
 from medtx.processes import descendants, stop_descendants
+from tests.fixtures_processes import marked_pids
 
 # Starts `sleep` processes as fast as it can, for as long as it lives.
 SPAWNER = "import subprocess\nwhile True:\n    subprocess.Popen(['sleep', '120'])\n"
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("MEDTX_TEST_MARK") == marker and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 @pytest.mark.parametrize("attempt", range(3))
@@ -40,17 +31,18 @@ def test_a_child_starting_children_while_it_is_stopped_leaves_none_behind(attemp
     spawner = subprocess.Popen([sys.executable, "-c", SPAWNER], env={**os.environ, "MEDTX_TEST_MARK": marker})
     try:
         deadline = time.monotonic() + 30
-        while len(_marked(marker)) < 20 and time.monotonic() < deadline:  # it is busy starting grandchildren
+        while len(marked_pids(marker)) < 20 and time.monotonic() < deadline:  # it is busy starting grandchildren
             time.sleep(0.05)
-        assert len(_marked(marker)) >= 20
+        assert len(marked_pids(marker)) >= 20
         stopped = stop_descendants(before, grace_s=2)
         assert spawner.pid in stopped
         spawner.wait(timeout=10)
         time.sleep(0.2)
-        assert _marked(marker) == []
+        assert marked_pids(marker) == []
     finally:
-        for proc in _marked(marker):
-            proc.kill()
+        for pid in marked_pids(marker):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
 
 
 def test_what_ran_before_is_left_alone_and_signals_are_restored() -> None:
