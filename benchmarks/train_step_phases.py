@@ -1,12 +1,14 @@
 """Where drug_rec's transformer training step goes: batch, forward (encoders / label head / copy gate / loss),
-backward, optimizer step, validation per epoch; then the padding share, the aten ops per step, and an upper bound
-for batching the three feature encoders into one (`--stacked`).
+backward, optimizer step, validation per epoch; then the padding share, the aten ops per step, an upper bound for
+batching the three feature encoders into one (`--stacked`), and the step time fitted against padded tokens, with
+what no padding at all would give (`--padding-cost`).
 
 A map for optimisation work (issue #18), not a ratio: run it before and after a change. The cohort is built as
 for benchmarks/train_vs_pyhealth.py (`medtx synth mimic3`, `ingest mimic3`, `map-codes`, `build-samples --task
 drug_rec`).
 
-    .venv/bin/python benchmarks/train_step_phases.py --db W.duckdb --dataset synth_10000 [--threads 1] [--epochs 3]
+    .venv/bin/python benchmarks/train_step_phases.py --db W.duckdb --dataset synth_10000 [--threads 1] [--epochs 3] \\
+        [--stacked] [--padding-cost]
 """
 
 from __future__ import annotations
@@ -89,6 +91,44 @@ def _stacked_against_separate(model, batches: list[dict], rounds: int = 5) -> di
     return times
 
 
+def _padding_cost(model, opt, train, batch_size: int, rounds: int = 2) -> None:
+    """Fit ms per training step = fixed + per padded token, over plain shuffled and length-bucketed batches
+    (interleaved rounds), and print what a batch without padding would cost: the most any padding work can give."""
+    import numpy as np
+
+    from medtx.models.encoded import length_buckets, shuffled_batches
+
+    feats = list(model.encoders)
+    points: list[tuple[float, int, int]] = []  # (ms, padded tokens, real tokens) per full batch
+    model.train()
+    for r in range(rounds):
+        for name in ("shuffled", "buckets16"):
+            g = torch.Generator().manual_seed(100 + r)
+            order = (shuffled_batches(len(train), batch_size, g) if name == "shuffled"
+                     else length_buckets(train.lengths, batch_size, g, 16))
+            mine = []
+            for index in order:
+                if len(index) < batch_size:
+                    continue
+                b = train.batch(index)
+                t0 = time.perf_counter()
+                out = model(b)
+                opt.zero_grad(set_to_none=True)
+                out.loss.backward()
+                opt.step()
+                mine.append((1000 * (time.perf_counter() - t0), sum(b[f"{f}_ids"].numel() for f in feats),
+                             sum(int(b[f"{f}_mask"].sum()) for f in feats)))
+            ms, padded, real = (float(np.mean([m[i] for m in mine])) for i in range(3))
+            print(f"  round {r + 1} {name:9s}: {ms:5.1f} ms/step, {padded:5.0f} padded tokens per batch, "
+                  f"{real / padded:.0%} real; load {os.getloadavg()[0]:.2f}")
+            points += mine
+    data = np.array(points)
+    fixed, per_token = np.linalg.lstsq(np.c_[np.ones(len(data)), data[:, 1]], data[:, 0], rcond=None)[0]
+    floor = fixed + per_token * data[:, 2].mean()
+    print(f"  fit: ms/step = {fixed:.1f} + {1000 * per_token:.2f} per 1,000 padded tokens; no padding at all: "
+          f"{floor:.1f} ms/step = {1000 * batch_size / floor:.0f} training samples/s before validation")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", required=True)
@@ -98,6 +138,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--stacked", action="store_true", help="also time the three encoders stacked into one batch")
+    ap.add_argument("--padding-cost", action="store_true",
+                    help="also fit step time against padded tokens (shuffled and length-bucketed batches)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -155,6 +197,9 @@ def main() -> None:
             for name, values in times.items():
                 print(f"  {name:9s} " + " ".join(f"{v:.1f}" for v in values) + f"  median {statistics.median(values):.1f}")
             print(f"  separate / stacked: {statistics.median(times['separate']) / statistics.median(times['stacked']):.2f}x")
+    if args.padding_cost and hasattr(model, "encoders"):
+        print("step time against padding:")
+        _padding_cost(model, opt, enc["train"], args.batch_size)
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
