@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.drug_rec_setup import encoded_drug_rec  # noqa: E402
 from medtx.models.layers import multilabel_loss  # noqa: E402
 from medtx.training.ehr_evaluation import validation_score  # noqa: E402
+from medtx.training.experiment import task_train_defaults  # noqa: E402
 from medtx.training.trainer import TrainConfig, _batches, _validate, make_optimizer  # noqa: E402
 
 
@@ -96,7 +97,7 @@ def _padding_cost(model, opt, train, batch_size: int, rounds: int = 2) -> None:
     (interleaved rounds), and print what a batch without padding would cost: the most any padding work can give."""
     import numpy as np
 
-    from medtx.models.encoded import length_buckets, shuffled_batches
+    from medtx.models.encoded import bucket_pool, length_buckets, shuffled_batches
 
     feats = list(model.encoders)
     points: list[tuple[float, int, int]] = []  # (ms, padded tokens, real tokens) per full batch
@@ -105,7 +106,7 @@ def _padding_cost(model, opt, train, batch_size: int, rounds: int = 2) -> None:
         for name in ("shuffled", "buckets16"):
             g = torch.Generator().manual_seed(100 + r)
             order = (shuffled_batches(len(train), batch_size, g) if name == "shuffled"
-                     else length_buckets(train.lengths, batch_size, g, 16))
+                     else length_buckets(train.lengths, batch_size, g, bucket_pool(len(train), batch_size, 16)))
             mine = []
             for index in order:
                 if len(index) < batch_size:
@@ -144,17 +145,18 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     bundle, enc = encoded_drug_rec(args.db, args.dataset, args.model)
-    cfg = TrainConfig(batch_size=args.batch_size, seed=42, monitor="pr_auc_samples", device="cpu", progress=False)
+    cfg = TrainConfig(batch_size=args.batch_size, seed=42, monitor="pr_auc_samples", device="cpu", progress=False,
+                      **task_train_defaults("drug_rec", args.model))  # e.g. the transformer's length buckets
     model, cpu = bundle.model, torch.device("cpu")
     opt = make_optimizer(model, cfg, cpu)
     score = validation_score("drug_rec")
     print(f"{args.model} on {args.dataset} drug_rec: {len(enc['train'])} training samples, batch {args.batch_size}, "
-          f"{args.threads} thread(s), load {os.getloadavg()[0]:.2f}")
+          f"{args.threads} thread(s), length_buckets {cfg.length_buckets}, load {os.getloadavg()[0]:.2f}")
     for epoch in range(1, args.epochs + 1):
         model.train()
         phases = {"batch": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         started, steps = time.perf_counter(), 0
-        batches = iter(_batches(enc["train"], bundle.collate, args.batch_size, True, epoch))
+        batches = iter(_batches(enc["train"], bundle.collate, args.batch_size, True, epoch, cfg.length_buckets))
         while True:
             t0 = time.perf_counter()
             batch = next(batches, None)
@@ -181,7 +183,7 @@ def main() -> None:
               + f"); validation {val_s:.2f} s = {100 * val_s / (train_s + val_s):.0f}% of the epoch; "
               f"{len(enc['train']) / (train_s + val_s):.0f} training samples/s, validation included")
 
-    batches = iter(_batches(enc["train"], bundle.collate, args.batch_size, True, 99))
+    batches = iter(_batches(enc["train"], bundle.collate, args.batch_size, True, 99, cfg.length_buckets))
     sample = [next(batches) for _ in range(min(50, len(enc["train"]) // args.batch_size))]
     model.train()
     if hasattr(model, "encoders") and hasattr(model, "head"):

@@ -22,8 +22,10 @@ The cohort: `medtx synth mimic3 --patients N`, `medtx ingest mimic3`, `medtx map
 `medtx build-samples --task drug_rec` into WAREHOUSE (see --help). `--medtx-root` may be given twice
 (e.g. main's checkout and a branch's) to compare medtx versions in the same interleaved rounds; a root may
 carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_buckets": 16}'`).
-`--length-buckets K` sets TrainConfig.length_buckets for every root: default 0, medtx's own default (before
-2026-11-24's third round the script defaulted to 16, so a bare root meant "with the opt-in buckets").
+`--length-buckets K` (K > 0) sets TrainConfig.length_buckets for every root; the default 0 leaves each checkout its
+own default. Since 2026-11-25 (round 5) drug_rec's transformers bucket by default (`Task.train_defaults`);
+`--medtx-root 'ROOT@{"length_buckets": 0}'` times the plain shuffle. Before 2026-11-24's third round the script
+defaulted to 16, so a bare root meant "with the opt-in buckets".
 
     .venv/bin/python benchmarks/train_vs_pyhealth.py --db W.duckdb --dataset synth_10000 \\
         --pyhealth-python /tmp/pyhealth-venv/bin/python [--medtx-root /work/main] [--epochs 5] [--rounds 2] \\
@@ -86,8 +88,8 @@ def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
 
 def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, buckets: int = 0,
                  extra: dict | None = None, model: str = "transformer") -> dict:
-    """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs. `buckets` sets
-    TrainConfig.length_buckets where the checkout has it (off by default in medtx; 16 = the opt-in). `threads`
+    """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs. `buckets` (> 0) sets
+    TrainConfig.length_buckets where the checkout has it (0: the checkout's own default). `threads`
     "auto": every core the process may use, as `medtx train` sets it (its trainer then caps it at its share)."""
     import dataclasses
 
@@ -235,8 +237,8 @@ def main() -> None:
     parser.add_argument("--overrides", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--length-buckets", type=int, default=0,
-                        help="medtx TrainConfig.length_buckets for every root (default 0: medtx's own default, plain "
-                             "shuffle; 16 = the opt-in); ignored by checkouts without the field")
+                        help="medtx TrainConfig.length_buckets for every root (default 0: each checkout's own default; "
+                             "drug_rec's transformers bucket since 2026-11-25); ignored by checkouts without the field")
     parser.add_argument("--worker", choices=("medtx", "pyhealth"), help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args()

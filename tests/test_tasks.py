@@ -107,6 +107,16 @@ def test_per_task_model_defaults_come_from_the_task():
     assert model_defaults("retain", "drug_rec", "multilabel") == {}
 
 
+def test_per_task_trainer_defaults_come_from_the_task():
+    from medtx.tasks import get_task
+
+    drug_rec = get_task("drug_rec")
+    assert drug_rec.train_defaults_for("transformer") == {"length_buckets": 16}
+    assert drug_rec.train_defaults_for("transformer_rope") == {}  # measured, left alone (benchmarks/README.md)
+    assert drug_rec.train_defaults_for("retain") == {}
+    assert get_task("mortality").train_defaults_for("transformer") == {}
+
+
 # ------------------------------------------------------------------------------------------ mortality samples
 # Patient 1: admission 10 survived, admission 11 died (flag 1). Patient 2: admission 20 survived, no codes.
 # Patient 3: admission 30 has no flag (left out, counted, never guessed as a survivor).

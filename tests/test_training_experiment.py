@@ -118,6 +118,7 @@ def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path,
         tiny_db, "SELECT status, device, best_epoch, n_params, config FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert status == "completed" and device == "cpu" and 1 <= best_epoch <= 3 and n_params > 0
     assert json.loads(config)["model"]["d_model"] == 16
+    assert json.loads(config)["train"]["length_buckets"] == 16  # drug_rec's trainer default for the transformer
     epochs = _q(tiny_db, "SELECT DISTINCT epoch, split, metric FROM ml.epochs WHERE run_id = ?", [run_id])
     assert {(e, s, m) for e, s, m in epochs} >= {(3, "train", "loss"), (3, "val", "loss"), (3, "val", "pr_auc_samples")}
     kinds = dict(_q(tiny_db, "SELECT kind, path FROM ml.models WHERE run_id = ?", [run_id]))
@@ -129,6 +130,26 @@ def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path,
     assert len({s[0] for s in sums}) == 3 and {s[1] for s in sums} >= {"conditions"}
     assert all(abs(s[5] - 1.0) < 1e-4 for s in sums)
     assert any(":C" in s[6] for s in sums)
+
+
+def test_a_runs_overrides_win_over_the_tasks_trainer_defaults(tiny_db: Path, tmp_path: Path):
+    overrides = {"d_model": 16, "n_heads": 1, "d_ff": 32, "batch_size": 16, "num_threads": 1, "length_buckets": 0}
+    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "transformer", seed=1, overrides=overrides, epochs=1,
+                                device="cpu", options=ExperimentOptions(models_dir=tmp_path / "models", n_showcase=1))
+    config = json.loads(_q(tiny_db, "SELECT config FROM ml.runs WHERE run_id = ?", [run_id])[0][0])
+    assert config["train"]["length_buckets"] == 0
+
+
+def test_a_tasks_trainer_default_that_is_no_trainer_field_is_named(monkeypatch: pytest.MonkeyPatch):
+    import dataclasses
+
+    from medtx.tasks import get_task
+    from medtx.training import experiment
+
+    typo = dataclasses.replace(get_task("drug_rec"), train_defaults={"transformer": {"length_bucket": 16}})
+    monkeypatch.setattr(experiment, "get_task", lambda name: typo)
+    with pytest.raises(ValueError, match=r"task 'drug_rec': train_defaults for 'transformer' name \['length_bucket'\]"):
+        experiment.task_train_defaults("drug_rec", "transformer")
 
 
 def test_failure_is_recorded(tiny_db: Path):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from medtx.models.encoded import EncodedSet, length_buckets, shuffled_batches
+from medtx.models.encoded import EncodedSet, bucket_pool, length_buckets, shuffled_batches
 from medtx.models.layers import Dropout, Encoder, LabelAttentionPooling, MultiHeadAttention, dropout
 from medtx.training.trainer import TrainConfig, fit, make_optimizer, predict
 # the tiny vocabularies and sample frames of the model tests, and their one-thread, seeded autouse fixture
@@ -60,6 +60,27 @@ def test_length_buckets_are_deterministic_and_cover_every_sample_once():
         return sum(len(b) * int(lengths[b].max()) for b in batches)
     plain = shuffled_batches(1003, 32, torch.Generator().manual_seed(7))
     assert padded(first) < 0.75 * padded(plain)
+
+
+def test_bucket_pools_keep_at_least_eight_pools_an_epoch_and_small_sets_the_plain_shuffle():
+    assert bucket_pool(2357, 32, 16) == 9  # synth_10000's drug_rec training set: 74 batches
+    assert bucket_pool(100_000, 32, 16) == 16  # a large set: the configured cap
+    assert bucket_pool(449, 64, 16) == 0  # synth_2000 under the default pipeline's batch 64: 8 batches
+    assert bucket_pool(449, 32, 16) == 0  # 15 batches: one per pool would sort nothing
+    assert bucket_pool(1003, 32, 0) == 0  # off stays off
+
+
+def test_training_batches_of_a_small_set_are_the_plain_shuffle_bit_for_bit():
+    from medtx.training.trainer import _EncodedLoader
+
+    bundle = bundle_for("transformer")
+    encoded = EncodedSet(bundle.encode(FRAMES["drug_rec"](n=40, seed=5)), bundle.collate)
+    small = _EncodedLoader(encoded, 4, shuffle=True, seed=11, pool_batches=16)  # 10 batches
+    plain = shuffled_batches(40, 4, torch.Generator().manual_seed(11))
+    assert [b.tolist() for b in small.index] == [b.tolist() for b in plain]
+    bucketed = _EncodedLoader(encoded, 2, shuffle=True, seed=11, pool_batches=16)  # 20 batches: pools of 2
+    want = length_buckets(encoded.lengths, 2, torch.Generator().manual_seed(11), 2)
+    assert [b.tolist() for b in bucketed.index] == [b.tolist() for b in want]
 
 
 def test_shuffled_batches_match_a_shuffled_dataloader():

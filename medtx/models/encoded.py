@@ -8,6 +8,7 @@ of medtx.models.ehr_data); a collate that draws random numbers (BEHRT's MLM mask
 
 `length_buckets(...)`: shuffled batches of similar lengths (sort within shuffled pools, shuffle the batch
 order), so padding does not dominate; deterministic under the generator, every index exactly once.
+`bucket_pool(...)`: how many batches a pool holds, so that an epoch keeps at least `MIN_POOLS` pools.
 """
 
 from __future__ import annotations
@@ -87,6 +88,23 @@ def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> lis
     seed from the generator, then RandomSampler draws the permutation."""
     torch.empty((), dtype=torch.int64).random_(generator=generator)
     return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+MIN_POOLS = 8  # length buckets sort within at least this many pools per epoch
+
+
+def bucket_pool(n_items: int, batch_size: int, pool_batches: int, min_pools: int = MIN_POOLS) -> int:
+    """Batches per sorting pool for `length_buckets`: at most `pool_batches`, and small enough that an epoch has at
+    least `min_pools` pools; 0 (plain shuffle) when that leaves fewer than 2 batches per pool.
+
+    A pool as large as the training set sorts every batch of the epoch by length, with only the batch order
+    shuffled: under the default pipeline's settings (synth_2000, 449 samples, batch 64) that lowered test PR-AUC
+    beyond seed noise, while pools of 512 out of 2,357 samples did not change validation (issue #18,
+    benchmarks/README.md round 5). So small training sets keep the plain shuffle, bit for bit.
+    """
+    n_batches = -(-n_items // batch_size)
+    pool = min(pool_batches, n_batches // min_pools)
+    return pool if pool >= 2 else 0
 
 
 def length_buckets(lengths: Tensor, batch_size: int, generator: torch.Generator, pool_batches: int = 16

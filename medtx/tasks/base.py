@@ -88,6 +88,9 @@ class Task:
     files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
     # model name (or "*" for every model) -> config defaults for this task; overrides win
     model_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # model name (or "*") -> trainer defaults for this task (medtx.training.trainer.TrainConfig fields, e.g.
+    # length_buckets); a run's overrides win
+    train_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
     order: int = 100  # position in listings (CLI help, leaderboard); ties by name
 
@@ -117,3 +120,7 @@ class Task:
     def defaults_for(self, model: str) -> dict[str, Any]:
         """The task's config defaults for one model ("*" entries first, the model's own win)."""
         return {**self.model_defaults.get("*", {}), **self.model_defaults.get(model, {})}
+
+    def train_defaults_for(self, model: str) -> dict[str, Any]:
+        """The task's trainer defaults for one model ("*" entries first, the model's own win)."""
+        return {**self.train_defaults.get("*", {}), **self.train_defaults.get(model, {})}

@@ -141,6 +141,15 @@ def _split_overrides(overrides: dict[str, Any] | None) -> tuple[dict[str, Any], 
     return {k: v for k, v in overrides.items() if k in names}, {k: v for k, v in overrides.items() if k not in names}
 
 
+def task_train_defaults(task: str, model: str) -> dict[str, Any]:
+    """The task's trainer defaults for the model (`Task.train_defaults`); a key TrainConfig lacks is an error."""
+    defaults = get_task(task).train_defaults_for(model)
+    unknown = sorted(set(defaults) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ValueError(f"task {task!r}: train_defaults for {model!r} name {unknown}, which are no TrainConfig fields")
+    return defaults
+
+
 def _run_baseline(task: str, model: str, data: EhrSamples, overrides: dict[str, Any]) -> Outcome:
     parts = data.parts
     baseline = build_baseline(model, task, data.labels, data.oracle_rows, overrides).fit(parts["train"], parts["val"])
@@ -213,7 +222,8 @@ def run_ehr_experiment(
     train_overrides, model_overrides = _split_overrides(overrides)
     if epochs is not None:
         train_overrides["epochs"] = epochs
-    cfg = TrainConfig(**{"monitor": MONITOR[task], "seed": seed, "device": device, **train_overrides})
+    cfg = TrainConfig(**{"monitor": MONITOR[task], "seed": seed, "device": device, **task_train_defaults(task, model),
+                         **train_overrides})
 
     def train(data: EhrSamples, folder: Path, on_epoch: OnEpoch) -> records.RunResults:
         started = time.perf_counter()

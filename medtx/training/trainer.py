@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 # Checkpoint I/O belongs to the models layer; re-exported here for the trainer's callers.
 from medtx.models.checkpoint import jsonable, load_weights, save_checkpoint  # noqa: F401
-from medtx.models.encoded import EncodedSet, length_buckets, sequential_batches, shuffled_batches
+from medtx.models.encoded import EncodedSet, bucket_pool, length_buckets, sequential_batches, shuffled_batches
 
 log = logging.getLogger("medtx.training")
 
@@ -55,10 +55,13 @@ class TrainConfig:
     num_threads: int | None = None  # torch CPU threads; None keeps torch's default
     eval_batch_size: int | None = None  # defaults to 2 x batch_size (no gradients kept)
     progress: bool | None = None  # tqdm bar; None = only when stderr is a terminal
-    # Training batches from an EncodedSet: shuffled, then sorted by length within pools of this many batches
-    # (less padding); 0 = plain shuffle (the same batches as a shuffled DataLoader). Item lists: plain shuffle.
-    # Off by default: 16 trains the transformer ~2x faster but lowered seed-42 test PR-AUC on all six EHR models
-    # measured (-0.0007 to -0.010; benchmarks/README.md), so it is an opt-in (`--set length_buckets=16`).
+    # Training batches from an EncodedSet: shuffled, then sorted by length within pools of up to this many batches
+    # (less padding), at least 8 pools per epoch (`encoded.bucket_pool`: fewer than 2 batches per pool, as on
+    # small training sets, is the plain shuffle); 0 = plain shuffle (the same batches as a shuffled DataLoader).
+    # Item lists: plain shuffle. Off by default: one pool over a whole small training set lowered seed-42 test
+    # PR-AUC on all six EHR models measured (-0.0007 to -0.010; benchmarks/README.md, round 1), and only drug_rec's
+    # transformer was validated with the pool rule, so only it buckets by default (`Task.train_defaults`; round 5).
+    # Elsewhere an opt-in (`--set length_buckets=16`).
     length_buckets: int = 0
 
 
@@ -214,8 +217,8 @@ class _EncodedLoader:
         if not shuffle:
             self.order = torch.argsort(items.lengths, stable=True)
             self.index = [self.order[b] for b in sequential_batches(len(items), batch_size)]
-        elif pool_batches > 0:
-            self.index = length_buckets(items.lengths, batch_size, torch.Generator().manual_seed(seed), pool_batches)
+        elif (pool := bucket_pool(len(items), batch_size, pool_batches)) > 0:
+            self.index = length_buckets(items.lengths, batch_size, torch.Generator().manual_seed(seed), pool)
         else:
             self.index = shuffled_batches(len(items), batch_size, torch.Generator().manual_seed(seed))
 
