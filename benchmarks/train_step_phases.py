@@ -103,7 +103,7 @@ def _padding_cost(model, opt, train, batch_size: int, rounds: int = 2) -> None:
     points: list[tuple[float, int, int]] = []  # (ms, padded tokens, real tokens) per full batch
     model.train()
     for r in range(rounds):
-        for name in ("shuffled", "buckets16"):
+        for name in ("shuffled", "buckets"):
             g = torch.Generator().manual_seed(100 + r)
             order = (shuffled_batches(len(train), batch_size, g) if name == "shuffled"
                      else length_buckets(train.lengths, batch_size, g, bucket_pool(len(train), batch_size, 16)))

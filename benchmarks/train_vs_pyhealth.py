@@ -23,7 +23,7 @@ The cohort: `medtx synth mimic3 --patients N`, `medtx ingest mimic3`, `medtx map
 (e.g. main's checkout and a branch's) to compare medtx versions in the same interleaved rounds; a root may
 carry its own overrides as JSON after `@` (`--medtx-root '/work/main@{"length_buckets": 16}'`).
 `--length-buckets K` (K > 0) sets TrainConfig.length_buckets for every root; the default 0 leaves each checkout its
-own default. Since 2026-11-25 (round 5) drug_rec's transformers bucket by default (`Task.train_defaults`);
+own default. Since 2026-11-25 (round 5) drug_rec's transformer buckets by default (`Task.train_defaults`);
 `--medtx-root 'ROOT@{"length_buckets": 0}'` times the plain shuffle. Before 2026-11-24's third round the script
 defaulted to 16, so a bare root meant "with the opt-in buckets".
 
@@ -238,7 +238,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--length-buckets", type=int, default=0,
                         help="medtx TrainConfig.length_buckets for every root (default 0: each checkout's own default; "
-                             "drug_rec's transformers bucket since 2026-11-25); ignored by checkouts without the field")
+                             "drug_rec's transformer buckets since 2026-11-25); ignored by checkouts without the field")
     parser.add_argument("--worker", choices=("medtx", "pyhealth"), help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args()
