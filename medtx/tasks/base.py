@@ -119,8 +119,13 @@ class Task:
 
     def defaults_for(self, model: str) -> dict[str, Any]:
         """The task's config defaults for one model ("*" entries first, the model's own win)."""
-        return {**self.model_defaults.get("*", {}), **self.model_defaults.get(model, {})}
+        return _for_model(self.model_defaults, model)
 
     def train_defaults_for(self, model: str) -> dict[str, Any]:
         """The task's trainer defaults for one model ("*" entries first, the model's own win)."""
-        return {**self.train_defaults.get("*", {}), **self.train_defaults.get(model, {})}
+        return _for_model(self.train_defaults, model)
+
+
+def _for_model(table: Mapping[str, Mapping[str, Any]], model: str) -> dict[str, Any]:
+    """A per-model defaults table read for one model: the "*" entries, then the model's own over them."""
+    return {**table.get("*", {}), **table.get(model, {})}

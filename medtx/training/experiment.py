@@ -134,17 +134,20 @@ def load_ehr_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str, mo
 # ----------------------------------------------------------------------------------------------- running
 
 
+TRAIN_KEYS = frozenset(f.name for f in dataclasses.fields(TrainConfig))  # the trainer's keys (epochs, lr, ...)
+
+
 def _split_overrides(overrides: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trainer keys (epochs, lr, batch_size, ...) vs model keys (d_model, n_layers, ...)."""
     overrides = dict(overrides or {})
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    return {k: v for k, v in overrides.items() if k in names}, {k: v for k, v in overrides.items() if k not in names}
+    return ({k: v for k, v in overrides.items() if k in TRAIN_KEYS},
+            {k: v for k, v in overrides.items() if k not in TRAIN_KEYS})
 
 
 def task_train_defaults(task: str, model: str) -> dict[str, Any]:
     """The task's trainer defaults for the model (`Task.train_defaults`); a key TrainConfig lacks is an error."""
     defaults = get_task(task).train_defaults_for(model)
-    unknown = sorted(set(defaults) - {f.name for f in dataclasses.fields(TrainConfig)})
+    unknown = sorted(set(defaults) - TRAIN_KEYS)
     if unknown:
         raise ValueError(f"task {task!r}: train_defaults for {model!r} name {unknown}, which are no TrainConfig fields")
     return defaults
