@@ -70,6 +70,20 @@ def test_bucket_pools_keep_at_least_eight_pools_an_epoch_and_small_sets_the_plai
     assert bucket_pool(1003, 32, 0) == 0  # off stays off
 
 
+def test_fit_says_what_length_buckets_amount_to(tmp_path, caplog):
+    bundle = bundle_for("transformer")
+    items = bundle.encode(FRAMES["drug_rec"](n=40, seed=5))
+    train, val = EncodedSet(items[:32], bundle.collate), EncodedSet(items[32:], bundle.collate)
+    with caplog.at_level("INFO", logger="medtx.training"):
+        fit(bundle.model, train, val, bundle.collate, TrainConfig(epochs=1, batch_size=4, device="cpu",
+                                                                  length_buckets=16), tmp_path / "a")
+        fit(bundle.model, train, val, bundle.collate, TrainConfig(epochs=1, batch_size=2, device="cpu",
+                                                                  length_buckets=16), tmp_path / "b")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("training batches")]
+    assert lines == ["training batches: plain shuffle (length_buckets: too few batches for 8 pools of 2 or more)",
+                     "training batches: length-bucketed, pools of 2 batches"]
+
+
 def test_training_batches_of_a_small_set_are_the_plain_shuffle_bit_for_bit():
     from medtx.training.trainer import _EncodedLoader
 

@@ -284,6 +284,10 @@ def fit(
     optimizer = make_optimizer(model, cfg, device)
     config = _checkpoint_config(model, cfg)
     _preflight(model, train_items, collate, device)
+    if cfg.length_buckets and isinstance(train_items, EncodedSet):  # what length_buckets amounts to on this set
+        pool = bucket_pool(len(train_items), cfg.batch_size, cfg.length_buckets)
+        log.info("training batches: %s", f"length-bucketed, pools of {pool} batches" if pool else
+                 "plain shuffle (length_buckets: too few batches for 8 pools of 2 or more)")
 
     state = _start_state(model, optimizer, cfg, last_dir, device, resume)
     key = "val_loss" if cfg.monitor == "loss" else f"val_{cfg.monitor}"
