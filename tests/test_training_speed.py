@@ -293,3 +293,17 @@ def test_pad_right_pads_to_the_widest_row():
     torch.testing.assert_close(_pad([[5], [6, 7]], value=-1), torch.tensor([[5, -1], [6, 7]]))
     assert _pad([[], []]).shape == (2, 1) and _pad([]).shape == (0, 1)
     assert _pad([[1]]).dtype == torch.long
+
+
+def test_cpu_dropout_mask_is_the_16_bit_lane_comparison_scaled():
+    """The mask written straight into x's dtype equals the definition: lane >= cut - 32768, times 1 / (1 - p)."""
+    x = torch.randn(3, 7, 5, requires_grad=True)
+    torch.manual_seed(11)
+    out = dropout(x, 0.1)
+    torch.manual_seed(11)
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+    cut = round(0.1 * 65536)
+    keep = (words.view(torch.int16)[: x.numel()].view(x.shape) >= cut - 32768).to(torch.float32)
+    assert torch.equal(out, x * (keep * (65536 / (65536 - cut))))
+    out.sum().backward()
+    assert torch.equal(x.grad, keep * (65536 / (65536 - cut)))
