@@ -539,6 +539,21 @@ def test_behrt_poolings_overfit_and_ignore_padding(pooling):
         bundle_for("behrt", "next_visit", pooling="max")
 
 
+def test_behrt_attention_dropout_is_its_own_setting_and_defaults_to_dropout():
+    """BERT drops attention weights at the model's dropout; `attention_dropout` sets them apart (0 lets training
+    run torch's fused attention), and every other dropout keeps `dropout`."""
+    from medtx.models.layers import MultiHeadAttention
+
+    def rates(model):
+        attention = {m.dropout.p for m in model.modules() if isinstance(m, MultiHeadAttention)}
+        others = {m.p for name, m in model.named_modules() if type(m).__name__ == "Dropout" and ".attn." not in name}
+        return attention, others
+
+    assert rates(bundle_for("behrt", "next_visit", copy_recencies=(), dropout=0.1).model) == ({0.1}, {0.1})
+    assert rates(bundle_for("behrt", "next_visit", copy_recencies=(), dropout=0.1, attention_dropout=0.0).model
+                 ) == ({0.0}, {0.1})
+
+
 def test_behrt_copy_gate_marks_the_current_visits_codes_and_starts_at_the_copy_log_odds():
     """next_visit rows whose label IS the current visit's diagnoses: the copy gate finds them (recency 0 =
     the last visit of the BEHRT sequence) and, from training data alone, ranks them first on unseen rows."""

@@ -78,6 +78,7 @@ class BehrtConfig:
     n_layers: int = 2
     d_ff: int = 128
     dropout: float = 0.1
+    attention_dropout: float | None = None  # on the attention weights; None = `dropout` (BERT's)
     n_ages: int = 128  # age ids: 0 = unknown/pad, age + 1 (samples cap ages at 90)
     n_positions: int = 64  # visit positions (sinusoidal table size; larger numbers are clamped)
     max_len: int = 128  # tokens per patient sequence (oldest visits dropped first)
@@ -116,7 +117,8 @@ class BehrtModel(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = BehrtEmbeddings(config)
-        self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout)
+        self.encoder = Encoder(config.d_model, config.n_heads, config.d_ff, config.n_layers, config.dropout,
+                               config.attention_dropout)
 
     def forward(self, batch: dict, input_ids: Tensor | None = None, need_weights: bool = True
                 ) -> tuple[Tensor, tuple[Tensor, ...]]:
