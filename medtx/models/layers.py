@@ -255,8 +255,8 @@ class LabelAttentionPooling(nn.Module):
     softmax runs over the token axis, so no [B, labels, d] pooled tensor and no batched matmul are made (issue
     #18: 1.25x faster on CPU, benchmarks/attention_kernels.py). Two GEMMs rather than one over the stacked
     [2 * labels, d] projection: no split of the product, whose backward copied the [B, L, 2 * labels] gradient
-    back together (5-9% less head time, the same values bit for bit; round 6). `written_out` is the
-    definition, for tests.
+    back together (5-9% less head time; training at batch 32 gives the same weights bit for bit, and some
+    evaluation shapes differ in the last float digits; round 6). `written_out` is the definition, for tests.
     """
 
     def __init__(self, n_features: int, n_labels: int, d_model: int) -> None:
