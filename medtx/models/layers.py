@@ -48,7 +48,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     lanes = words.view(torch.int16)[: x.numel()].view(x.shape)
     # The comparison writes 0/1 straight into x's dtype: going through a bool tensor (`>=`, then `.to`) cost 4x
     # as much (12 against 47 us on [32, 34, 32]), the same values (issue #18, benchmarks/README.md round 6).
-    keep = torch.ge(lanes, cut - _LEVELS // 2, out=torch.empty(x.shape, dtype=x.dtype))
+    keep = torch.ge(lanes, cut - _LEVELS // 2, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
     return x * keep.mul_(_LEVELS / (_LEVELS - cut))
 
 
