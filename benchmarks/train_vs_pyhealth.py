@@ -92,7 +92,8 @@ def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
 
 def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, buckets: int = 0,
                  extra: dict | None = None, model: str = "transformer") -> dict:
-    """One medtx run through run_ehr_experiment (the pipeline's path); timing from ml.epochs. `buckets` (> 0) sets
+    """One medtx run through run_ehr_experiment (the pipeline's path), timed over its whole epoch loop
+    (`_epoch_loop_clock`; ml.epochs' training + validation seconds come back as "epoch_seconds"). `buckets` (> 0) sets
     TrainConfig.length_buckets where the checkout has it (0: the checkout's own default). `threads`
     "auto": every core the process may use, as `medtx train` sets it (its trainer then caps it at its share)."""
     import dataclasses
@@ -342,7 +343,7 @@ def _rounds(args: argparse.Namespace, work: Path, samples: Path, roots: list[str
                                       "--model", args.model],
                      root, args.threads)
             results.setdefault(f"medtx@{spec}", []).append(r)
-            alone = r["n_train"] * args.epochs / r.get("epoch_seconds", r["seconds"])
+            alone = r["n_train"] * args.epochs / r["epoch_seconds"]  # this file's medtx_worker always returns it
             print(f"round {round_no} medtx@{spec}: {r['samples_per_s']:.0f} samples/s (epochs alone {alone:.0f}), "
                   f"test PR-AUC {r['test_pr_auc']:.4f} (load {_load()})", flush=True)
         if args.pyhealth_python:
