@@ -165,8 +165,9 @@ def test_explorer_queries_reach_attention_of_real_runs(warehouse):
     sample_ids = [s for s in visits["sample_id"] if not queries.attention_modules(snap, transformer["run_id"], s).is_empty()]
     assert sample_ids, "a showcase visit of the patient has attention"
     modules = queries.attention_modules(snap, transformer["run_id"], sample_ids[0])
-    assert "conditions" in set(modules["module"]) and modules["heads"].max() == 2
-    weights = queries.attention(snap, transformer["run_id"], sample_ids[0], "conditions")
+    # drug_rec's transformer reads one joint sequence of every feature's codes: one attention module, `codes`
+    assert set(modules["module"]) == {"codes"} and modules["heads"].max() == 2
+    weights = queries.attention(snap, transformer["run_id"], sample_ids[0], "codes")
     row_sums = weights.group_by("layer", "head", "query_pos").agg(w=pl.col("weight").sum())
     assert row_sums["w"].min() > 0.5  # softmax rows (truncated to the stored key window) carry real mass
     history = queries.patient_history(snap, DATASET, subject)

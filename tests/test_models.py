@@ -6,6 +6,7 @@ file stays fast on a shared 2-core machine.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import polars as pl
@@ -142,6 +143,30 @@ def test_history_codec_maps_unknown_codes_and_drops_unknown_labels():
     assert batch["tokens"]["conditions"] == [["v1:c1", "v2:zz"]]
     assert batch["labels"][0].nonzero().flatten().tolist() == [2] and labels.dropped == 1  # D2 kept, NEW dropped
     assert batch["sample_id"] == ["7"] and batch["subject_id"] == [1]
+
+
+def test_joint_history_runs_visit_by_visit_with_every_features_current_visit_last():
+    """The joint sequence holds each feature's kept codes, oldest visit first, features in order within a visit; a
+    feature with a shorter history is aligned at the current visit; ids are the joint index's, tokens name the
+    feature."""
+    frame = pl.DataFrame([{"subject_id": 1, "hadm_id": 7,
+                           "conditions": [["c1"], ["c2", "zz"], ["c3"]], "procedures": [["p1"]],
+                           "drugs_hist": [["D1"], ["D2", "D3"], []], "drugs": ["D2"]}])
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in ("conditions", "procedures", "drugs_hist")}
+    labels = LabelSpace.from_vocab(vocab(DRUGS), binary=False)
+    codec = history_codec("drug_rec", vocabs, labels, max_visits=2, max_codes=128, joint=True)
+    item = codec.encode(frame)[0]
+    assert item["codes"]["tokens"] == ["v1:c2", "v1:zz", "v1:drugs_hist:D2", "v1:drugs_hist:D3", "v2:c3",
+                                       "v2:procedures:p1"]
+    assert item["codes"]["visit"] == [0, 0, 0, 0, 1, 1] and item["codes"]["nvisits"] == 2
+    index = codec.joint
+    assert [index.labels[i] for i in item["codes"]["ids"]] == ["c2", "<unk>", "drugs_hist:D2", "drugs_hist:D3",
+                                                               "c3", "procedures:p1"]
+    assert len(item["codes"]["ids"]) == sum(len(item[f]["ids"]) for f in codec.spec.features)  # no code lost or added
+    batch = codec.collate(codec.encode(frame))
+    assert batch["codes_mask"].tolist() == [[True] * 6] and "codes" in batch["tokens"]
+    assert codec.sequences == ("conditions", "procedures", "drugs_hist", "codes")
+    assert history_codec("drug_rec", vocabs, labels, 2, 128).sequences == ("conditions", "procedures", "drugs_hist")
 
 
 def test_missing_column_is_a_clear_error():
@@ -391,7 +416,7 @@ def test_checkpoint_roundtrip_through_the_trainer_and_vocab_mismatch(tmp_path):
     shown = predict(loaded.model, items[8:], loaded.collate, "cpu", output_attentions=True)
     original = predict(bundle.model, items[8:], bundle.collate, "cpu")
     torch.testing.assert_close(torch.tensor(shown.probs), torch.tensor(original.probs))
-    weights, q_tokens, _ = shown.attentions[0]["conditions"]
+    weights, q_tokens, _ = shown.attentions[0]["codes"]  # drug_rec's transformer: one joint sequence
     assert q_tokens[0] == "[CLS]" and weights.sum(-1) == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(ValueError, match="vocab/label mismatch"):
         load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS[:5]), result.best_dir)
@@ -519,6 +544,58 @@ def test_checkpoint_from_before_the_copy_gate_loads_without_it(tmp_path):
     (result.best_dir / "config.json").write_text(json.dumps(saved))
     vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
     assert load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir).model.copy is None
+
+
+@pytest.mark.parametrize("name", ["transformer", "transformer_rope"])
+def test_joint_sequence_is_one_encoder_over_every_features_codes(name):
+    """joint_sequence: one encoder (batch keys `codes_*`) instead of one per feature; it fits, ignores padding, exports
+    attention over the joint tokens, and within a visit the order of codes carries nothing (positions are visits)."""
+    per_feature = bundle_for(name, joint_sequence=False).model
+    assert set(per_feature.encoders) == {"conditions", "procedures", "drugs_hist"}
+    bundle = bundle_for(name, joint_sequence=True)
+    assert set(bundle.model.encoders) == {"codes"} and bundle.model.head.query.shape[0] == 1
+    assert bundle.config.vocab_sizes["codes"] == 2 + len(CONDS) + len(PROCS) + len(DRUGS)
+    batch = batch_of(bundle, drug_rec_frame())
+    first, last = overfit(bundle, batch, steps=150)
+    assert last < 0.05 * first, (first, last)
+    bundle.model.eval()
+    with torch.no_grad():
+        out = bundle.model(batch, output_attentions=True)
+        reversed_batch = dict(batch)
+        n = batch["codes_mask"].sum(1)
+        order = torch.stack([torch.cat([torch.arange(k).flip(0), torch.arange(k, batch["codes_ids"].shape[1])])
+                             for k in n.tolist()])
+        for key in ("codes_ids", "codes_visit", "codes_mask"):
+            reversed_batch[key] = batch[key].gather(1, order)
+        torch.testing.assert_close(bundle.model(reversed_batch).logits, out.logits, atol=1e-5, rtol=1e-4)
+    assert set(out.attentions) == {"codes"}
+    q_tokens, _ = out.attention_tokens["codes"]
+    assert q_tokens[0][0] == "[CLS]" and any(t.split(":")[1] == "procedures" for t in q_tokens[0][1:])
+    with pytest.raises(ValueError, match="vocab_sizes\\['codes'\\]"):
+        type(bundle.model)(dataclasses.replace(bundle.config, vocab_sizes={
+            f: v for f, v in bundle.config.vocab_sizes.items() if f != "codes"}), [-1] * len(DRUGS + ["", ""]))
+
+
+def test_checkpoint_from_before_the_joint_sequence_loads_with_one_encoder_per_feature(tmp_path):
+    """drug_rec's transformer reads one joint sequence by default; a checkpoint written before that option (per-feature
+    encoders, no `joint_sequence` field) still loads as what it was and predicts as before."""
+    import json
+
+    from medtx.training.trainer import TrainConfig, fit, predict
+
+    assert bundle_for("transformer").config.joint_sequence  # the drug_rec default
+    bundle = bundle_for("transformer", joint_sequence=False)
+    items = bundle.encode(drug_rec_frame(12))
+    result = fit(bundle.model, items[:8], items[8:], bundle.collate,
+                 TrainConfig(epochs=1, batch_size=4, device="cpu", progress=False), tmp_path)
+    saved = json.loads((result.best_dir / "config.json").read_text())
+    del saved["model"]["joint_sequence"]
+    (result.best_dir / "config.json").write_text(json.dumps(saved))
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
+    loaded = load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir)
+    assert not loaded.config.joint_sequence and set(loaded.model.encoders) == {"conditions", "procedures", "drugs_hist"}
+    torch.testing.assert_close(torch.tensor(predict(loaded.model, items[8:], loaded.collate, "cpu").probs),
+                               torch.tensor(predict(bundle.model, items[8:], bundle.collate, "cpu").probs))
 
 
 # ----------------------------------------------------------------------------------------------- BEHRT head

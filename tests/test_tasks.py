@@ -97,7 +97,7 @@ def test_per_task_model_defaults_come_from_the_task():
     from medtx.models.registry import model_defaults
 
     fast = {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
-            "n_heads": 1}
+            "n_heads": 1, "joint_sequence": True}
     assert model_defaults("transformer", "drug_rec", "multilabel") == fast
     # transformer_rope takes the transformer's per-task defaults (the task lists only "transformer")
     assert model_defaults("transformer_rope", "drug_rec", "multilabel") == fast

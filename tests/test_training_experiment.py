@@ -127,7 +127,7 @@ def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path,
     # Attention: stored for 3 showcase samples, every row sums to 1 over keys, tokens are codes.
     sums = _q(tiny_db, """SELECT sample_id, module, layer, head, query_pos, sum(weight), any_value(query_token)
                           FROM ml.attention WHERE run_id = ? GROUP BY ALL""", [run_id])
-    assert len({s[0] for s in sums}) == 3 and {s[1] for s in sums} >= {"conditions"}
+    assert len({s[0] for s in sums}) == 3 and {s[1] for s in sums} == {"codes"}  # drug_rec: one joint sequence
     assert all(abs(s[5] - 1.0) < 1e-4 for s in sums)
     assert any(":C" in s[6] for s in sums)
 

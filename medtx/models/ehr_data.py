@@ -204,35 +204,71 @@ def flatten_history(visits: Sequence[Sequence[str] | None], max_visits: int, max
     return codes[-max_codes:], visit[-max_codes:], len(kept)
 
 
+JOINT = "codes"  # the batch key prefix of HistoryCodec's joint sequence (every feature's codes in one sequence)
+
+
+def joint_history(flat: dict[str, tuple[list[str], list[int], int]], index: CodeIndex) -> dict[str, Any]:
+    """Every feature's flattened history (`flatten_history` output per feature) as one sequence.
+
+    Ordered visit by visit from the oldest, and within a visit feature by feature (in `index.features` order),
+    each feature's codes in their own order, so the current visit's codes come last (the end an attention
+    export keeps). A code's visit counts back from each feature's own last visit, so every feature's current
+    visit lines up at the sequence's last visit whatever the feature's history length. Ids come from `index`,
+    one id space for all features; tokens read `v<visit>:<code>`, the code prefixed by its feature as `CodeIndex`
+    labels it (`procedures:3893`; diagnoses unprefixed).
+    """
+    n = max(kept for _, _, kept in flat.values())
+    entries = []  # (visit, feature order, position) -> id, visit, token
+    for order, feature in enumerate(index.features):
+        codes, visit, kept = flat[feature]
+        for position, (code, v) in enumerate(zip(codes, visit, strict=True)):
+            v = n - kept + v  # align the feature's last visit with the sequence's
+            name = code if len(index.features) == 1 or feature in ("conditions", "visits") else f"{feature}:{code}"
+            entries.append(((v, order, position), index.code(feature, code), v, f"v{v + 1}:{name}"))
+    entries.sort(key=lambda e: e[0])
+    return {"ids": [e[1] for e in entries], "visit": [e[2] for e in entries], "nvisits": n,
+            "tokens": [e[3] for e in entries]}
+
+
 @dataclass
 class HistoryCodec:
-    """Per-feature flattened code histories for the Transformer, Transformer+RoPE and RNN models."""
+    """Per-feature flattened code histories for the Transformer, Transformer+RoPE and RNN models; with `joint`,
+    also every feature's codes as one sequence under the key prefix `codes` (`joint_history`)."""
 
     task: str
     index: dict[str, CodeIndex]  # feature -> its own code ids (one embedding table per feature)
     labels: LabelSpace
     max_visits: int = 20
-    max_codes: int = 128
+    max_codes: int = 128  # per feature (the joint sequence holds up to this many codes of each feature)
+    joint: CodeIndex | None = None  # all features' codes in one id space: the joint sequence's ids
 
     @property
     def spec(self) -> TaskSpec:
         return task_spec(self.task)
 
+    @property
+    def sequences(self) -> tuple[str, ...]:
+        """The key prefixes a batch carries: each feature's, then `codes` with a joint sequence."""
+        return (*self.spec.features, *((JOINT,) if self.joint is not None else ()))
+
     def encode(self, frame: pl.DataFrame) -> list[dict]:
         items = []
         for row in _rows(frame, self.spec):
             item = _base_item(row, self.labels, self.spec)
+            flat = {}
             for f in self.spec.features:
-                codes, visit, n = flatten_history(row[f] or [], self.max_visits, self.max_codes)
+                codes, visit, n = flat[f] = flatten_history(row[f] or [], self.max_visits, self.max_codes)
                 item[f] = {"ids": [self.index[f].code(f, c) for c in codes], "visit": visit, "nvisits": n,
                            "tokens": [f"v{v + 1}:{c}" for v, c in zip(visit, codes, strict=True)]}
+            if self.joint is not None:
+                item[JOINT] = joint_history(flat, self.joint)
             items.append(item)
         return items
 
     def collate(self, items: Sequence[dict]) -> dict[str, Any]:
         batch = _base_batch(items, self.labels)
         batch["tokens"] = {}
-        for f in self.spec.features:
+        for f in self.sequences:
             ids = _pad([it[f]["ids"] for it in items])
             batch[f"{f}_ids"] = ids
             batch[f"{f}_mask"] = _pad([[1] * len(it[f]["ids"]) for it in items]).bool()
@@ -242,11 +278,13 @@ class HistoryCodec:
         return batch
 
 
-def history_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int
-                  ) -> HistoryCodec:
+def history_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int,
+                  joint: bool = False) -> HistoryCodec:
+    """`joint`: the batches also carry every feature's codes as one sequence (`joint_history`, key prefix `codes`)."""
     spec = task_spec(task)
     index = {f: CodeIndex(vocabs, [f]) for f in spec.features}
-    return HistoryCodec(task, index, labels, max_visits, max_codes)
+    return HistoryCodec(task, index, labels, max_visits, max_codes,
+                        CodeIndex(vocabs, spec.features) if joint else None)
 
 
 # ----------------------------------------------------------------------------------------------- BEHRT codec

@@ -266,17 +266,19 @@ def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: An
     """
     folder = Path(folder)
     saved = saved_model_config(folder)
-    bundle = build_ehr_model(name, task, vocabs, label_vocab)
-    current = dataclasses.asdict(bundle.config)
-    mismatch = {k: (saved[k], current[k]) for k in DERIVED_FIELDS if k in saved and saved[k] != current[k]}
-    if mismatch:
-        raise ValueError(f"vocab/label mismatch between checkpoint {folder} and the current vocabularies "
-                         f"(saved, current): {mismatch}")
+    current = dataclasses.asdict(build_ehr_model(name, task, vocabs, label_vocab).config)
     overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items()
                  if k in current and k not in DERIVED_FIELDS and k not in ("features", "mask_id", "cell")}
     if saved:  # a checkpoint from before a config field existed was trained without that option
         overrides.update({k: v for k, v in get_spec(name).checkpoint_defaults.items()
                           if k in current and k not in saved})
     bundle = build_ehr_model(name, task, vocabs, label_vocab, overrides)
+    # Compared on the model as the checkpoint configures it: the data-derived sizes can depend on its options
+    # (the transformer's joint sequence adds vocab_sizes["codes"]).
+    current = dataclasses.asdict(bundle.config)
+    mismatch = {k: (saved[k], current[k]) for k in DERIVED_FIELDS if k in saved and saved[k] != current[k]}
+    if mismatch:
+        raise ValueError(f"vocab/label mismatch between checkpoint {folder} and the current vocabularies "
+                         f"(saved, current): {mismatch}")
     load_weights(bundle.model, folder, device)
     return bundle

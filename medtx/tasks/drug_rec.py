@@ -46,8 +46,12 @@ TASK = Task(
         # defaults' 0.7732 / 0.7733) and 2x the training samples/s (issue #18; benchmarks/README.md). One attention
         # head: the same sweep, val PR-AUC 0.7741 / 0.7753 against 4 heads' 0.7738 / 0.7745 and 2 heads' 0.7736 /
         # 0.7748, and 3-4x less attention time (head width 32 instead of 8; benchmarks/README.md, round 3).
+        # One joint sequence (all features' codes, one encoder; TransformerConfig.joint_sequence): synth_10000, 10
+        # epochs, batch 32, seeds 0-7 paired, best val PR-AUC against one encoder per feature: higher in 8 of 8 seeds
+        # for transformer (+0.0002 to +0.0023, mean +0.0011) and transformer_rope (+0.0001 to +0.0032, mean +0.0015);
+        # a training step about 8 ms instead of 14 on one thread (issue #18; benchmarks/README.md, round 7).
         "transformer": {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
-                        "n_heads": 1},
+                        "n_heads": 1, "joint_sequence": True},
         "behrt": {"copy_feature": "drugs_hist", "copy_recencies": (1,)},
     },
     # The transformer trains on length-bucketed batches (TrainConfig.length_buckets: pools of up to 16 batches, at
