@@ -8,12 +8,16 @@ for benchmarks/train_vs_pyhealth.py (`medtx synth mimic3`, `ingest mimic3`, `map
 drug_rec`).
 
     .venv/bin/python benchmarks/train_step_phases.py --db W.duckdb --dataset synth_10000 [--threads 1] [--epochs 3] \\
-        [--stacked] [--padding-cost]
+        [--stacked] [--padding-cost] [--set joint_sequence=False]
+
+Since round 7 (2026-11-25) drug_rec's transformer reads one joint sequence with one encoder, so the encoder parts
+and the padding shares print for `codes`; `--set joint_sequence=False` profiles the per-feature layout.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import sys
 import time
@@ -138,13 +142,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--stacked", action="store_true", help="also time the three encoders stacked into one batch")
+    ap.add_argument("--stacked", action="store_true", help="also time the three encoders stacked into one batch "
+                    "(per-feature encoders only: `--set joint_sequence=False`)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="model override, a Python literal (e.g. joint_sequence=False: one encoder per feature)")
     ap.add_argument("--padding-cost", action="store_true",
                     help="also fit step time against padded tokens (shuffled and length-bucketed batches)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    bundle, enc = encoded_drug_rec(args.db, args.dataset, args.model)
+    overrides = {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in args.set)}
+    bundle, enc = encoded_drug_rec(args.db, args.dataset, args.model, overrides)
     cfg = TrainConfig(batch_size=args.batch_size, seed=42, monitor="pr_auc_samples", device="cpu", progress=False,
                       **task_train_defaults("drug_rec", args.model))  # e.g. the transformer's length buckets
     model, cpu = bundle.model, torch.device("cpu")
@@ -191,7 +199,10 @@ def main() -> None:
         print("forward parts, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
         real = {f: float(sum(b[f"{f}_mask"].float().mean() for b in sample) / len(sample)) for f in model.encoders}
         print("real share of padded positions: " + ", ".join(f"{f} {v:.0%}" for f, v in real.items()))
-        if args.stacked:
+        if args.stacked and len(model.encoders) < 2:
+            print("--stacked: this model has one encoder (drug_rec's joint sequence); nothing to stack. "
+                  "`--set joint_sequence=False` times the per-feature layout.")
+        elif args.stacked:
             import statistics
 
             times = _stacked_against_separate(model, sample[:40])

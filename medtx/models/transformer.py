@@ -150,7 +150,8 @@ class FeatureEncoder(nn.Module):
 
 
 class TransformerModel(nn.Module):
-    """Per-feature encoders, then label-attention pooling (or mean pooling + linear head) -> logits."""
+    """Per-feature encoders (or one over the joint sequence), then label-attention pooling (or mean pooling + linear
+    head) -> logits."""
 
     def __init__(self, config: TransformerConfig, copy_targets: Sequence[int] | None = None) -> None:
         """`copy_targets[id]`: label index of `config.copy_feature`'s code id, -1 when it is no label."""
