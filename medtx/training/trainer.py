@@ -2,7 +2,8 @@
 
 `fit` trains with AdamW, keeps the best epoch by a validation metric (early stopping, validation only),
 writes `best/` and `last/` checkpoint folders (`config.json` + `model.safetensors` + `trainer_state.json`),
-and can resume from `last/`. `predict` returns probabilities (and, on request, attention weights).
+and can resume from `last/`. Each checkpoint file is replaced whole and carries its epoch (`last/optimizer.pt` too),
+so resuming from a folder a kill left between two epochs' files is refused in one line instead of mixing them. `predict` returns probabilities (and, on request, attention weights).
 
 Device: `resolve_device("auto")` picks CUDA when present (with bf16 autocast where the GPU supports it),
 else CPU. The model contract is `medtx.models.base`: `forward(batch, output_attentions=False) -> ModelOutput`
@@ -31,7 +32,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 # Checkpoint I/O belongs to the models layer; re-exported here for the trainer's callers.
-from medtx.models.checkpoint import jsonable, load_weights, save_checkpoint  # noqa: F401
+from medtx.models.checkpoint import jsonable, load_weights, replace_file, save_checkpoint, weights_epoch  # noqa: F401
 from medtx.models.encoded import EncodedSet, bucket_pool, length_buckets, sequential_batches, shuffled_batches
 
 log = logging.getLogger("medtx.training")
@@ -289,7 +290,7 @@ def fit(
         log.info("training batches: %s", f"length-bucketed, pools of {pool} batches" if pool else
                  "plain shuffle (length_buckets: too few batches for 8 pools of 2 or more)")
 
-    state = _start_state(model, optimizer, cfg, last_dir, device, resume)
+    state = _start_state(model, optimizer, cfg, last_dir, best_dir, device, resume)
     key = "val_loss" if cfg.monitor == "loss" else f"val_{cfg.monitor}"
     stopped_early = state["bad_epochs"] >= cfg.patience
     with _shared_cores(cfg) as rebalance:
@@ -313,6 +314,9 @@ def fit(
     if state["best_epoch"] == 0:
         raise RuntimeError(f"fit: no epoch produced a finite {key}; nothing to keep (check the data and lr)")
     load_weights(model, best_dir, device)
+    if weights_epoch(best_dir) not in (None, state["best_epoch"]):
+        raise RuntimeError(f"{best_dir} holds epoch {weights_epoch(best_dir)}'s weights, not the best epoch "
+                           f"{state['best_epoch']} (a run was stopped while writing it); train again without resume")
     return FitResult(
         best_epoch=state["best_epoch"], best_value=float(state["best_value"]), history=state["history"],
         best_dir=best_dir, last_dir=last_dir, device=str(device), train_seconds=state["train_seconds"],
@@ -347,14 +351,27 @@ def _shared_cores(cfg: TrainConfig) -> Iterator[Callable[[], None]]:
 
 
 def _start_state(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig, last_dir: Path,
-                 device: torch.device, resume: bool) -> dict[str, Any]:
+                 best_dir: Path, device: torch.device, resume: bool) -> dict[str, Any]:
     """The trainer's state before the first epoch: fresh, or (resume) from `last_dir` with weights and optimizer."""
     state = {"epoch": 0, "best_epoch": 0, "best_value": math.inf if cfg.monitor == "loss" else -math.inf,
              "bad_epochs": 0, "history": [], "monitor": cfg.monitor, "train_seconds": 0.0}
     if resume and (last_dir / "trainer_state.json").exists():
         state = json.loads((last_dir / "trainer_state.json").read_text())
+        saved = torch.load(last_dir / "optimizer.pt", map_location=device, weights_only=True)
+        # optimizer.pt is {"epoch", "optimizer"} since the stamp; a bare state dict before it
+        optimizer_epoch, optimizer_state = ((saved["epoch"], saved["optimizer"]) if "optimizer" in saved
+                                            else (None, saved))
+        stamps = {"model.safetensors": weights_epoch(last_dir), "optimizer.pt": optimizer_epoch}
+        mixed = {name: e for name, e in stamps.items() if e is not None and e != state["epoch"]}
+        if (best_dir / "model.safetensors").exists() and weights_epoch(best_dir) not in (None, state["best_epoch"]):
+            mixed[f"{best_dir.name}/model.safetensors"] = weights_epoch(best_dir)  # not the best epoch it records
+        if mixed:
+            raise RuntimeError(
+                f"cannot resume from {last_dir}: trainer_state.json is epoch {state['epoch']} (best epoch "
+                f"{state['best_epoch']}) but " + ", ".join(f"{name} is epoch {e}" for name, e in mixed.items())
+                + " (a run was stopped while writing them); train again without resume")
         load_weights(model, last_dir, device)
-        optimizer.load_state_dict(torch.load(last_dir / "optimizer.pt", map_location=device, weights_only=True))
+        optimizer.load_state_dict(optimizer_state)
         log.info("resuming from %s after epoch %d (best %s=%.4f at epoch %d)", last_dir, state["epoch"],
                  cfg.monitor, state["best_value"], state["best_epoch"])
     return state
@@ -390,8 +407,12 @@ def _keep_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[
         save_checkpoint(model, best_dir, config, state)
     else:
         state["bad_epochs"] += 1
+    # The optimizer first, trainer_state.json (inside save_checkpoint) last: every file is replaced whole and carries
+    # its epoch, so a kill between two of these writes leaves a `last/` that resume recognises and refuses.
+    last_dir.mkdir(parents=True, exist_ok=True)
+    replace_file(last_dir / "optimizer.pt",
+                 lambda p: torch.save({"epoch": epoch, "optimizer": optimizer.state_dict()}, p))
     save_checkpoint(model, last_dir, config, state)
-    torch.save(optimizer.state_dict(), last_dir / "optimizer.pt")
     log.info("epoch %d/%d train_loss=%.4f %s=%.4f best=%.4f@%d (%.1fs)", epoch, cfg.epochs, metrics["train_loss"],
              key, metrics[key], state["best_value"], state["best_epoch"], metrics["seconds"])
 
