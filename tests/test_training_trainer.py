@@ -108,8 +108,7 @@ def test_checkpoint_files_carry_their_epoch_and_leave_no_partial_file(tmp_path: 
     from medtx.models.checkpoint import weights_epoch
 
     items = make_items(16)
-    result = fit(BagOfCodes(6, 3), items, items, collate,
-                 TrainConfig(epochs=3, batch_size=4, lr=0.05, patience=100, num_threads=1), tmp_path)
+    result = fit(BagOfCodes(6, 3), items, items, collate, resume_cfg(3), tmp_path)
     assert weights_epoch(result.last_dir) == 3 and weights_epoch(result.best_dir) == result.best_epoch
     assert torch.load(result.last_dir / "optimizer.pt", weights_only=True)["epoch"] == 3
     assert json.loads((result.last_dir / "trainer_state.json").read_text())["epoch"] == 3
@@ -169,7 +168,8 @@ def test_resume_refuses_a_checkpoint_a_kill_left_between_two_writes(tmp_path: Pa
 
 
 def test_a_checkpoint_from_before_the_epoch_stamps_still_resumes(tmp_path: Path):
-    """`last/` written before the stamps (weights without metadata, optimizer.pt a bare state dict) resumes as before."""
+    """`last/` written before the stamps (weights without metadata, optimizer.pt a bare state dict) resumes as
+    before."""
     from safetensors.torch import load_file, save_file
 
     items, full = full_and_stopped(tmp_path, 4, 2)

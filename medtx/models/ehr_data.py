@@ -98,8 +98,7 @@ class CodeIndex:
                 if token in SPECIALS:  # [CLS]/[SEP] may be in the `codes` vocabulary of next_visit
                     continue
                 self._ids[(feature, token)] = len(self.labels)
-                self.labels.append(token if len(self.features) == 1 or feature in ("conditions", "visits")
-                                   else f"{feature}:{token}")
+                self.labels.append(self.label(feature, token))
         self.n_codes = len(self.labels)  # ids [2, n_codes) are real codes (for MLM random replacement)
         for token in extra:
             self._special[token] = len(self.labels)
@@ -110,6 +109,10 @@ class CodeIndex:
 
     def code(self, feature: str, token: str) -> int:
         return self._ids.get((feature, token), 1)
+
+    def label(self, feature: str, token: str) -> str:
+        """A code's readable label: prefixed by its feature when several share the index (diagnoses unprefixed)."""
+        return token if len(self.features) == 1 or feature in ("conditions", "visits") else f"{feature}:{token}"
 
     def special(self, token: str) -> int:
         return self._special[token]
@@ -214,8 +217,8 @@ def joint_history(flat: dict[str, tuple[list[str], list[int], int]], index: Code
     each feature's codes in their own order, so the current visit's codes come last (the end an attention
     export keeps). A code's visit counts back from each feature's own last visit, so every feature's current
     visit lines up at the sequence's last visit whatever the feature's history length. Ids come from `index`,
-    one id space for all features; tokens read `v<visit>:<code>`, the code prefixed by its feature as `CodeIndex`
-    labels it (`procedures:3893`; diagnoses unprefixed).
+    one id space for all features; tokens read `v<visit>:<code>`, the code as `CodeIndex.label` names it
+    (`procedures:3893`; diagnoses unprefixed; an unknown code keeps its own text).
     """
     n = max(kept for _, _, kept in flat.values())
     entries = []  # (visit, feature order, position) -> id, visit, token
@@ -223,8 +226,8 @@ def joint_history(flat: dict[str, tuple[list[str], list[int], int]], index: Code
         codes, visit, kept = flat[feature]
         for position, (code, v) in enumerate(zip(codes, visit, strict=True)):
             v = n - kept + v  # align the feature's last visit with the sequence's
-            name = code if len(index.features) == 1 or feature in ("conditions", "visits") else f"{feature}:{code}"
-            entries.append(((v, order, position), index.code(feature, code), v, f"v{v + 1}:{name}"))
+            entries.append(((v, order, position), index.code(feature, code), v,
+                            f"v{v + 1}:{index.label(feature, code)}"))
     entries.sort(key=lambda e: e[0])
     return {"ids": [e[1] for e in entries], "visit": [e[2] for e in entries], "nvisits": n,
             "tokens": [e[3] for e in entries]}

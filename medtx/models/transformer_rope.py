@@ -1,7 +1,8 @@
 """Transformer encoder with rotary position embedding (RoFormer, Su et al. 2021) for EHR visit histories.
 
-Identical to medtx.models.transformer (per-feature encoders or one joint sequence, [CLS] + codes, the same pooling options,
-copy gate and multi-label head: one implementation, inherited) except for how position enters: nothing is added to the code embeddings; instead every
+Identical to medtx.models.transformer (per-feature encoders or one joint sequence, [CLS] + codes, the same pooling
+options, copy gate and multi-label head: one implementation, inherited) except for how position enters: nothing is
+added to the code embeddings; instead every
 attention layer rotates each query and key by an angle proportional to its position (the visit's distance
 from the current visit). The score q_m . k_n then depends on positions only through n - m, so the model
 sees *how many visits apart* two codes are, not where the history started.

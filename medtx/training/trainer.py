@@ -3,7 +3,8 @@
 `fit` trains with AdamW, keeps the best epoch by a validation metric (early stopping, validation only),
 writes `best/` and `last/` checkpoint folders (`config.json` + `model.safetensors` + `trainer_state.json`),
 and can resume from `last/`. Each checkpoint file is replaced whole and carries its epoch (`last/optimizer.pt` too),
-so resuming from a folder a kill left between two epochs' files is refused in one line instead of mixing them. `predict` returns probabilities (and, on request, attention weights).
+so resuming from a folder a kill left between two epochs' files is refused in one line instead of mixing them.
+`predict` returns probabilities (and, on request, attention weights).
 
 Device: `resolve_device("auto")` picks CUDA when present (with bf16 autocast where the GPU supports it),
 else CPU. The model contract is `medtx.models.base`: `forward(batch, output_attentions=False) -> ModelOutput`
@@ -314,9 +315,9 @@ def fit(
     if state["best_epoch"] == 0:
         raise RuntimeError(f"fit: no epoch produced a finite {key}; nothing to keep (check the data and lr)")
     load_weights(model, best_dir, device)
-    if weights_epoch(best_dir) not in (None, state["best_epoch"]):
-        raise RuntimeError(f"{best_dir} holds epoch {weights_epoch(best_dir)}'s weights, not the best epoch "
-                           f"{state['best_epoch']} (a run was stopped while writing it); train again without resume")
+    if (off := _stamp_off(weights_epoch(best_dir), state["best_epoch"])) is not None:
+        raise RuntimeError(f"{best_dir} holds epoch {off}'s weights, not the best epoch {state['best_epoch']} "
+                           "(a run was stopped while writing it); train again without resume")
     return FitResult(
         best_epoch=state["best_epoch"], best_value=float(state["best_value"]), history=state["history"],
         best_dir=best_dir, last_dir=last_dir, device=str(device), train_seconds=state["train_seconds"],
@@ -350,6 +351,11 @@ def _shared_cores(cfg: TrainConfig) -> Iterator[Callable[[], None]]:
                 torch.set_num_threads(ceiling)
 
 
+def _stamp_off(stamp: int | None, expected: int) -> int | None:
+    """A checkpoint file's epoch stamp when it is not `expected` (None: it is, or the file carries no stamp)."""
+    return None if stamp in (None, expected) else stamp
+
+
 def _start_state(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig, last_dir: Path,
                  best_dir: Path, device: torch.device, resume: bool) -> dict[str, Any]:
     """The trainer's state before the first epoch: fresh, or (resume) from `last_dir` with weights and optimizer."""
@@ -361,10 +367,11 @@ def _start_state(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainC
         # optimizer.pt is {"epoch", "optimizer"} since the stamp; a bare state dict before it
         optimizer_epoch, optimizer_state = ((saved["epoch"], saved["optimizer"]) if "optimizer" in saved
                                             else (None, saved))
-        stamps = {"model.safetensors": weights_epoch(last_dir), "optimizer.pt": optimizer_epoch}
-        mixed = {name: e for name, e in stamps.items() if e is not None and e != state["epoch"]}
-        if (best_dir / "model.safetensors").exists() and weights_epoch(best_dir) not in (None, state["best_epoch"]):
-            mixed[f"{best_dir.name}/model.safetensors"] = weights_epoch(best_dir)  # not the best epoch it records
+        stamps = {"model.safetensors": _stamp_off(weights_epoch(last_dir), state["epoch"]),
+                  "optimizer.pt": _stamp_off(optimizer_epoch, state["epoch"])}
+        if (best_dir / "model.safetensors").exists():  # best/ must hold the best epoch it records
+            stamps[f"{best_dir.name}/model.safetensors"] = _stamp_off(weights_epoch(best_dir), state["best_epoch"])
+        mixed = {name: e for name, e in stamps.items() if e is not None}
         if mixed:
             raise RuntimeError(
                 f"cannot resume from {last_dir}: trainer_state.json is epoch {state['epoch']} (best epoch "
