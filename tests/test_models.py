@@ -339,8 +339,11 @@ def test_behrt_pretraining_uses_the_shared_trainer_on_train_items(tmp_path):
                                       LabelSpace.from_vocab(vocab(CONDS), False), 128).collate, bundle.config)
     batch = collate(items[:8])
     assert "labels" not in batch and batch["mlm_labels"].shape == batch["input_ids"].shape
-    out = BehrtForMaskedLM(bundle.model.behrt)(batch)
-    assert out.logits.shape == (*batch["input_ids"].shape, bundle.config.vocab_size) and out.loss > 0
+    out = BehrtForMaskedLM(bundle.model.behrt)(batch)  # scores on the masked positions only
+    n_masked = int((batch["mlm_labels"] != -100).sum())
+    assert out.logits.shape == (n_masked, bundle.config.vocab_size) and n_masked > 0 and out.loss > 0
+    unlabelled = BehrtForMaskedLM(bundle.model.behrt)({k: v for k, v in batch.items() if k != "mlm_labels"})
+    assert unlabelled.loss is None and unlabelled.logits.shape == (*batch["input_ids"].shape, bundle.config.vocab_size)
 
 
 # ----------------------------------------------------------------------------------------------- seq2seq

@@ -8,7 +8,10 @@
 - the cheap CPU dropout drops at rate p, keeps the expectation and its gradient is its mask; training attention
   on CPU takes the explicit path with it; the fused AdamW makes the per-tensor loop's update;
 - the one-GEMM label-attention head gives its written-out definition's logits and gradients;
-- run setup: building an EHR model does not import transformers; `_pad` pads to the widest row.
+- run setup: building an EHR model does not import transformers; `_pad` pads to the widest row;
+- BEHRT's MLM pre-training: the vocabulary head on the masked positions only gives the all-positions loss and
+  gradients; batches cut from an EncodedSet (fresh masks per batch) are the DataLoader path's batches and masks,
+  and `length_buckets` reaches pre-training.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 
 from medtx.models.encoded import EncodedSet, bucket_pool, length_buckets, shuffled_batches
 from medtx.models.layers import Dropout, Encoder, LabelAttentionPooling, MultiHeadAttention, dropout
+from medtx.training.pretrain import MLMCollator, fixed_masks, pretrain_mlm
 from medtx.training.trainer import TrainConfig, fit, make_optimizer, predict
 # the tiny vocabularies and sample frames of the model tests, and their one-thread, seeded autouse fixture
 from tests.test_models import FRAMES, _one_thread, bundle_for  # noqa: F401
@@ -322,3 +326,73 @@ def test_train_vs_pyhealth_times_medtx_over_its_whole_epoch_loop(tiny_db):  # no
     assert (trainer._train_and_validate, trainer.load_weights) == before  # the clock is taken off again
     assert result["seconds"] > result["epoch_seconds"] > 0
     assert result["samples_per_s"] == pytest.approx(result["n_train"] * 2 / result["seconds"])
+
+
+# ----------------------------------------------------------------------------------------------- BEHRT pre-training
+
+
+def test_behrt_mlm_head_on_masked_positions_gives_the_all_positions_loss_and_gradients():
+    from medtx.models.behrt import IGNORE, BehrtForMaskedLM
+
+    bundle = bundle_for("behrt")
+    mlm = BehrtForMaskedLM(bundle.model.behrt).eval()  # eval: no dropout, both passes see the same states
+    batch = MLMCollator(bundle.collate, bundle.config)(bundle.encode(FRAMES["drug_rec"](n=8, seed=2)))
+    out = mlm(batch)
+    out.loss.backward()
+    fast = {n: p.grad.clone() for n, p in mlm.named_parameters() if p.grad is not None}
+    mlm.zero_grad()
+    states, _ = mlm.behrt(batch, input_ids=batch["mlm_input_ids"], need_weights=False)
+    scores = mlm.decoder(mlm.transform(states))  # the head on every position, as before
+    full = torch.nn.functional.cross_entropy(scores.flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=IGNORE)
+    full.backward()
+    torch.testing.assert_close(out.loss, full)
+    masked = batch["mlm_labels"] != IGNORE
+    torch.testing.assert_close(out.logits, scores[masked])
+    assert fast.keys() == {n for n, p in mlm.named_parameters() if p.grad is not None}
+    for name, param in mlm.named_parameters():
+        if name in fast:
+            torch.testing.assert_close(fast[name], param.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_mlm_pretraining_without_buckets_is_the_dataloader_path_bit_for_bit(tmp_path):
+    """pretrain_mlm cuts its batches from an EncodedSet and masks each afresh; without length_buckets that is the
+    DataLoader + MLMCollator path it replaced: the same batches, masks, losses and weights."""
+    torch.manual_seed(0)
+    new = bundle_for("behrt", "next_visit")
+    torch.manual_seed(0)
+    old = bundle_for("behrt", "next_visit")
+    items = new.encode(FRAMES["next_visit"](n=20, seed=4))
+    cfg = TrainConfig(epochs=3, batch_size=4, lr=1e-2, patience=5, device="cpu", progress=False, monitor="loss")
+    torch.manual_seed(1)  # the MLM head is built inside: the same generator state for both
+    got = pretrain_mlm(new.mlm, items[:14], items[14:], cfg, tmp_path / "new")
+    torch.manual_seed(1)
+    want = fit(old.mlm.make_model(), items[:14], fixed_masks(items[14:], old.config, cfg.seed),
+               MLMCollator(old.mlm.collate, old.config), cfg, tmp_path / "old")
+    assert [h["train_loss"] for h in got.history] == [h["train_loss"] for h in want.history]
+    assert [h["val_loss"] for h in got.history] == [h["val_loss"] for h in want.history]
+    for a, b in zip(new.model.behrt.parameters(), old.model.behrt.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # the experiment hands over its fine-tuning EncodedSet: pre-training masks a view of it, the set stays unmasked
+    torch.manual_seed(0)
+    shared = bundle_for("behrt", "next_visit")
+    encoded = EncodedSet(items[:14], shared.collate)
+    torch.manual_seed(1)
+    again = pretrain_mlm(shared.mlm, encoded, items[14:], cfg, tmp_path / "shared")
+    assert [h["val_loss"] for h in again.history] == [h["val_loss"] for h in want.history]
+    assert encoded.transform is None and "mlm_input_ids" not in encoded.batch([0, 1])
+    masked = EncodedSet(items, new.collate).with_transform(MLMCollator(new.collate, new.config).masking)
+    torch.manual_seed(5)
+    cut = masked.batch([3, 0, 7])
+    torch.manual_seed(5)
+    assert_same_batch(cut, MLMCollator(new.collate, new.config)([items[i] for i in (3, 0, 7)]))
+
+
+def test_length_buckets_reach_mlm_pretraining(tmp_path, caplog):
+    bundle = bundle_for("behrt", "next_visit")
+    items = bundle.encode(FRAMES["next_visit"](n=40, seed=6))
+    cfg = TrainConfig(epochs=1, batch_size=2, device="cpu", progress=False, monitor="loss", length_buckets=16)
+    with caplog.at_level("INFO", logger="medtx.training"):
+        result = pretrain_mlm(bundle.mlm, items[:32], items[32:], cfg, tmp_path)
+    assert np.isfinite(result.history[0]["train_loss"])
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("training batches")] == [
+        "training batches: length-bucketed, pools of 2 batches"]

@@ -4,7 +4,8 @@
 widest row) and once per item (each row's own width), so that `batch(indices)` returns exactly what
 `collate([items[i] for i in indices])` returns -- the same tensors, each trimmed to the batch's widest row --
 by indexing instead of re-padding. It works for any collate whose output is per-row independent (every codec
-of medtx.models.ehr_data); a collate that draws random numbers (BEHRT's MLM masking) must not be cached.
+of medtx.models.ehr_data); a collate that draws random numbers (BEHRT's MLM masking) must not be cached:
+its random part goes in `transform`, which `batch` applies to every batch it cuts (fresh masks per batch).
 
 `length_buckets(...)`: shuffled batches of similar lengths (sort within shuffled pools, shuffle the batch
 order), so padding does not dominate; deterministic under the generator, every index exactly once.
@@ -13,6 +14,7 @@ order), so padding does not dominate; deterministic under the generator, every i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,13 +41,15 @@ def _rows_of(rows: list[Any], index: list[int]) -> Any:
 
 
 class EncodedSet:
-    """Items collated once; `batch(indices)` == `collate([items[i] for i in indices])`."""
+    """Items collated once; `batch(indices)` == `transform(collate([items[i] for i in indices]))`."""
 
-    def __init__(self, items: Sequence[Any], collate: Collate) -> None:
+    def __init__(self, items: Sequence[Any], collate: Collate,
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         if len(items) == 0:
             raise ValueError("EncodedSet: no items")
         items = list(items)
         self._n = len(items)
+        self.transform = transform
         full = collate(items)
         singles = [collate([item]) for item in items]
         self.tensors: dict[str, Tensor] = {}
@@ -64,6 +68,12 @@ class EncodedSet:
     def __len__(self) -> int:
         return self._n
 
+    def with_transform(self, transform: Callable[[dict[str, Any]], dict[str, Any]] | None) -> EncodedSet:
+        """The same encoded items (shared, not copied) with another `transform`."""
+        view = copy.copy(self)
+        view.transform = transform
+        return view
+
     def batch(self, indices: Sequence[int] | Tensor) -> dict[str, Any]:
         index = torch.as_tensor(indices, dtype=torch.long)
         out: dict[str, Any] = {}
@@ -75,7 +85,7 @@ class EncodedSet:
         positions = index.tolist()
         for key, rows in self.rows.items():
             out[key] = _rows_of(rows, positions)
-        return out
+        return out if self.transform is None else self.transform(out)
 
 
 def sequential_batches(n: int, batch_size: int) -> list[Tensor]:

@@ -171,15 +171,15 @@ def _run_neural(task: str, model: str, data: EhrSamples, cfg: TrainConfig, model
     items = {name: bundle.encode(frame) for name, frame in data.parts.items()}
     if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
         bundle.init_from_train(items["train"])
+    # Each split collated to tensors once, reused by every epoch, validation and prediction (and pre-training).
+    encoded = {name: EncodedSet(split, bundle.collate) for name, split in items.items()}
     checkpoints: dict[str, tuple] = {}
     if bundle.mlm is not None:
         from medtx.training.pretrain import pretrain_mlm
 
         pre_cfg = dataclasses.replace(cfg, monitor="loss", epochs=opts.pretrain_epochs or cfg.epochs)
-        pre = pretrain_mlm(bundle.mlm, items["train"], items["val"], pre_cfg, out_dir / "pretrain")
+        pre = pretrain_mlm(bundle.mlm, encoded["train"], items["val"], pre_cfg, out_dir / "pretrain")
         checkpoints["pretrained"] = (str(pre.best_dir), pre.best_epoch, "mlm_loss", pre.best_value)
-    # Each split collated to tensors once, reused by every epoch, validation and prediction.
-    encoded = {name: EncodedSet(split, bundle.collate) for name, split in items.items()}
     # The trainer's default (sigmoid of the forward's logits) avoids a second forward pass per batch.
     proba = None if bundle.predict_proba is sigmoid_proba else bundle.predict_proba
     result = fit(bundle.model, encoded["train"], encoded["val"], bundle.collate, cfg, out_dir,

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from medtx.models.behrt import IGNORE, BehrtConfig
+from medtx.models.encoded import EncodedSet
 from medtx.models.registry import MaskedLM
 from medtx.training.trainer import FitResult, TrainConfig, fit
 
@@ -42,22 +43,31 @@ def mask_tokens(input_ids: Tensor, config: BehrtConfig, generator: torch.Generat
     return torch.where(randomise, random_codes, masked), labels
 
 
-class MLMCollator:
-    """The model's collate + fresh masks per call (the trainer re-seeds torch per epoch, so runs repeat).
+class MLMMasking:
+    """Fresh masks on a collated batch (the trainer re-seeds torch per epoch, so runs repeat).
 
-    Items that already carry `mlm_input_ids` (the fixed validation masks) keep them. The multi-hot
+    A batch that already carries `mlm_input_ids` (the fixed validation masks) keeps them. The multi-hot
     `labels` are dropped: pre-training sees no task labels.
     """
 
-    def __init__(self, collate: Callable[[Sequence[dict]], dict[str, Any]], config: BehrtConfig) -> None:
-        self.collate, self.config = collate, config
+    def __init__(self, config: BehrtConfig) -> None:
+        self.config = config
 
-    def __call__(self, items: Sequence[dict]) -> dict[str, Any]:
-        batch = self.collate(items)
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         batch.pop("labels")
         if "mlm_input_ids" not in batch:
             batch["mlm_input_ids"], batch["mlm_labels"] = mask_tokens(batch["input_ids"], self.config)
         return batch
+
+
+class MLMCollator:
+    """The model's collate + `MLMMasking` (fresh masks per call)."""
+
+    def __init__(self, collate: Callable[[Sequence[dict]], dict[str, Any]], config: BehrtConfig) -> None:
+        self.collate, self.masking = collate, MLMMasking(config)
+
+    def __call__(self, items: Sequence[dict]) -> dict[str, Any]:
+        return self.masking(self.collate(items))
 
 
 def fixed_masks(items: Sequence[dict], config: BehrtConfig, seed: int) -> list[dict]:
@@ -71,12 +81,19 @@ def fixed_masks(items: Sequence[dict], config: BehrtConfig, seed: int) -> list[d
     return out
 
 
-def pretrain_mlm(mlm: MaskedLM, train_items: Sequence[dict], val_items: Sequence[dict], cfg: TrainConfig,
-                 out_dir: Path) -> FitResult:
+def pretrain_mlm(mlm: MaskedLM, train_items: Sequence[dict] | EncodedSet, val_items: Sequence[dict],
+                 cfg: TrainConfig, out_dir: Path) -> FitResult:
     """MLM pre-training of the model's encoder on TRAIN items (val items for early stopping) via the shared
     trainer. `cfg.monitor` must be "loss". On return the encoder holds the best pre-trained weights (the MLM
-    head shares it with the fine-tuning model); returns the trainer's `FitResult`."""
+    head shares it with the fine-tuning model); returns the trainer's `FitResult`.
+
+    Training batches are cut from the items collated once (`train_items` may already be that EncodedSet, built
+    with `mlm.collate`) and masked afresh per batch. With `cfg.length_buckets` they are length-bucketed like
+    fine-tuning's; without, they are the batches and masks of a DataLoader over the items with `MLMCollator`.
+    """
     if cfg.monitor != "loss":
         raise ValueError(f"MLM pre-training selects on validation MLM loss; got monitor={cfg.monitor!r}")
-    return fit(mlm.make_model(), train_items, fixed_masks(val_items, mlm.config, cfg.seed),
+    encoded = train_items if isinstance(train_items, EncodedSet) else EncodedSet(train_items, mlm.collate)
+    train = encoded.with_transform(MLMMasking(mlm.config))
+    return fit(mlm.make_model(), train, fixed_masks(val_items, mlm.config, cfg.seed),
                MLMCollator(mlm.collate, mlm.config), cfg, Path(out_dir))
