@@ -26,7 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MODELS = ("transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm", "retain", "seq2seq")
+MODELS = ("transformer", "transformer_rope", "behrt", "behrt_mlm", "rnn", "gru", "lstm", "retain", "seq2seq")
+# behrt_mlm: BEHRT's masked-LM pre-training step (its MLM head over the encoder, fresh masks per batch); infer is
+# its forward pass with the loss
 
 
 def synthetic_drug_rec(n: int, seed: int = 0):
@@ -61,10 +63,17 @@ def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int 
     set_seed(seed)
     dev = resolve_device(device)
     frame, vocabs, labels = synthetic_drug_rec(batch_size * (n_batches + 2), seed)
-    bundle = build_ehr_model(model, "drug_rec", vocabs, labels)
+    bundle = build_ehr_model("behrt" if model == "behrt_mlm" else model, "drug_rec", vocabs, labels)
     items = bundle.encode(frame)
-    batches = [bundle.collate(items[i: i + batch_size]) for i in range(0, len(items), batch_size)]
-    net = bundle.model.to(dev).train()
+    collate, net, infer = bundle.collate, bundle.model, bundle.predict_proba
+    if model == "behrt_mlm":
+        from medtx.training.pretrain import MLMCollator
+
+        collate, net = MLMCollator(bundle.mlm.collate, bundle.mlm.config), bundle.mlm.make_model()
+        infer = lambda mlm, batch: mlm(batch).loss  # noqa: E731
+    batches = [collate(items[i: i + batch_size]) for i in range(0, len(items), batch_size)]
+    n_params = sum(p.numel() for p in net.parameters())
+    net = net.to(dev).train()
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -91,14 +100,14 @@ def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int 
     with torch.no_grad():
         for b in batches[2:]:
             with autocast_for(dev):
-                bundle.predict_proba(net, to_device(b, dev))
+                infer(net, to_device(b, dev))
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     infer_s = time.perf_counter() - started
     n = batch_size * n_batches
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {"model": model, "device": str(dev), "params": bundle.n_params, "batch_size": batch_size,
+    return {"model": model, "device": str(dev), "params": n_params, "batch_size": batch_size,
             "train_samples_per_s": n / train_s, "infer_samples_per_s": n / infer_s,
             "peak_mb": peak / 2**20, "peak_kind": "cuda allocated" if dev.type == "cuda" else "process RSS"}
 
@@ -158,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None, help="OMP/torch threads per worker (CPU)")
+    ap.add_argument("--no-text", action="store_true", help="EHR rows only (skip text_throughput's rows)")
     ap.add_argument("--readme", type=Path, default=None, help="write the table into this README's train section")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -166,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     load_before = os.getloadavg()[0]
     rows = [run_worker(m, args.device, args.batches, args.batch_size, args.threads) for m in args.models.split(",")]
-    rows += text_rows(args.threads)
+    rows += [] if args.no_text else text_rows(args.threads)
     table = markdown(rows)
     print(table)
     if args.readme:
