@@ -8,7 +8,8 @@ Each model runs in its own subprocess so its peak RSS (CPU) / `torch.cuda.max_me
 own. Input: a deterministic in-memory drug_rec cohort shaped like the synthetic one (history of 1-6 visits,
 ~12 diagnoses, ~4 procedures and ~14 ATC-3 drugs per visit; 1,500 / 500 / 150 codes). Timed: forward +
 backward + AdamW step over `--batches` batches of `--batch-size` after 2 warm-up batches (train), and
-forward-only probabilities (infer). Text-model rows come from `benchmarks/text_throughput.py` when present.
+forward-only probabilities (infer); `behrt_mlm` is BEHRT's masked-LM pre-training step (forward with its loss as
+infer). Text-model rows come from `benchmarks/text_throughput.py` when present (`--no-text`: EHR rows only).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ sample tables carry no age; next_visit rows carry them.
   [MASK], 10% -> a random code, 10% unchanged; [CLS]/[SEP]/padding never), dynamically per epoch, on TRAIN
   items only (validation items, masked once with a fixed seed, drive early stopping), through the shared
   trainer `medtx.training.trainer.fit`. The bundle offers it as `EHRModelBundle.mlm`. In training its
-  vocabulary head runs on the masked positions only, where the loss is defined (2.4x per pre-training epoch).
+  vocabulary head runs on the masked positions only, where the loss is defined (2.4x per pre-training step).
 - `BehrtForMultiLabel`: pooled states -> one logit per label; next_visit and drug_rec (multi-label),
   readmission (one logit). It shares the `BehrtModel` instance the MLM pre-training updated.
   Pooling (`pooling`): "cls" = BEHRT/BERT's [CLS] state -> tanh pooler -> linear head (the paper's);
