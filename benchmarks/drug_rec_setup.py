@@ -20,6 +20,6 @@ def encoded_drug_rec(db: str, dataset: str, model: str = "transformer", override
         data = load_ehr_samples(con, dataset, "drug_rec", model)
     set_seed(42)
     bundle = build_ehr_model(model, "drug_rec", data.vocabs, data.label_vocab, overrides or None)
-    items = {name: bundle.encode(frame) for name, frame in data.parts.items()}
-    bundle.init_from_train(items["train"])
-    return bundle, {name: EncodedSet(rows, bundle.collate) for name, rows in items.items()}
+    encoded = {name: EncodedSet(bundle.encode(frame), bundle.collate) for name, frame in data.parts.items()}
+    bundle.init_from_train(encoded["train"])
+    return bundle, encoded

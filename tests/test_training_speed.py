@@ -51,6 +51,72 @@ def test_encoded_set_batches_equal_the_collate(name, task):
         assert_same_batch(encoded.batch(index), bundle.collate([items[i] for i in index]))
 
 
+CODECS = [("transformer", "drug_rec", {}), ("transformer", "drug_rec", {"joint_sequence": False}),
+          ("gru", "readmission", {}), ("retain", "drug_rec", {}), ("behrt", "drug_rec", {}),
+          ("behrt", "next_visit", {}), ("seq2seq", "drug_rec", {})]
+
+
+@pytest.mark.parametrize("name,task,overrides", CODECS)
+def test_row_widths_read_off_the_batch_are_the_item_by_item_widths(name, task, overrides):
+    """The codec's `row_widths` fast path builds the EncodedSet the definition (one collate per item) builds:
+    the same tensors, per-row widths, lengths and non-tensor rows. drug_rec rows with one visit have an empty
+    drug history (width 1 alone, as `_pad` gives it); BEHRT's fixed MLM masks carry two more sequence keys."""
+    bundle = bundle_for(name, task, **overrides)
+    items = bundle.encode(FRAMES[task](n=17, seed=4))
+    if name == "behrt":
+        items = fixed_masks(items, bundle.mlm.config, seed=1)
+    assert hasattr(bundle.collate.__self__, "row_widths")
+    fast = EncodedSet(items, bundle.collate)
+    slow = EncodedSet(items, lambda batch_items: bundle.collate(batch_items))  # no codec behind it: item by item
+    assert fast.tensors.keys() == slow.tensors.keys()
+    assert all(torch.equal(fast.tensors[k], slow.tensors[k]) for k in slow.tensors)
+    assert fast.widths.keys() == slow.widths.keys() and len(slow.widths) >= 2
+    for key in slow.widths:
+        assert torch.equal(fast.widths[key], slow.widths[key]), key
+    assert torch.equal(fast.lengths, slow.lengths)
+    assert fast.rows == slow.rows
+    if "drugs_hist" in items[0]:  # a one-visit drug_rec row's empty drug history is really among them
+        assert any(not item["drugs_hist"]["ids"] for item in items)
+
+
+def test_a_codec_whose_row_widths_miss_a_key_or_misfit_is_a_clear_error():
+    bundle = bundle_for("transformer")
+    items = bundle.encode(FRAMES["drug_rec"](n=9, seed=2))
+    codec = bundle.collate.__self__
+
+    class Forgetful(type(codec)):
+        def row_widths(self, batch):
+            widths = super().row_widths(batch)
+            widths.pop("conditions_visit")
+            return widths
+
+    class Wide(type(codec)):
+        def row_widths(self, batch):
+            return {k: w + 1 for k, w in super().row_widths(batch).items()}
+
+    forgetful, wide = Forgetful(**vars(codec)), Wide(**vars(codec))
+    with pytest.raises(ValueError, match=r"Forgetful.row_widths gives widths for .*conditions_visit"):
+        EncodedSet(items, forgetful.collate)
+    with pytest.raises(ValueError, match=r"Wide.row_widths\['.*'\] does not fit the batch's"):
+        EncodedSet(items, wide.collate)
+
+
+@pytest.mark.parametrize("name", ["transformer", "behrt", "retain"])
+def test_the_data_dependent_start_from_the_encoded_set_is_the_start_from_the_items(name):
+    """A run's data-dependent start (output bias, copy-gate weights) reads batches cut from the training
+    EncodedSet instead of collating the items again: the same parameters, bit for bit, over several chunks."""
+    items = bundle_for(name).encode(FRAMES["drug_rec"](n=2500, seed=6))  # 3 chunks of up to 1,024
+    states = {}
+    for source in ("none", "items", "encoded"):
+        torch.manual_seed(0)
+        bundle = bundle_for(name)
+        if source != "none":
+            bundle.init_from_train(items if source == "items" else EncodedSet(items, bundle.collate))
+        states[source] = bundle.model.state_dict()
+    assert any(not torch.equal(states["none"][k], states["items"][k]) for k in states["none"])  # it starts somewhere
+    assert all(torch.equal(states["items"][k], states["encoded"][k]) for k in states["items"])
+
+
 def test_length_buckets_are_deterministic_and_cover_every_sample_once():
     lengths = torch.randint(1, 100, (1003,))
     first = length_buckets(lengths, 32, torch.Generator().manual_seed(7), pool_batches=4)
@@ -298,6 +364,22 @@ def test_pad_right_pads_to_the_widest_row():
     torch.testing.assert_close(_pad([[5], [6, 7]], value=-1), torch.tensor([[5, -1], [6, 7]]))
     assert _pad([[], []]).shape == (2, 1) and _pad([]).shape == (0, 1)
     assert _pad([[1]]).dtype == torch.long
+
+
+def test_pad_and_mask_are_the_written_out_padding_of_nested_lists():
+    """`_pad` (one flat tensor scattered to the real positions) and `_mask` equal padding the lists by hand."""
+    from medtx.models.ehr_data import _mask, _pad
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 300):
+        rows = [rng.integers(-5, 3000, size=int(rng.integers(0, 40))).tolist() for _ in range(n)]
+        width = max(1, *(len(r) for r in rows))
+        for value in (0, -100):
+            want = torch.tensor([[*r, *[value] * (width - len(r))] for r in rows], dtype=torch.long)
+            assert torch.equal(_pad(rows, value=value), want)
+        mask = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows])
+        assert torch.equal(_mask([len(r) for r in rows]), mask)
+    assert torch.equal(_mask([0, 0]), torch.zeros(2, 1, dtype=torch.bool)) and _mask([]).shape == (0, 1)
 
 
 def test_cpu_dropout_mask_is_the_16_bit_lane_comparison_scaled():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,12 +178,28 @@ def _base_item(row: dict, labels: LabelSpace, spec: TaskSpec) -> dict:
 
 def _pad(rows: Sequence[Sequence[int]], value: int = 0) -> Tensor:
     """Right-pad integer lists to one [B, max_len] long tensor (max_len >= 1)."""
-    width = max(1, max((len(r) for r in rows), default=0))
-    if not rows:
-        return torch.full((0, width), value, dtype=torch.long)
-    # one tensor from padded Python lists: a tensor per row plus a slice copy took 2-3x longer (EncodedSet collates
-    # every item on its own, so this runs once per sample and feature)
-    return torch.tensor([[*r, *([value] * (width - len(r)))] for r in rows], dtype=torch.long)
+    lengths = [len(r) for r in rows]
+    out = torch.full((len(rows), max(1, max(lengths, default=0))), value, dtype=torch.long)
+    # every value in one flat tensor, scattered to the real positions: a tensor from padded nested lists took 1.5x
+    # longer (and a tensor per row 3-4x); EncodedSet collates each split once, so this runs over whole splits
+    out[_mask(lengths, out.shape[1])] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
+    return out
+
+
+def _mask(lengths: Sequence[int], width: int | None = None) -> Tensor:
+    """[B, width] bool, True at the first `lengths[b]` positions of row b (width: the longest, at least 1)."""
+    n = torch.tensor(lengths, dtype=torch.long)
+    return torch.arange(max(1, max(lengths, default=0)) if width is None else width) < n[:, None]
+
+
+def _widths(mask: Tensor) -> Tensor:
+    """Per-row width `_pad` gives a row alone, from its padded mask [B, L] (True = real): its length, at least 1."""
+    return mask.sum(1).clamp(min=1)
+
+
+def _label_widths(labels: Tensor) -> dict[str, Tensor]:
+    """The multi-hot `labels` [B, n_labels] are as wide alone as in any batch."""
+    return {"labels": torch.full((labels.shape[0],), labels.shape[1], dtype=torch.long)}
 
 
 def _base_batch(items: Sequence[dict], labels: LabelSpace) -> dict[str, Any]:
@@ -274,11 +291,19 @@ class HistoryCodec:
         for f in self.sequences:
             ids = _pad([it[f]["ids"] for it in items])
             batch[f"{f}_ids"] = ids
-            batch[f"{f}_mask"] = _pad([[1] * len(it[f]["ids"]) for it in items]).bool()
+            batch[f"{f}_mask"] = _mask([len(it[f]["ids"]) for it in items])
             batch[f"{f}_visit"] = _pad([it[f]["visit"] for it in items])
             batch[f"{f}_nvisits"] = torch.tensor([it[f]["nvisits"] for it in items], dtype=torch.long)
             batch["tokens"][f] = [it[f]["tokens"] for it in items]
         return batch
+
+    def row_widths(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """Each row's width in `collate([item])` of that row, read off a collated batch (EncodedSet)."""
+        widths = _label_widths(batch["labels"])
+        for f in self.sequences:
+            w = _widths(batch[f"{f}_mask"])
+            widths |= {f"{f}_ids": w, f"{f}_mask": w, f"{f}_visit": w}
+        return widths
 
 
 def history_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int,
@@ -377,12 +402,19 @@ class BehrtCodec:
         batch = _base_batch(items, self.labels)
         for key in ("input_ids", "age_ids", "segment_ids", "position_ids"):
             batch[key] = _pad([it[key] for it in items])
-        batch["attention_mask"] = _pad([[1] * len(it["input_ids"]) for it in items]).bool()
+        batch["attention_mask"] = _mask([len(it["input_ids"]) for it in items])
         batch["tokens"] = [it["tokens"] for it in items]
         if "mlm_input_ids" in items[0]:  # fixed validation masks for MLM pre-training (training.pretrain)
             batch["mlm_input_ids"] = _pad([it["mlm_input_ids"] for it in items])
             batch["mlm_labels"] = _pad([it["mlm_labels"] for it in items], value=-100)
         return batch
+
+    def row_widths(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """Each row's width in `collate([item])` of that row, read off a collated batch (EncodedSet): every
+        sequence key is as long as the row's input ids (the MLM masks too)."""
+        w = _widths(batch["attention_mask"])
+        keys = ("input_ids", "age_ids", "segment_ids", "position_ids", "attention_mask", "mlm_input_ids", "mlm_labels")
+        return _label_widths(batch["labels"]) | {k: w for k in keys if k in batch}
 
 
 def behrt_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_len: int) -> BehrtCodec:
@@ -426,11 +458,18 @@ class Seq2SeqCodec:
     def collate(self, items: Sequence[dict]) -> dict[str, Any]:
         batch = _base_batch(items, self.labels)
         batch["src_ids"] = _pad([it["src_ids"] for it in items])
-        batch["src_mask"] = _pad([[1] * len(it["src_ids"]) for it in items]).bool()
+        batch["src_mask"] = _mask([len(it["src_ids"]) for it in items])
         batch["tgt_ids"] = _pad([it["tgt_ids"] for it in items])
         batch["src_tokens"] = [it["src_tokens"] for it in items]
         batch["tgt_tokens"] = [[target_token(t, self.labels.names) for t in it["tgt_ids"]] for it in items]
         return batch
+
+    def row_widths(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """Each row's width in `collate([item])` of that row, read off a collated batch (EncodedSet); a target
+        holds no padding id (<bos> ... <eos>)."""
+        w = _widths(batch["src_mask"])
+        return _label_widths(batch["labels"]) | {"src_ids": w, "src_mask": w,
+                                                 "tgt_ids": _widths(batch["tgt_ids"] != 0)}
 
 
 def target_token(tgt_id: int, label_names: Sequence[str]) -> str:

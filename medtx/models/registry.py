@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from medtx.models.checkpoint import load_weights, saved_model_config
 from medtx.models.ehr_data import LabelSpace, TaskSpec, task_spec
+from medtx.models.encoded import EncodedSet
 from medtx.tasks import Task, get_task, tasks_of_family
 
 KINDS = ("multilabel", "binary", "multiclass", "generation")
@@ -63,9 +64,9 @@ class EHRModelBundle:
     mlm: MaskedLM | None = None  # BEHRT: pre-trained with masked LM before fine-tuning
     label_names: list[str] = field(default_factory=list)  # column j of labels/probabilities
     generate: Callable[[nn.Module, dict], list[list[str]]] | None = None  # seq2seq: decoded label sequences
-    # Data-dependent initialisation from the encoded training items, called once before training
-    # (e.g. output bias = log-odds of each label's training frequency).
-    init_from_train: Callable[[list[dict]], None] | None = None
+    # Data-dependent initialisation from the encoded training items (or their EncodedSet), called once before
+    # training (e.g. output bias = log-odds of each label's training frequency).
+    init_from_train: Callable[[Sequence[dict] | EncodedSet], None] | None = None
 
     @property
     def n_params(self) -> int:
@@ -234,12 +235,17 @@ def sigmoid_proba(model: nn.Module, batch: dict) -> Tensor:
     return torch.sigmoid(model(batch).logits.float())
 
 
-def chunked_init(model: nn.Module, collate: Callable[[list[dict]], dict]) -> Callable[[list[dict]], None]:
-    """`init_from_train` for a model with `init_from_train(batches)`: collated 1,024 items at a time
-    (bounded memory at full-MIMIC scale)."""
-    def init(train_items: list[dict]) -> None:
-        chunks = range(0, len(train_items), 1024)
-        model.init_from_train(collate(train_items[i: i + 1024]) for i in chunks)
+def chunked_init(model: nn.Module, collate: Callable[[list[dict]], dict]
+                 ) -> Callable[[Sequence[dict] | EncodedSet], None]:
+    """`init_from_train` for a model with `init_from_train(batches)`: 1,024 items at a time (bounded memory at
+    full-MIMIC scale), cut from the training set's EncodedSet when given one (the same batches, not collated
+    again), else collated."""
+    def init(train_items: Sequence[dict] | EncodedSet) -> None:
+        chunks = [range(i, min(i + 1024, len(train_items))) for i in range(0, len(train_items), 1024)]
+        if isinstance(train_items, EncodedSet):
+            model.init_from_train(train_items.batch(chunk) for chunk in chunks)
+        else:
+            model.init_from_train(collate([train_items[i] for i in chunk]) for chunk in chunks)
     return init
 
 

@@ -169,10 +169,11 @@ def _run_neural(task: str, model: str, data: EhrSamples, cfg: TrainConfig, model
     set_seed(cfg.seed)
     bundle = build_ehr_model(model, task, data.vocabs, data.label_vocab, model_overrides or None)
     items = {name: bundle.encode(frame) for name, frame in data.parts.items()}
-    if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
-        bundle.init_from_train(items["train"])
-    # Each split collated to tensors once, reused by every epoch, validation and prediction (and pre-training).
+    # Each split collated to tensors once, reused by the data-dependent start, every epoch, validation and
+    # prediction (and pre-training).
     encoded = {name: EncodedSet(split, bundle.collate) for name, split in items.items()}
+    if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
+        bundle.init_from_train(encoded["train"])
     checkpoints: dict[str, tuple] = {}
     if bundle.mlm is not None:
         from medtx.training.pretrain import pretrain_mlm
