@@ -125,7 +125,9 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
     return steps.run_samples(spec, paths)
 
 
-TRAINING_MODULES = ("medtx.pipeline_steps", "medtx.training.experiment", "medtx.text.experiment")
+# torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
+# torch._disable_dynamo), about 1 s; imported here it overlaps the data stages instead of the first training.
+TRAINING_MODULES = ("medtx.pipeline_steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
 # The training processes of the running pipeline (thread runner, several trainings at once); None otherwise.
 _TRAIN_POOL: TrainingProcesses | None = None
 
