@@ -10,7 +10,8 @@ every run of that (task, dataset) is recompared, so ml.comparisons never mixes t
 Units resampled: test patients (subject_id) for EHR tasks and readmission notes; note groups (group_id) for
 MTSamples; question/answer pairs for the FAQ. Runs whose predictions were stored truncated (very large label
 spaces, see ehr_evaluation.prediction_frame) get the ranking metrics' intervals from the stored cells only; their
-ci_method says so.
+ci_method says so. The ECE, and any metric whose estimate lies outside its own percentile interval, get no
+interval: the bootstrap is biased for them, and their ci_method says that too (`intervals.WITHHELD`).
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
 def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> int:
     """Write the point estimate, ci_low/ci_high/n_boot/ci_method on the run's test metrics (and add brier/ece
     rows); returns how many metrics got an interval. The old sd (subsample convention) is kept and named in
-    sd_method."""
+    sd_method. The ECE, and a metric whose estimate lies outside its percentile interval, get none
+    (`intervals.BIASED`, `intervals.outside`): ci_low/ci_high stay empty and ci_method ends in `intervals.WITHHELD`."""
     task = _run_row(con, run_id)[0]
     data = load_run_data(con, run_id)
     if data is None:
@@ -202,17 +204,23 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
     rows = []
     for (metric, averaging), stat in data.stats(inverse, n_units).items():
         value, lo, hi = iv.interval(stat, counts)
-        method = iv.CI_METHOD + ("_truncated_predictions" if data.truncated and metric in RANKING else "")
-        rows.append((metric, averaging, value, lo, hi, method))
+        truncated = data.truncated and metric in RANKING
+        method = iv.CI_METHOD + ("_truncated_predictions" if truncated else "")
+        if metric in iv.BIASED or iv.outside(value, lo, hi):  # a biased bootstrap: say so, store no range
+            log.info("uncertainty: run %s: %s (%s) %.4f, its resamples' 95%% range [%.4f, %.4f]; the bootstrap is "
+                     "biased here, no interval stored (ci_method %s)", run_id, metric, averaging, value, lo, hi,
+                     method + iv.WITHHELD)
+            lo, hi, method = float("nan"), float("nan"), method + iv.WITHHELD
+        rows.append((metric, averaging, value, lo, hi, method, truncated))
     existing = {(m, a): n for m, a, n in con.execute(
         "SELECT metric, averaging, n_boot FROM ml.metrics WHERE run_id = ? AND split = 'test'", [run_id]).fetchall()}
     with transaction(con):
-        for metric, averaging, value, lo, hi, method in rows:
+        for metric, averaging, value, lo, hi, method, truncated in rows:
             if (metric, averaging) in existing:
                 old = existing[(metric, averaging)]
                 # value becomes the point estimate on the whole test split (the runners wrote the mean of the
                 # subsamples); a truncated run's ranking metrics keep the runner's value from the full scores.
-                exact = method == iv.CI_METHOD
+                exact = not truncated
                 con.execute(
                     "UPDATE ml.metrics SET value = CASE WHEN ? THEN ? ELSE value END, ci_low = ?, ci_high = ?, "
                     "n_boot = ?, ci_method = ?, sd_method = CASE WHEN sd IS NULL THEN NULL ELSE ? END "
@@ -225,7 +233,7 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
                             [run_id, metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method])
         con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
                     [n_units, spec.unit_name if (spec := _task(task)) else "patients", run_id])
-    return len(rows)
+    return sum(1 for row in rows if np.isfinite(row[3]))
 
 
 def _num(value: float) -> float | None:

@@ -89,9 +89,10 @@ def test_baseline_runs_fill_ml_tables(tiny_db: Path, model: str):
         assert 0 <= value <= max(1.0, value) and sd is not None and n_boot == 1000, key
         assert lo is not None and lo <= hi and ci_method == "patient_bootstrap_percentile", key
         assert sd_method == "subsample_10x80pct_sd", key
-    for key in [("brier", "visit"), ("ece", "none")]:
-        value, _, n_boot, lo, hi, *_ = metrics[key]
-        assert 0 <= lo <= value <= hi <= 1 and n_boot == 1000, key
+    value, _, n_boot, lo, hi, *_ = metrics[("brier", "visit")]
+    assert 0 <= lo <= value <= hi <= 1 and n_boot == 1000
+    value, _, n_boot, lo, hi, ci_method, _ = metrics[("ece", "none")]  # a biased bootstrap: no interval, said so
+    assert 0 <= value <= 1 and lo is None and hi is None and ci_method == "patient_bootstrap_percentile_withheld_biased"
     n_labels = _q(tiny_db, "SELECT count(*) - 2 FROM samples.vocab WHERE task = 'drug_rec' AND feature = 'drugs'")[0][0]
     n_pred = _q(tiny_db, "SELECT count(*), count(DISTINCT sample_id) FROM ml.predictions WHERE run_id = ?", [run_id])[0]
     assert n_pred == (6 * N_VISITS * n_labels, 6 * N_VISITS)

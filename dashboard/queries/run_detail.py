@@ -34,7 +34,8 @@ def run_epochs(snapshot: Path, run_id: str) -> pl.DataFrame:
 def run_metrics(snapshot: Path, run_id: str) -> pl.DataFrame:
     return query(
         snapshot,
-        "SELECT split, metric, averaging, value, sd, n_boot, ci_low, ci_high FROM ml.metrics WHERE run_id = ? "
+        "SELECT split, metric, averaging, value, sd, n_boot, ci_low, ci_high, ci_method FROM ml.metrics "
+        "WHERE run_id = ? "
         "ORDER BY split, metric, averaging",
         [run_id],
     )

@@ -19,6 +19,7 @@ from rich.table import Table
 from flows.cli import app
 from flows.cli.locking import writes_warehouse
 from medtx.db import open_warehouse
+from medtx.metrics.intervals import WITHHELD
 from medtx.pipeline_plan import train_step
 from medtx.pipeline_steps import train_here
 from medtx.settings import get_settings
@@ -44,7 +45,8 @@ def parse_overrides(pairs: list[str]) -> dict:
 def _metrics_table(db: Path, run_id: str) -> Table:
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(
-            "SELECT metric, averaging, value, ci_low, ci_high FROM ml.metrics WHERE run_id = ? AND split = 'test' "
+            "SELECT metric, averaging, value, ci_low, ci_high, ci_method FROM ml.metrics WHERE run_id = ? "
+            "AND split = 'test' "
             "ORDER BY metric, averaging", [run_id]).fetchall()
         threshold, source, collapsed, n_units, unit = con.execute(
             "SELECT threshold, threshold_source, collapsed, n_test_units, test_unit FROM ml.runs WHERE run_id = ?",
@@ -56,8 +58,10 @@ def _metrics_table(db: Path, run_id: str) -> Table:
                         f"threshold {threshold} ({source})" + ("  [red]COLLAPSED[/red]" if collapsed else ""))
     for column in ("metric", "averaging", "value"):
         table.add_column(column)
-    for metric, averaging, value, lo, hi in rows:
-        shown = "—" if value is None else f"{value:.4f}" + (f" [{lo:.4f}, {hi:.4f}]" if lo is not None else "")
+    for metric, averaging, value, lo, hi, method in rows:
+        shown = "—" if value is None else f"{value:.4f}" + (
+            f" [{lo:.4f}, {hi:.4f}]" if lo is not None
+            else " (no interval: biased bootstrap)" if (method or "").endswith(WITHHELD) else "")
         table.add_row(metric, averaging, shown)
     for metric, averaging, diff, lo, hi, verdict, reference in verdicts:  # paired, against the reference baseline
         shown = verdict if diff is None or lo is None else f"{verdict}: {diff:+.4f} [{lo:+.4f}, {hi:+.4f}]"
