@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import polars as pl
