@@ -179,6 +179,19 @@ def test_explorer_queries_reach_attention_of_real_runs(warehouse):
     assert queries.top_tokens_per_class(snap, bert["run_id"]).height > 0
 
 
+def test_the_run_page_metrics_say_why_the_ece_has_no_interval(warehouse):
+    """The run page's metrics grid carries ci_method: the ECE's value without an interval, and why."""
+    from medtx.metrics.intervals import CI_METHOD, WITHHELD
+
+    _, snap = warehouse
+    run_id = queries.explorer_runs(snap, queries.EHR_TASKS).filter(model="transformer").row(0, named=True)["run_id"]
+    test = queries.run_metrics(snap, run_id).filter(split="test")
+    ece = test.filter(metric="ece").row(0, named=True)
+    assert ece["value"] is not None and ece["ci_low"] is None and ece["ci_method"] == CI_METHOD + WITHHELD
+    brier = test.filter(metric="brier").row(0, named=True)
+    assert brier["ci_low"] <= brier["value"] <= brier["ci_high"] and brier["ci_method"] == CI_METHOD
+
+
 def test_user_input_never_reaches_sql_text(warehouse):
     """An injection attempt travels as a bound value: it matches nothing and changes nothing."""
     _, snap = warehouse
