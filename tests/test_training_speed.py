@@ -8,7 +8,9 @@
 - the cheap CPU dropout drops at rate p, keeps the expectation and its gradient is its mask; training attention
   on CPU takes the explicit path with it; the fused AdamW makes the per-tensor loop's update;
 - the one-GEMM label-attention head gives its written-out definition's logits and gradients;
-- run setup: building an EHR model does not import transformers; `_pad` pads to the widest row;
+- run setup: building an EHR model does not import transformers; `_pad` pads to the widest row, `_pad` and
+  `_mask` equal padding by hand; each codec's `row_widths` gives the EncodedSet the item-by-item path gives (a
+  codec that gets them wrong is refused); the data-dependent start from an EncodedSet is the start from the items;
 - BEHRT's MLM pre-training: the vocabulary head on the masked positions only gives the all-positions loss and
   gradients; batches cut from an EncodedSet (fresh masks per batch) are the DataLoader path's batches and masks,
   and `length_buckets` reaches pre-training.
