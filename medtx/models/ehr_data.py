@@ -178,18 +178,17 @@ def _base_item(row: dict, labels: LabelSpace, spec: TaskSpec) -> dict:
 
 def _pad(rows: Sequence[Sequence[int]], value: int = 0) -> Tensor:
     """Right-pad integer lists to one [B, max_len] long tensor (max_len >= 1)."""
-    lengths = [len(r) for r in rows]
-    out = torch.full((len(rows), max(1, max(lengths, default=0))), value, dtype=torch.long)
+    real = _mask([len(r) for r in rows])
+    out = torch.full(real.shape, value, dtype=torch.long)
     # every value in one flat tensor, scattered to the real positions: a tensor from padded nested lists took 1.5x
     # longer (and a tensor per row 3-4x); EncodedSet collates each split once, so this runs over whole splits
-    out[_mask(lengths, out.shape[1])] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
+    out[real] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
     return out
 
 
-def _mask(lengths: Sequence[int], width: int | None = None) -> Tensor:
-    """[B, width] bool, True at the first `lengths[b]` positions of row b (width: the longest, at least 1)."""
-    n = torch.tensor(lengths, dtype=torch.long)
-    return torch.arange(max(1, max(lengths, default=0)) if width is None else width) < n[:, None]
+def _mask(lengths: Sequence[int]) -> Tensor:
+    """[B, width] bool, True at the first `lengths[b]` positions of row b; width: the longest, at least 1."""
+    return torch.arange(max(1, max(lengths, default=0))) < torch.tensor(lengths, dtype=torch.long)[:, None]
 
 
 def _widths(mask: Tensor) -> Tensor:
