@@ -3,6 +3,12 @@
     .venv/bin/python benchmarks/train.py                       # all EHR models, auto device, prints a table
     .venv/bin/python benchmarks/train.py --device cpu --models transformer,gru --batches 20
     .venv/bin/python benchmarks/train.py --readme benchmarks/README.md   # also (re)write our README section
+    python3 benchmarks/train.py --device cuda --batch-size 64,256,1024,4096 --precision fp32,bf16 --no-text
+
+On a GPU, a list of batch sizes fills it: each model runs at each size in turn, largest last, and stops at its
+first failure (out of memory is reported as such), so the table shows where samples/s levels off and what each
+size holds on the card. `--precision auto` is what training uses (`autocast_for`: bf16 autocast on CUDA GPUs
+that support it, fp32 elsewhere); `fp32` and `bf16` force one, so both can be compared in one run.
 
 Each model runs in its own subprocess so its peak RSS (CPU) / `torch.cuda.max_memory_allocated` (GPU) is its
 own. Input: a deterministic in-memory drug_rec cohort shaped like the synthetic one (history of 1-6 visits,
@@ -15,6 +21,7 @@ infer). Text-model rows come from `benchmarks/text_throughput.py` when present (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -54,15 +61,45 @@ def synthetic_drug_rec(n: int, seed: int = 0):
     return frame, vocabs, vocab["drugs"]
 
 
-def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int = 0) -> dict:
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def precision_context(dev, precision: str):
+    """The autocast of one precision: 'auto' is training's own rule (`autocast_for`), 'fp32' none, 'bf16' bf16."""
+    import torch
+
+    from medtx.training.trainer import autocast_for
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return autocast_for(dev)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
+
+
+def precision_name(dev, precision: str) -> str:
+    """What 'auto' resolves to on this device, for the table."""
+    import torch
+
+    if precision != "auto":
+        return precision
+    on_bf16_gpu = dev.type == "cuda" and torch.cuda.is_bf16_supported()
+    return "bf16 (auto)" if on_bf16_gpu else "fp32 (auto)"
+
+
+def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int = 0,
+            precision: str = "auto") -> dict:
     """Train/infer throughput and peak memory of one model (run inside a fresh worker process)."""
     import torch
 
     from medtx.models.registry import build_ehr_model
-    from medtx.training.trainer import autocast_for, resolve_device, set_seed, to_device
+    from medtx.training.trainer import resolve_device, set_seed, to_device
 
     set_seed(seed)
     dev = resolve_device(device)
+    autocast = lambda: precision_context(dev, precision)  # noqa: E731
     frame, vocabs, labels = synthetic_drug_rec(batch_size * (n_batches + 2), seed)
     bundle = build_ehr_model("behrt" if model == "behrt_mlm" else model, "drug_rec", vocabs, labels)
     items = bundle.encode(frame)
@@ -80,7 +117,7 @@ def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int 
         torch.cuda.reset_peak_memory_stats(dev)
 
     def step(batch):
-        with autocast_for(dev):
+        with autocast():
             out = net(to_device(batch, dev))
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
@@ -100,7 +137,7 @@ def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int 
     started = time.perf_counter()
     with torch.no_grad():
         for b in batches[2:]:
-            with autocast_for(dev):
+            with autocast():
                 infer(net, to_device(b, dev))
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -109,18 +146,51 @@ def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int 
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {"model": model, "device": str(dev), "params": n_params, "batch_size": batch_size,
-            "train_samples_per_s": n / train_s, "infer_samples_per_s": n / infer_s,
+            "precision": precision_name(dev, precision), "train_samples_per_s": n / train_s, "infer_samples_per_s": n / infer_s,
             "peak_mb": peak / 2**20, "peak_kind": "cuda allocated" if dev.type == "cuda" else "process RSS"}
 
 
-def run_worker(model: str, device: str, n_batches: int, batch_size: int, threads: int | None) -> dict:
+def run_worker(model: str, device: str, n_batches: int, batch_size: int, threads: int | None,
+               precision: str = "auto") -> dict:
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     cmd = [sys.executable, __file__, "--worker", model, "--device", device, "--batches", str(n_batches),
-           "--batch-size", str(batch_size)]
+           "--batch-size", str(batch_size), "--precision", precision]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
-        return {"model": model, "device": device, "error": out.stderr.strip().splitlines()[-1:]}
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        error = f"out of memory at batch {batch_size}" if "out of memory" in out.stderr.lower() else last
+        return {"model": model, "device": device, "batch_size": batch_size, "precision": precision, "error": error}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sweep(model: str, device: str, n_batches: int, batch_sizes: list[int], threads: int | None,
+          precision: str) -> list[dict]:
+    """One model at each batch size, smallest first, stopping at its first failure (a larger size would fail too)."""
+    rows = []
+    for size in sorted(batch_sizes):
+        rows.append(run_worker(model, device, n_batches, size, threads, precision))
+        if "error" in rows[-1]:
+            break
+    return rows
+
+
+def int_list(text: str) -> list[int]:
+    """'64,256' -> [64, 256]; each value a positive integer."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return values
+
+
+def precision_list(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in PRECISIONS]
+    if not values or bad:
+        raise argparse.ArgumentTypeError(f"--precision {text!r}: each of {', '.join(PRECISIONS)}")
+    return values
 
 
 def text_rows(threads: int | None = None) -> list[dict]:
@@ -137,13 +207,15 @@ def _rate(value: float) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | device | params | batch | train samples/s | infer samples/s | peak MB (kind) |",
-             "|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| model | device | precision | params | batch | train samples/s | infer samples/s | peak MB (kind) |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['device']} | — | — | failed: {r['error']} | | |")
+            lines.append(f"| {r['model']} | {r['device']} | {r.get('precision', '')} | — | {r.get('batch_size', '—')} "
+                         f"| failed: {r['error']} | | |")
             continue
-        lines.append(f"| {r['model']} | {r['device']} | {r.get('params', 0):,} | {r.get('batch_size', '')} | "
+        lines.append(f"| {r['model']} | {r['device']} | {r.get('precision', 'fp32')} | {r.get('params', 0):,} | "
+                     f"{r.get('batch_size', '')} | "
                      f"{_rate(r['train_samples_per_s'])} | {_rate(r['infer_samples_per_s'])} | "
                      f"{r['peak_mb']:.0f} ({r.get('peak_kind', '')}) |")
     return "\n".join(lines)
@@ -166,17 +238,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--batches", type=int, default=10)
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int_list, default=[64],
+                    help="one size, or several separated by commas (a sweep per model, e.g. 64,256,1024,4096)")
+    ap.add_argument("--precision", type=precision_list, default=["auto"],
+                    help="auto (training's rule), fp32, bf16, or several separated by commas")
     ap.add_argument("--threads", type=int, default=None, help="OMP/torch threads per worker (CPU)")
     ap.add_argument("--no-text", action="store_true", help="EHR rows only (skip text_throughput's rows)")
     ap.add_argument("--readme", type=Path, default=None, help="write the table into this README's train section")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(measure(args.worker, args.device, args.batches, args.batch_size)))
+        print(json.dumps(measure(args.worker, args.device, args.batches, args.batch_size[0],
+                                 precision=args.precision[0])))
         return
     load_before = os.getloadavg()[0]
-    rows = [run_worker(m, args.device, args.batches, args.batch_size, args.threads) for m in args.models.split(",")]
+    rows = [row for m in args.models.split(",") for p in args.precision
+            for row in sweep(m, args.device, args.batches, args.batch_size, args.threads, p)]
     rows += [] if args.no_text else text_rows(args.threads)
     table = markdown(rows)
     print(table)
@@ -188,9 +265,10 @@ def main(argv: list[str] | None = None) -> None:
         if on_gpu:
             host += f", {torch.cuda.get_device_name(0)}"
         threads = f" --threads {args.threads}" if args.threads else ""
+        sizes = ",".join(map(str, args.batch_size))
         body = (f"### EHR training throughput ({time.strftime('%Y-%m-%d')}, {host})\n\n"
                 f"`benchmarks/train.py --device {args.device} --batches {args.batches} "
-                f"--batch-size {args.batch_size}{threads}`, load average {load_before:.2f} at the start and "
+                f"--batch-size {sizes} --precision {','.join(args.precision)}{threads}`, load average {load_before:.2f} at the start and "
                 f"{os.getloadavg()[0]:.2f} at the end (the machine may be shared: rates at a higher load are lower "
                 f"bounds).\n\n{table}\n")
         write_section(args.readme, body, "train-gpu" if on_gpu else "train-cpu")

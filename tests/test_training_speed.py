@@ -480,3 +480,36 @@ def test_length_buckets_reach_mlm_pretraining(tmp_path, caplog):
     assert np.isfinite(result.history[0]["train_loss"])
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("training batches")] == [
         "training batches: length-bucketed, pools of 2 batches"]
+
+
+def test_throughput_benchmark_precisions_and_batch_sweep(monkeypatch):
+    """benchmarks/train.py: each precision really runs (bf16 is a real autocast), and a batch sweep stops at a
+    model's first failure (the GPU fill: sizes past an out-of-memory would fail too)."""
+    import argparse
+
+    from benchmarks import train as bench
+
+    dev = torch.device("cpu")
+    with bench.precision_context(dev, "bf16"):
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+    with bench.precision_context(dev, "fp32"):
+        assert not torch.is_autocast_enabled("cpu")
+    assert bench.precision_name(dev, "auto") == "fp32 (auto)"
+    with pytest.raises(ValueError, match="--precision 'fp16'"):
+        bench.precision_context(dev, "fp16")
+    row = bench.measure("transformer", "cpu", n_batches=1, batch_size=4, precision="bf16")
+    assert row["precision"] == "bf16" and row["batch_size"] == 4 and row["train_samples_per_s"] > 0
+
+    calls = []
+
+    def fake_worker(model, device, n_batches, size, threads, precision):
+        calls.append(size)
+        return {"model": model, "error": "out of memory at batch 256"} if size >= 256 else {"model": model}
+
+    monkeypatch.setattr(bench, "run_worker", fake_worker)
+    rows = bench.sweep("gru", "cuda", 3, [1024, 64, 256, 4096], None, "bf16")
+    assert calls == [64, 256] and "error" in rows[-1] and len(rows) == 2
+    assert bench.int_list("64, 256") == [64, 256]
+    for bad in ("0", "64,x", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench.int_list(bad)
