@@ -335,7 +335,9 @@ def _publish_artifacts(run: _Run) -> None:
     run_ids = [rid for o in run.outcomes.values() if o.result for rid in o.result.get("run_ids", [])]
     create_table_artifact(
         key="pipeline-metrics", table=runs.metrics_rows(run.db, run_ids) or [{"note": "no model runs"}],
-        description="Test metrics (mean ± sd over bootstrap resamples) of this pipeline run's models",
+        description=("Test metrics of this pipeline run's models: value and 95% interval (bootstrap with replacement "
+                     "over test patients); safedrug_sd: the SafeDrug convention (sd over 10 subsamples of 80% of "
+                     "test patients, about half as wide), for comparing with papers"),
     )
     create_table_artifact(key="pipeline-steps", table=runs.step_table(run.db, run.id),
                           description="Every step of this run: completed, cached (reused), failed or skipped")

@@ -2,7 +2,8 @@
 
 `train` without --dataset uses the only dataset present, and with two present fails listing both (nothing
 written); `status` shows rows, samples and runs; `leaderboard` prints the dashboard's leaderboard from the
-published snapshot; `--version` prints the installed version.
+published snapshot (values with their 95% intervals, the paired verdict against the reference baseline, n test
+patients; the SafeDrug sd only on request, named); `--version` prints the installed version.
 """
 
 from __future__ import annotations
@@ -108,7 +109,12 @@ def test_status_and_leaderboard(one_dataset: Path, tmp_path: Path, monkeypatch) 
     best = {d for d, n in ranked if n == max(n for _, n in ranked)}
     default = re.search(r"drug_rec on (\w+)", _ok("leaderboard", "--task", "drug_rec", "--db", str(db))).group(1)
     assert default in best
-    assert re.search(r"\d\.\d{3} ± \d\.\d{3}", board), board
+    # each value with its 95% patient-bootstrap interval, never the SafeDrug sd as a bare "±" (it printed
+    # "± 0.000" on the demo's 2 test patients); the demo is too small for verdicts, and the table says so
+    assert re.search(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", board), board
+    assert "±" not in board and "SafeDrug" not in board, board
+    flat = " ".join(board.split())
+    assert re.search(r"Too small to compare models: at most \d+ test patients", flat), board
     wrong = runner.invoke(app, ["leaderboard", "--task", "faq", "--db", str(db)])
     assert wrong.exit_code == 1 and "drug_rec" in wrong.output
 
@@ -124,3 +130,53 @@ def test_version() -> None:
     from importlib.metadata import version
 
     assert _ok("--version").strip() == f"medtx {version('medtx')}"
+
+
+def test_leaderboard_prints_intervals_and_paired_verdicts(tmp_path: Path, monkeypatch) -> None:
+    """A synthetic cohort with enough test patients for verdicts, through the real commands: every value carries
+    its stored 95% interval, the reference baseline and the other model's paired verdict with its difference
+    interval are printed, n test is the split's patients; `--safedrug-sd` adds the named second convention."""
+    monkeypatch.setenv("MEDTX_HOME", str(tmp_path))
+    db = tmp_path / "w.duckdb"
+    _ok("synth", "mimic3", "--patients", "500", "--seed", "1", "--out", str(tmp_path / "s500"))
+    _ok("ingest", "mimic3", "--source", str(tmp_path / "s500"), "--dataset", "s500", "--db", str(db))
+    _ok("map-codes", "--db", str(db))
+    _ok("build-samples", "--task", "readmission", "--db", str(db))
+    for model in ("most_frequent", "logreg"):
+        _ok("train", "--task", "readmission", "--model", model, "--db", str(db))
+    publish_snapshot(db, snapshot_path(db))
+    with duckdb.connect(str(db), read_only=True) as con:
+        n_test = con.sql("SELECT count(*) FROM samples.splits WHERE task = 'readmission' AND split = 'test'"
+                         ).fetchall()[0][0]
+        stored = {(model, metric): (value, lo, hi, sd) for model, metric, value, lo, hi, sd in con.sql(
+            "SELECT r.model, m.metric, m.value, m.ci_low, m.ci_high, m.sd FROM ml.metrics m JOIN ml.runs r "
+            "USING (run_id) WHERE m.split = 'test' AND m.metric IN ('auroc', 'auprc')").fetchall()}
+        diff, d_lo, d_hi, verdict = con.sql("SELECT diff, ci_low, ci_high, verdict FROM ml.comparisons "
+                                            "WHERE metric = 'auprc'").fetchall()[0]
+    assert n_test >= 30
+    board = _ok("leaderboard", "--task", "readmission", "--db", str(db))
+    lines = {line.split("│")[1].strip(): line for line in board.splitlines()
+             if line.count("│") > 3 and line.split("│")[1].strip()}  # a row's first line (flags may wrap)
+    assert set(lines) == {"most_frequent", "logreg"}, board
+    for (model, metric), (value, lo, hi, _) in stored.items():
+        assert f"{value:.3f} [{lo:.3f}, {hi:.3f}]" in lines[model], (model, metric, board)
+        assert f"│ {n_test:>6} │" in lines[model], board
+    assert "reference" in lines["most_frequent"]
+    word = {"better": "better", "worse": "worse", "no_detectable_difference": "no detectable diff."}[verdict]
+    assert word in lines["logreg"] and f"{diff:+.3f} [{d_lo:+.3f}, {d_hi:+.3f}]" in lines["logreg"], board
+    assert "±" not in board and "Too small" not in board
+    assert "paired bootstrap on auprc" in " ".join(board.split())
+    with_sd = _ok("leaderboard", "--task", "readmission", "--metrics", "1", "--safedrug-sd", "--db", str(db))
+    assert "SafeDrug sd" in with_sd
+    sd_line = next(line for line in with_sd.splitlines() if "│ logreg" in line)
+    assert f"│ {stored[('logreg', 'auroc')][3]:>11.3f} │" in sd_line, with_sd
+    # the pipeline's Prefect artifact of test metrics: the same interval, and the sd under its convention's name
+    from medtx.pipeline_runs import metrics_rows
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        run_ids = [r[0] for r in con.sql("SELECT run_id FROM ml.runs").fetchall()]
+    artifact = {(r["model"], r["metric"]): r for r in metrics_rows(db, run_ids)}
+    for (model, metric), (value, lo, hi, sd) in stored.items():
+        row = artifact[(model, metric)]
+        assert (row["value"], row["ci95_low"], row["ci95_high"], row["safedrug_sd"]) == (
+            round(value, 4), round(lo, 4), round(hi, 4), round(sd, 4)) and "sd" not in row

@@ -188,7 +188,8 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
                      headline: str | None = None) -> tuple[list[dict], list[str]]:
     """One row per run: its flags plus `m_<metric>` (value), `m_<metric>_lo`/`_hi` (95% interval) and
     `m_<metric>_sd` (SafeDrug subsample sd, a named second convention) columns; n test patients / samples;
-    the paired verdict on the `headline` metric (`verdict`, `verdict_text`)."""
+    the paired verdict on the `headline` metric (`verdict`, `verdict_text`, and its difference with the 95%
+    interval: `verdict_diff`, `verdict_diff_low`, `verdict_diff_high`)."""
     if not runs.height:
         return [], []
     names = [m for m in order_metrics(metrics["metric"].unique().to_list()) if m not in HIDDEN_METRICS] \
@@ -203,6 +204,8 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
         if m["metric"] == headline and m.get("verdict"):
             row["verdict"] = m["verdict"]
             row["verdict_text"] = ci.verdict_text(m["verdict"], m.get("diff"), m.get("diff_low"), m.get("diff_high"))
+            row["verdict_diff"], row["verdict_diff_low"] = m.get("diff"), m.get("diff_low")
+            row["verdict_diff_high"] = m.get("diff_high")
             references.add(m.get("reference_run_id"))
     for run_id in references:
         by_run.setdefault(run_id, {}).update(verdict="reference", verdict_text=ci.VERDICT_LABELS["reference"])
@@ -215,7 +218,8 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
         if run["is_synthetic"]:
             flags.append("synthetic")
         if run["collapsed"]:
-            flags.append(f"COLLAPSED: {run['collapse_reason'] or 'constant predictions'}")
+            reason = (run["collapse_reason"] or "constant predictions").removeprefix("collapsed: ")
+            flags.append(f"COLLAPSED: {reason}")
         if run["status"] != "completed":
             flags.append(run["status"] + (f": {validate.public_error(run['error'], 80)}" if run["error"] else ""))
         rows.append(

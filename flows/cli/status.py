@@ -119,12 +119,17 @@ def leaderboard(
                              help="drug_rec, next_visit, readmission, specialty, readmission_notes, faq."),
     dataset: str = typer.Option(None, "--dataset", help="Dataset (default: the one with the most test patients)."),
     averaging: str = typer.Option(None, "--averaging", help="visit or patient (default: the first present)."),
-    n_metrics: int = typer.Option(3, "--metrics", min=1, help="How many metrics to show (the dashboard's order)."),
+    n_metrics: int = typer.Option(2, "--metrics", min=1, help="How many metrics to show (the dashboard's order)."),
+    safedrug_sd: bool = typer.Option(False, "--safedrug-sd",
+                                     help="Also show the SafeDrug convention (sd over 10 subsamples of 80% of test "
+                                          "patients, about half as wide), for comparing with papers."),
     db: Path = _DB,
 ) -> None:
-    """The dashboard's leaderboard of a task as a terminal table (test metrics, mean ± sd over bootstraps)."""
+    """The dashboard's leaderboard of a task as a terminal table: each test metric with its 95% interval (bootstrap
+    with replacement over test patients), the paired verdict against the reference baseline, n test patients."""
+    from dashboard import intervals as ci
     from dashboard import queries
-    from dashboard.pages.leaderboard import leaderboard_rows
+    from dashboard.pages.leaderboard import headline_metric, leaderboard_rows
 
     snapshot = get_settings(db=db).snapshot
     if not queries.has_snapshot(snapshot):
@@ -145,28 +150,77 @@ def leaderboard(
         raise typer.Exit(1)
     conventions = queries.averaging_options(snapshot, task, dataset)
     averaging = averaging or (conventions[0] if conventions else None)
+    headline = headline_metric(task)
     rows, metrics = leaderboard_rows(queries.leaderboard_runs(snapshot, task, dataset),
-                                     queries.leaderboard_metrics(snapshot, task, dataset, averaging))
+                                     queries.leaderboard_metrics(snapshot, task, dataset, averaging),
+                                     queries.leaderboard_sizes(snapshot, task, dataset), headline)
     if metrics:  # best first on the first preferred metric, as the web grid sorts
-        rows.sort(key=lambda r: (r.get("m_" + re.sub(r"[^A-Za-z0-9_]", "_", metrics[0])) is None,
-                                 -(r.get("m_" + re.sub(r"[^A-Za-z0-9_]", "_", metrics[0])) or 0)))
-    _out().print(_leaderboard_table(rows, metrics[:n_metrics], f"{task} on {dataset or '(no dataset)'}"
-                                  + (f" · {averaging}-averaged" if averaging else "") + " · test, mean ± sd"))
+        rows.sort(key=lambda r: (r.get(_metric_field(metrics[0])) is None, -(r.get(_metric_field(metrics[0])) or 0)))
+    title = (f"{task} on {dataset or '(no dataset)'}" + (f" · {averaging}-averaged" if averaging else "")
+             + " · test: value [95% interval]")
+    out = _out()
+    out.print(_leaderboard_table(rows, metrics[:n_metrics], title, safedrug_sd))
+    out.print("95% interval: bootstrap with replacement over test patients (text groups, FAQ pairs), 1,000 "
+              "resamples; no interval where none is valid." + (
+                  f" vs reference: paired bootstrap on {headline} against the best non-neural baseline on "
+                  "validation." if headline else ""), highlight=False)
+    n_units = max((r.get("n_test_patients") or 0 for r in rows), default=0)
+    if rows and ci.too_small(n_units):
+        out.print(f"[yellow]Too small to compare models: at most {n_units} test patients (groups) in this dataset; "
+                  f"a comparison needs at least {ci.MIN_UNITS}. Intervals are shown, verdicts are not.[/yellow]",
+                  highlight=False)
 
 
-def _leaderboard_table(rows: list[dict], metrics: list[str], title: str) -> Table:
+def _metric_field(metric: str) -> str:
+    return "m_" + re.sub(r"[^A-Za-z0-9_]", "_", metric)
+
+
+_SHORT_VERDICTS = {"no_detectable_difference": "no detectable diff.", "reference": "reference",
+                   "too_small": "too small to compare"}
+
+
+def _verdict_cells(row: dict) -> tuple[str, str]:
+    """The paired verdict in two terminal cells: its word(s), and the difference with its 95% interval."""
+    verdict = row.get("verdict")
+    if not verdict:
+        return "", ""
+    label = _SHORT_VERDICTS.get(verdict, verdict)
+    diff, lo, hi = row.get("verdict_diff"), row.get("verdict_diff_low"), row.get("verdict_diff_high")
+    if verdict in ("reference", "too_small") or diff is None:
+        return label, ""
+    return label, f"{diff:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else "")
+
+
+def _leaderboard_table(rows: list[dict], metrics: list[str], title: str, safedrug_sd: bool = False) -> Table:
+    from dashboard import intervals as ci
+
     table = Table(title=title)
     table.add_column("model", no_wrap=True)
     table.add_column("seed", justify="right", no_wrap=True)
+    verdicts = any(row.get("verdict") for row in rows)
+    if verdicts:
+        table.add_column("vs reference", no_wrap=True)
+        table.add_column("difference [95%]", justify="right", no_wrap=True)
     for m in metrics:
         table.add_column(m, justify="right", no_wrap=True, min_width=13)
-    table.add_column("flags", overflow="ellipsis", no_wrap=True, max_width=40)
+        if safedrug_sd:
+            table.add_column("SafeDrug sd", justify="right", no_wrap=True)
+    table.add_column("n test", justify="right", no_wrap=True)
+    # the flags wrap, so a narrow terminal folds them before it cuts a number
+    table.add_column("flags", overflow="fold", min_width=10, max_width=40)
     for row in rows:
         cells = []
         for m in metrics:
-            field = "m_" + re.sub(r"[^A-Za-z0-9_]", "_", m)
-            value, sd = row.get(field), row.get(field + "_sd")
-            cells.append("" if value is None else f"{value:.3f}" + ("" if sd is None else f" ± {sd:.3f}"))
+            field = _metric_field(m)
+            value, lo, hi = row.get(field), row.get(field + "_lo"), row.get(field + "_hi")
+            text = ci.fmt_ci(value, lo, hi)
+            cells.append(text + (" (no interval)" if value is not None and (lo is None or hi is None) else ""))
+            if safedrug_sd:
+                sd = row.get(field + "_sd")
+                cells.append("" if sd is None else f"{sd:.3f}")
         style = "red" if row["status"] == "failed" else "yellow" if row["collapsed"] else ""
-        table.add_row(_plain_model(row["model"]), str(row["seed"]), *cells, row["flags"], style=style)
+        n_units = row.get("n_test_patients")
+        verdict = list(_verdict_cells(row)) if verdicts else []
+        table.add_row(_plain_model(row["model"]), str(row["seed"]), *verdict, *cells,
+                      "" if n_units is None else str(n_units), row["flags"], style=style)
     return table

@@ -1,4 +1,7 @@
-"""Test-set uncertainty: mean ± sd over resamples of 80% of the test PATIENTS (the ml.metrics protocol).
+"""The SafeDrug convention: sd over resamples of 80% of the test PATIENTS (`ml.metrics.sd`, `sd_method`).
+
+A named second convention, kept for comparing with papers; it is about half as wide as the 95% interval
+(`medtx/metrics/intervals.py`, bootstrap with replacement over test patients), which is what medtx reports.
 
 Each resample draws `frac` of the distinct test patients WITHOUT replacement (a subsample, as "80% of test
 patients" reads) and keeps all their samples, so visits of one patient never count as independent. The sd is
