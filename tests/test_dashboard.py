@@ -190,6 +190,8 @@ def test_the_run_page_metrics_say_why_the_ece_has_no_interval(warehouse):
     assert ece["value"] is not None and ece["ci_low"] is None and ece["ci_method"] == CI_METHOD + WITHHELD
     brier = test.filter(metric="brier").row(0, named=True)
     assert brier["ci_low"] <= brier["value"] <= brier["ci_high"] and brier["ci_method"] == CI_METHOD
+    # the 10x80% subsample sd sits last under its convention's name, not as a bare "sd" beside n_boot = 1000
+    assert test.columns[-1] == "safedrug_sd" and "sd" not in test.columns and brier["n_boot"] == 1000
 
 
 def test_user_input_never_reaches_sql_text(warehouse):

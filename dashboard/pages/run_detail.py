@@ -139,7 +139,7 @@ def _metrics(snapshot: Path, run_id: str) -> object:
     df = queries.run_metrics(snapshot, run_id)
     if not df.height:
         return ui.empty("No metrics recorded for this run.")
-    return ui.grid(df.with_columns(pl.col("value", "sd", "ci_low", "ci_high").round(4)), id="run-metrics-grid",
+    return ui.grid(df.with_columns(pl.col("value", "ci_low", "ci_high", "safedrug_sd").round(4)), id="run-metrics-grid",
                    height=340)
 
 

@@ -34,7 +34,8 @@ def run_epochs(snapshot: Path, run_id: str) -> pl.DataFrame:
 def run_metrics(snapshot: Path, run_id: str) -> pl.DataFrame:
     return query(
         snapshot,
-        "SELECT split, metric, averaging, value, sd, n_boot, ci_low, ci_high, ci_method FROM ml.metrics "
+        # n_boot counts the interval's resamples; the sd is the SafeDrug convention's (10 subsamples of 80%), named
+        "SELECT split, metric, averaging, value, ci_low, ci_high, n_boot, ci_method, sd AS safedrug_sd FROM ml.metrics "
         "WHERE run_id = ? "
         "ORDER BY split, metric, averaging",
         [run_id],
