@@ -142,8 +142,8 @@ def test_leaderboard_prints_intervals_and_paired_verdicts(tmp_path: Path, monkey
     _ok("ingest", "mimic3", "--source", str(tmp_path / "s500"), "--dataset", "s500", "--db", str(db))
     _ok("map-codes", "--db", str(db))
     _ok("build-samples", "--task", "readmission", "--db", str(db))
-    for model in ("most_frequent", "logreg"):
-        _ok("train", "--task", "readmission", "--model", model, "--db", str(db))
+    trained = [_ok("train", "--task", "readmission", "--model", model, "--db", str(db))
+               for model in ("most_frequent", "logreg")]
     publish_snapshot(db, snapshot_path(db))
     with duckdb.connect(str(db), read_only=True) as con:
         n_test = con.sql("SELECT count(*) FROM samples.splits WHERE task = 'readmission' AND split = 'test'"
@@ -154,6 +154,8 @@ def test_leaderboard_prints_intervals_and_paired_verdicts(tmp_path: Path, monkey
         diff, d_lo, d_hi, verdict = con.sql("SELECT diff, ci_low, ci_high, verdict FROM ml.comparisons "
                                             "WHERE metric = 'auprc'").fetchall()[0]
     assert n_test >= 30
+    # `medtx train`'s own table: the test size is a count (it printed "87.0000")
+    assert re.search(rf"│ n_patients\s+│ none\s+│ {n_test}\s+│", trained[1]), trained[1]
     board = _ok("leaderboard", "--task", "readmission", "--db", str(db))
     lines = {line.split("│")[1].strip(): line for line in board.splitlines()
              if line.count("│") > 3 and line.split("│")[1].strip()}  # a row's first line (flags may wrap)

@@ -42,6 +42,9 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
+COUNTS = ("n_patients", "n_samples")
+
+
 def _metrics_table(db: Path, run_id: str) -> Table:
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(
@@ -59,6 +62,9 @@ def _metrics_table(db: Path, run_id: str) -> Table:
     for column in ("metric", "averaging", "value"):
         table.add_column(column)
     for metric, averaging, value, lo, hi, method in rows:
+        if metric in COUNTS and value is not None and lo is None:  # how many test patients / samples: a count
+            table.add_row(metric, averaging, f"{value:,.0f}")
+            continue
         shown = "—" if value is None else f"{value:.4f}" + (
             f" [{lo:.4f}, {hi:.4f}]" if lo is not None
             else " (no interval: biased bootstrap)" if (method or "").endswith(WITHHELD) else "")
