@@ -6,7 +6,7 @@ Summaries are concatenated -> dropout -> linear -> one logit per label. No atten
 no attention weights (`attentions` is None).
 
 The head starts at the label prior (`init_from_train`: output bias = each label's training log-odds), as the
-Transformer's and RETAIN's do. Without it the recurrent baselines started at p = 0.5 for every label and spent
+Transformer's does. Without it the recurrent baselines started at p = 0.5 for every label and spent
 the pipeline's 5 epochs pulling hundreds of biases down: next_visit GRU on synth_2000 ended at val PR-AUC 0.050,
 under the most-frequent baseline (0.19), a straw man beside the Transformer (benchmarks/README.md, "A fair
 start for the recurrent baselines").
