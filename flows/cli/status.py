@@ -163,7 +163,7 @@ def leaderboard(
     out.print("95% interval: bootstrap with replacement over test patients (text groups, FAQ pairs), 1,000 "
               "resamples; no interval where none is valid." + (
                   f" vs reference: paired bootstrap on {headline} against the best non-neural baseline on "
-                  "validation." if headline else ""), highlight=False)
+                  "validation." if headline and any(r.get("verdict") for r in rows) else ""), highlight=False)
     n_units = max((r.get("n_test_patients") or 0 for r in rows), default=0)
     if rows and ci.too_small(n_units):
         out.print(f"[yellow]Too small to compare models: at most {n_units} test patients (groups) in this dataset; "

@@ -63,6 +63,9 @@ TASK = Task(
     split_unit="patient",
     metrics=("auroc", "auprc", "rp80"),
     monitor="auprc",
+    # paired verdicts against the reference baseline, as readmission (without them the leaderboard ranked its
+    # models on point estimates alone)
+    compared=(("auprc", "none"), ("rp80", "none")),
     build=build,
     reads=EHR_VISIT_READS,
     writes=(TABLE, *SAMPLE_EXTRAS),
