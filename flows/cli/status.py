@@ -20,6 +20,7 @@ from flows.cli import app
 from medtx.db import open_warehouse
 from medtx.marts import MARTS
 from medtx.settings import get_settings
+from medtx.tasks import all_tasks
 
 
 
@@ -116,7 +117,7 @@ def _plain_model(markdown: str) -> str:
 @app.command("leaderboard")
 def leaderboard(
     task: str = typer.Option(..., "--task",
-                             help="drug_rec, next_visit, readmission, specialty, readmission_notes, faq."),
+                             help=", ".join(t.name for t in all_tasks()) + "."),
     dataset: str = typer.Option(None, "--dataset", help="Dataset (default: the one with the most test patients)."),
     averaging: str = typer.Option(None, "--averaging", help="visit or patient (default: the first present)."),
     n_metrics: int = typer.Option(2, "--metrics", min=1, help="How many metrics to show (the dashboard's order)."),
