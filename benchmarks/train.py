@@ -80,13 +80,14 @@ def precision_context(dev, precision: str):
 
 
 def precision_name(dev, precision: str) -> str:
-    """What 'auto' resolves to on this device, for the table."""
+    """What 'auto' resolves to on this device, for the table: read off the autocast training would use."""
     import torch
 
     if precision != "auto":
         return precision
-    on_bf16_gpu = dev.type == "cuda" and torch.cuda.is_bf16_supported()
-    return "bf16 (auto)" if on_bf16_gpu else "fp32 (auto)"
+    context = precision_context(dev, precision)
+    bf16 = isinstance(context, torch.autocast) and context.fast_dtype == torch.bfloat16
+    return "bf16 (auto)" if bf16 else "fp32 (auto)"
 
 
 def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int = 0,

@@ -22,6 +22,11 @@ def fmt_ci(value: float | None, lo: float | None, hi: float | None) -> str:
     return f"{value:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
 
 
+def fmt_diff(diff: float, lo: float | None, hi: float | None) -> str:
+    """`+0.004 [+0.001, +0.007]`: a paired difference with its interval; the difference alone without one."""
+    return f"{diff:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else "")
+
+
 def verdict_text(verdict: str | None, diff: float | None, lo: float | None, hi: float | None) -> str:
     """Badge text: the verdict and the paired difference with its interval (no numbers when too small)."""
     if not verdict:
@@ -29,7 +34,7 @@ def verdict_text(verdict: str | None, diff: float | None, lo: float | None, hi: 
     label = VERDICT_LABELS.get(verdict, verdict)
     if verdict == "too_small" or diff is None:
         return label
-    return f"{label} ({diff:+.3f} [{lo:+.3f}, {hi:+.3f}])" if lo is not None else f"{label} ({diff:+.3f})"
+    return f"{label} ({fmt_diff(diff, lo, hi)})"
 
 
 def badge_rules() -> dict:

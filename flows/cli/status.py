@@ -130,7 +130,7 @@ def leaderboard(
     with replacement over test patients), the paired verdict against the reference baseline, n test patients."""
     from dashboard import intervals as ci
     from dashboard import queries
-    from dashboard.pages.leaderboard import headline_metric, leaderboard_rows
+    from dashboard.pages.leaderboard import _field, headline_metric, leaderboard_rows
 
     snapshot = get_settings(db=db).snapshot
     if not queries.has_snapshot(snapshot):
@@ -156,7 +156,7 @@ def leaderboard(
                                      queries.leaderboard_metrics(snapshot, task, dataset, averaging),
                                      queries.leaderboard_sizes(snapshot, task, dataset), headline)
     if metrics:  # best first on the first preferred metric, as the web grid sorts
-        rows.sort(key=lambda r: (r.get(_metric_field(metrics[0])) is None, -(r.get(_metric_field(metrics[0])) or 0)))
+        rows.sort(key=lambda r: (r.get(_field(metrics[0])) is None, -(r.get(_field(metrics[0])) or 0)))
     title = (f"{task} on {dataset or '(no dataset)'}" + (f" · {averaging}-averaged" if averaging else "")
              + " · test: value [95% interval]")
     out = _out()
@@ -172,10 +172,6 @@ def leaderboard(
                   highlight=False)
 
 
-def _metric_field(metric: str) -> str:
-    return "m_" + re.sub(r"[^A-Za-z0-9_]", "_", metric)
-
-
 _SHORT_VERDICTS = {"no_detectable_difference": "no detectable diff.", "reference": "reference",
                    "too_small": "too small to compare"}
 
@@ -185,15 +181,18 @@ def _verdict_cells(row: dict) -> tuple[str, str]:
     verdict = row.get("verdict")
     if not verdict:
         return "", ""
+    from dashboard import intervals as ci
+
     label = _SHORT_VERDICTS.get(verdict, verdict)
-    diff, lo, hi = row.get("verdict_diff"), row.get("verdict_diff_low"), row.get("verdict_diff_high")
+    diff = row.get("verdict_diff")
     if verdict in ("reference", "too_small") or diff is None:
         return label, ""
-    return label, f"{diff:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else "")
+    return label, ci.fmt_diff(diff, row.get("verdict_diff_low"), row.get("verdict_diff_high"))
 
 
 def _leaderboard_table(rows: list[dict], metrics: list[str], title: str, safedrug_sd: bool = False) -> Table:
     from dashboard import intervals as ci
+    from dashboard.pages.leaderboard import _field
 
     table = Table(title=title)
     table.add_column("model", no_wrap=True)
@@ -212,7 +211,7 @@ def _leaderboard_table(rows: list[dict], metrics: list[str], title: str, safedru
     for row in rows:
         cells = []
         for m in metrics:
-            field = _metric_field(m)
+            field = _field(m)
             value, lo, hi = row.get(field), row.get(field + "_lo"), row.get(field + "_hi")
             text = ci.fmt_ci(value, lo, hi)
             cells.append(text + (" (no interval)" if value is not None and (lo is None or hi is None) else ""))
