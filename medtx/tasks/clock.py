@@ -1,0 +1,122 @@
+"""The event-time rule of every MIMIC-III table medtx reads, stated once: when is an event *known*?
+
+Every task declares a prediction time (`Task.prediction_time`, an expression over its index admission's
+`admittime` and `dischtime`); a feature may only hold events known at or before it (MEDS: "up to and
+including"). This module is the one place that says when each table's events become known; the sample
+builders (medtx.samples.common.create_history), the leakage gate (medtx.tasks.leakage) and the MEDS export read
+the times from here instead of restating them.
+
+The rules (each conservative: an event is never counted as known before it could have been):
+
+| source      | table                                   | known at                                                          |
+|-------------|-----------------------------------------|-------------------------------------------------------------------|
+| `diagnosis` | raw.diagnoses_icd                       | the stay's `dischtime` (ICD-9 codes are assigned after discharge)  |
+| `procedure` | raw.procedures_icd                      | the stay's `dischtime` (coded after discharge, like diagnoses)     |
+| `drug`      | core.prescriptions_atc3 (code = ATC-3)  | `startdate` is a date, not a time: the last instant of that day    |
+|             |                                         | (23:59:59.999999), clamped into the stay: never before `admittime`,|
+|             |                                         | never after `dischtime`; no `startdate`: the stay's `dischtime`    |
+| `note`      | raw.noteevents (code = category)        | `charttime`; a note with only `chartdate`: the last instant of that|
+|             |                                         | day. Not clamped (discharge summaries are often written after      |
+|             |                                         | discharge). Rows marked `iserror = '1'` are not events.            |
+
+Why the end of the day: MIMIC-III's PRESCRIPTIONS.startdate carries no time of day, so a drug started on the day
+of admission may have started an hour before the prediction time or twenty hours after it. Counting it at the
+end of its day means a 48-hour window sees only drugs whose whole start day lies inside the window - some drugs
+started in the window are missed, none started after it is seen. Clamping to the stay keeps a prescription of
+one stay from ever appearing before that stay began (about 21% of midnight-stamped starts preceded their own
+admission in the old MEDS export).
+
+An event with no known time (a diagnosis of a stay without `dischtime`) has `time` NULL and is visible to no
+prediction time (`time <= prediction_time` is never true for NULL).
+
+Stays are the dataset's admissions, one row per hadm_id (the first by row_id, as medtx.samples.common does).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from medtx.store.db import quote_ident
+
+SOURCES = ("diagnosis", "procedure", "drug", "note")
+EVENT_COLUMNS = ("subject_id", "hadm_id", "source", "code", "time")
+
+# The last instant of a date-only value's day.
+END_OF_DAY = "(date_trunc('day', {value}) + INTERVAL 1 DAY - INTERVAL 1 MICROSECOND)"
+
+
+def end_of_day_sql(value: str) -> str:
+    """SQL: the last instant (23:59:59.999999) of the day of `value` (a date or a timestamp)."""
+    return END_OF_DAY.format(value=value)
+
+
+def drug_time_sql(startdate: str = "startdate", admittime: str = "admittime", dischtime: str = "dischtime") -> str:
+    """SQL: when a prescription is known, from its start date and its stay's admission and discharge times.
+
+    The end of the start date's day, never before `admittime` and never after `dischtime`; without a start
+    date, the stay's `dischtime`. (The column names are SQL expressions of the caller's query.)"""
+    known = f"coalesce({end_of_day_sql(startdate)}, {dischtime})"
+    return (f"CASE WHEN {known} < {admittime} THEN {admittime} "
+            f"WHEN {known} > {dischtime} THEN {dischtime} ELSE {known} END")
+
+
+def note_time_sql(charttime: str = "charttime", chartdate: str = "chartdate") -> str:
+    """SQL: when a note is known: its chart time, else the end of its chart date."""
+    return f"coalesce({charttime}, {end_of_day_sql(chartdate)})"
+
+
+# Diagnoses and procedures: at the stay's discharge.
+CODED_AT_DISCHARGE = "dischtime"
+
+STAYS_SQL = """
+    SELECT subject_id, hadm_id, admittime, dischtime
+    FROM raw.admissions
+    WHERE dataset = $dataset AND hadm_id IS NOT NULL AND subject_id IS NOT NULL
+    QUALIFY row_number() OVER (PARTITION BY hadm_id ORDER BY row_id NULLS LAST, admittime) = 1"""
+
+
+def events_sql() -> str:
+    """One SELECT of every timed event of one dataset (parameter `$dataset`), columns EVENT_COLUMNS.
+
+    The subject is the stay's (raw.admissions), so an event row can never be attached to another patient than
+    its admission's. Codes are trimmed; empty codes are not events."""
+    return f"""
+        WITH stays AS ({STAYS_SQL}),
+        dx AS (
+            SELECT s.subject_id, s.hadm_id, 'diagnosis' AS source, trim(d.icd9_code) AS code,
+                   s.{CODED_AT_DISCHARGE} AS time
+            FROM raw.diagnoses_icd d JOIN stays s USING (hadm_id)
+            WHERE d.dataset = $dataset AND nullif(trim(d.icd9_code), '') IS NOT NULL
+        ), px AS (
+            SELECT s.subject_id, s.hadm_id, 'procedure' AS source, trim(p.icd9_code) AS code,
+                   s.{CODED_AT_DISCHARGE} AS time
+            FROM raw.procedures_icd p JOIN stays s USING (hadm_id)
+            WHERE p.dataset = $dataset AND nullif(trim(p.icd9_code), '') IS NOT NULL
+        ), rx AS (
+            SELECT s.subject_id, s.hadm_id, 'drug' AS source, r.atc3 AS code,
+                   {drug_time_sql('r.startdate', 's.admittime', 's.dischtime')} AS time
+            FROM core.prescriptions_atc3 r JOIN stays s USING (hadm_id)
+            WHERE r.dataset = $dataset
+        ), notes AS (
+            SELECT n.subject_id, n.hadm_id, 'note' AS source, upper(trim(n.category)) AS code,
+                   {note_time_sql('n.charttime', 'n.chartdate')} AS time
+            FROM raw.noteevents n
+            WHERE n.dataset = $dataset AND coalesce(trim(n.iserror), '') <> '1' AND n.subject_id IS NOT NULL
+        )
+        SELECT subject_id, hadm_id, source, code, CAST(time AS TIMESTAMP) AS time FROM dx
+        UNION ALL SELECT subject_id, hadm_id, source, code, CAST(time AS TIMESTAMP) FROM px
+        UNION ALL SELECT subject_id, hadm_id, source, code, CAST(time AS TIMESTAMP) FROM rx
+        UNION ALL SELECT subject_id, hadm_id, source, CAST(code AS VARCHAR), CAST(time AS TIMESTAMP) FROM notes"""
+
+
+def create_event_view(con: duckdb.DuckDBPyConnection, dataset: str, name: str = "_events") -> str:
+    """(Re)create the temp table `name` holding every event of `dataset` with the time it becomes known.
+
+    Columns: subject_id BIGINT, hadm_id BIGINT, source VARCHAR ('diagnosis' | 'procedure' | 'drug' | 'note'),
+    code VARCHAR (ICD-9 code, ATC-3 code, note category), time TIMESTAMP (this module's rule). Materialised
+    (a temp table, not a view) because the dataset is a bound parameter and builders read it several times.
+    Returns `name`."""
+    if not name.isidentifier():
+        raise ValueError(f"event table name {name!r} is not a plain SQL identifier")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {events_sql()}", {"dataset": dataset})
+    return name
