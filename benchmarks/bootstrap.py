@@ -5,8 +5,8 @@
 
 Input: a deterministic in-memory drug_rec test split (15,000 visits of ~5,000 patients with 1-5 visits, 150
 ATC-3 labels, ~14 true drugs per visit, a random DDI matrix) and two runs' probabilities (the run and the
-reference baseline). Timed, end to end, what `medtx.uncertainty.record_intervals` and
-`medtx.comparisons.compare_pair` do after loading ml.predictions: per-visit metrics, the resample count
+reference baseline). Timed, end to end, what `medtx.evaluation.uncertainty.record_intervals` and
+`medtx.evaluation.comparisons.compare_pair` do after loading ml.predictions: per-visit metrics, the resample count
 matrix, the 95% interval of every metric (visit- and patient-averaged PR-AUC, ROC-AUC, Jaccard, F1, precision,
 recall, Brier; ECE; DDI rates; set sizes) for BOTH runs, and the paired comparisons on the headline and set
 metric. The warehouse read is not included (it is one SELECT of the run's predictions). Prints the figure with
@@ -25,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from medtx.comparisons import compare_pair  # noqa: E402
+from medtx.evaluation.comparisons import compare_pair  # noqa: E402
 from medtx.metrics import intervals as iv  # noqa: E402
-from medtx.uncertainty import RunData  # noqa: E402
+from medtx.evaluation.uncertainty import RunData  # noqa: E402
 
 
 def make_split(n_visits: int, n_labels: int, seed: int = 0) -> tuple[RunData, RunData]:

@@ -10,7 +10,7 @@ notes, reference tables + NDC->ATC-3 mapping, drug_rec / next_visit / readmissio
 real runs: drug_rec most_frequent, copy_last, logreg and a 1-epoch transformer (predictions of every test
 visit + attention of showcase visits), next_visit and readmission most_frequent, specialty majority,
 tfidf_logreg and a tiny bert_scratch (token attention); then publish the snapshot (with the `dash.*` marts,
-`medtx.marts`). The same sequence through the CLI: `medtx ingest mimic3 --source DIR --dataset synth_46520`,
+`medtx.publish.marts`). The same sequence through the CLI: `medtx ingest mimic3 --source DIR --dataset synth_46520`,
 `medtx ingest mtsamples`, `medtx map-codes`, `medtx build-samples`, `medtx train --task T --model M ...`.
 
 Replays, through Flask's test client, the exact callback requests the browser sends when a page loads
@@ -68,10 +68,10 @@ def build_full_warehouse(folder: Path, source: Path, *, skip_ingest: bool = Fals
 
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables
-    from medtx.db import connect
+    from medtx.store.db import connect
     from medtx.ingest import ingest_mimic3, ingest_mtsamples
-    from medtx.pipeline_runs import finish_pipeline_run, start_pipeline_run
-    from medtx.publish import publish_snapshot
+    from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
+    from medtx.publish.snapshot import publish_snapshot
     from medtx.samples import build_samples
     from medtx.settings import snapshot_path
     from medtx.text.experiment import run_text_experiment

@@ -10,7 +10,7 @@ from typing import Any
 def encoded_drug_rec(db: str, dataset: str, model: str = "transformer", overrides: dict | None = None
                      ) -> tuple[Any, dict[str, Any]]:
     """-> (the model's bundle, {split: EncodedSet})."""
-    from medtx.db import open_warehouse
+    from medtx.store.db import open_warehouse
     from medtx.models.encoded import EncodedSet
     from medtx.models.registry import build_ehr_model
     from medtx.training.experiment import load_ehr_samples

@@ -3,7 +3,7 @@ the ECE without an interval: `medtx.metrics.intervals.BIASED`).
 
 Simulated test splits of N patients x 2 visits, probabilities uniform on [0, 1], outcomes drawn from f(p): f(p) = p
 (calibrated, true ECE 0), p^1.2 (mild), p^2 (strong). The true binned ECE comes from 4M draws. For each split, the
-interval is what `medtx.uncertainty.record_intervals` would compute. Prints coverage and how often the estimate lies
+interval is what `medtx.evaluation.uncertainty.record_intervals` would compute. Prints coverage and how often the estimate lies
 outside its own interval.
 
     .venv/bin/python benchmarks/ece_coverage.py [--patients 500] [--splits 100] [--resamples 500]

@@ -39,7 +39,7 @@ def _cpu_s() -> float:
 def prepare(source: Path, db: Path, patients: int, seed: int) -> None:
     """Cohort generated when missing, then ingest + map-codes + build-samples into a fresh warehouse."""
     from medtx.codes import map_codes
-    from medtx.db import connect
+    from medtx.store.db import connect
     from medtx.ingest import ingest_mimic3
     from medtx.samples import EHR_TASKS, build_samples
     from medtx.settings import BUNDLED_DATA
@@ -60,7 +60,7 @@ def prepare(source: Path, db: Path, patients: int, seed: int) -> None:
 
 
 def export_child(db: Path, out: Path, queue) -> None:
-    from medtx.db import connect
+    from medtx.store.db import connect
     from medtx.meds import export_meds
 
     t = time.perf_counter()
@@ -117,7 +117,7 @@ def main() -> None:
     imp = in_child(import_child, db, out)
     print(f"import: {imp['events']:,} events, {imp['mapped']:,} mapped; rows {imp['rows']}")
     print(f"  wall {imp['seconds']:.1f}s ({imp['cpu_s']:.1f} CPU-s), peak RSS {imp['peak_gb']:.2f} GB (target < 60 s, < 2 GB)")
-    from medtx.db import connect, quote_table
+    from medtx.store.db import connect, quote_table
 
     con = connect(db, read_only=True)
     try:

@@ -32,7 +32,7 @@ from benchmarks.results_config import (  # noqa: E402
 from benchmarks.results_intervals import comparison_lines, recompute  # noqa: E402
 from benchmarks.results_paired import paired_ahead_share, paired_lines, per_visit_scores  # noqa: E402, F401
 from benchmarks.results_render import render, write_results  # noqa: E402
-from medtx.db import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
+from medtx.store.db import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
 
 log = logging.getLogger("medtx.benchmarks")
 

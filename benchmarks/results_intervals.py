@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from medtx.comparisons import compare_runs
-from medtx.uncertainty import COMPARED, record_intervals
-from medtx.db import open_warehouse
+from medtx.evaluation.comparisons import compare_runs
+from medtx.evaluation.uncertainty import COMPARED, record_intervals
+from medtx.store.db import open_warehouse
 
 log = logging.getLogger("medtx.benchmarks")
 MIN_SEEDS = 3

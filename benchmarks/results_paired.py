@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.results_config import run_id_for
-from medtx.db import open_warehouse  # waits out a parallel run's lock
+from medtx.store.db import open_warehouse  # waits out a parallel run's lock
 
 
 PAIRED = [("transformer", "logreg"), ("transformer", "copy_last"), ("transformer_rope", "logreg"),

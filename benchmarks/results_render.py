@@ -105,7 +105,7 @@ def render(cells: dict, dataset: str, seeds: list[int]) -> str:
              "Synthetic data (medtx.synth): always labelled synthetic; figures say nothing about real patients.",
              f"Training seeds {', '.join(map(str, seeds))}; the patient split (70/10/20) is fixed by the samples stage.",
              "Each cell: mean ± sd over seeds of the test value; each test value is the point estimate on the",
-             "whole test split (medtx.uncertainty replaces the runner's figure when the run is recorded). Per",
+             "whole test split (medtx.evaluation.uncertainty replaces the runner's figure when the run is recorded). Per",
              "run, the 95% interval is a bootstrap WITH",
              "replacement over test patients (1,000 resamples, percentile); the 10×80% subsample sd is the",
              "SafeDrug convention, kept for comparison with papers and about half as wide. A model 'beats'",

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results_text_render import SPECIALTY_MODELS, faq_table, readmission_table, specialty_table  # noqa: E402
-from medtx.db import connect, param_marks, quote_ident, quote_table  # noqa: E402
+from medtx.store.db import connect, param_marks, quote_ident, quote_table  # noqa: E402
 from medtx.settings import BUNDLED_DATA  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -92,7 +92,7 @@ def parse_sets(pairs: list[str]) -> dict[str, dict]:
 
 def merge_runs(db: Path, sources: list[Path]) -> int:
     """Copy every ml.* row of completed runs that `db` lacks from each source warehouse (same migrations); returns runs."""
-    from medtx.db import transaction
+    from medtx.store.db import transaction
 
     con = connect(db)
     copied = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from medtx.db import quote_ident
+from medtx.store.db import quote_ident
 
 ENCODER_LAYERS = {"minilm": 6}  # all-MiniLM-L6-v2: 6 transformer layers (for "top K of N" labels)
 

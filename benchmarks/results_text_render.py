@@ -16,13 +16,13 @@ import numpy as np
 
 from benchmarks.results_intervals import difference, seed_claim, seed_difference
 from benchmarks.results_text_data import VARIANT_SQL, Run, group_runs, load_runs, model_label
-from medtx.uncertainty import COMPARED
+from medtx.evaluation.uncertainty import COMPARED
 
 SPECIALTY_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert_scratch", "minilm")
 NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1", "weighted_f1": "weighted-F1", "token_f1": "token F1",
          "exact_match": "exact match", "auroc": "AUROC", "auprc": "AUPRC", "rp80": "RP80"}
 NO_INTERVAL = "no interval recorded"
-REFERENCE_RULE = ("chosen by `medtx.comparisons.reference_run`: the best non-neural baseline on validation, else "
+REFERENCE_RULE = ("chosen by `medtx.evaluation.comparisons.reference_run`: the best non-neural baseline on validation, else "
                   "(no baseline recorded a validation figure) the first model of `NON_NEURAL`'s fixed order, "
                   "latest run")
 

@@ -25,7 +25,7 @@ def main() -> None:
 
     import torch
 
-    from medtx.db import open_warehouse
+    from medtx.store.db import open_warehouse
     from medtx.models.encoded import EncodedSet
     from medtx.models.registry import build_ehr_model
     from medtx.training.experiment import load_ehr_samples

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from medtx.codes.mapping import map_prescriptions
 from medtx.codes.reference import load_reference_tables
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.ingest import CORE_MIMIC3_TABLES
 from medtx.samples import build_samples
 from medtx.samples.common import VISITS_TABLE, create_visits

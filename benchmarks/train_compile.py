@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def worker(db: str, dataset: str, threads: int, epochs: int, compiled: bool) -> dict:
     import torch
 
-    from medtx.db import open_warehouse
+    from medtx.store.db import open_warehouse
     from medtx.models.encoded import EncodedSet
     from medtx.models.registry import build_ehr_model
     from medtx.training.experiment import load_ehr_samples

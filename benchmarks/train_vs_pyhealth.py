@@ -74,7 +74,7 @@ def sample_ap(y_true, y_prob) -> float:
 def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
     """medtx's drug_rec samples with their split, as JSON (the PyHealth worker's input)."""
     from medtx.training.experiment import load_split_samples
-    from medtx.db import open_warehouse
+    from medtx.store.db import open_warehouse
 
     with open_warehouse(db, read_only=True) as con:
         parts = load_split_samples(con, dataset, "drug_rec")
@@ -102,12 +102,12 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, bu
     import torch
 
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
-    from medtx.db import open_warehouse
+    from medtx.store.db import open_warehouse
     from medtx.training.trainer import TrainConfig
 
     overrides: dict = {"batch_size": 32, "patience": epochs + 1}
     if threads == "auto":
-        from medtx.resources import threads_per_training  # what `medtx train` alone sets
+        from medtx.runtime.resources import threads_per_training  # what `medtx train` alone sets
 
         torch.set_num_threads(threads_per_training(1))
     else:

@@ -9,7 +9,7 @@ from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 from medtx.meds import ExportResult, MedsIngestResult, export_meds, ingest_meds
 from medtx.settings import get_settings
 

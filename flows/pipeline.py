@@ -1,6 +1,6 @@
 """The end-to-end Prefect pipeline: ingest -> map codes -> samples -> train/evaluate -> publish.
 
-The plan (medtx/pipeline_plan.py) lists every step a config implies; this flow walks it layer by layer and
+The plan (medtx/pipeline/plan.py) lists every step a config implies; this flow walks it layer by layer and
 runs each step as its own cached task run, so one model's failure is recorded and the rest continue.
 
 Caching: each task's key is INPUTS + TASK_SOURCE over its parameters, which include explicit fingerprints
@@ -32,17 +32,18 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from medtx import pipeline_runs as runs
-from medtx import progress, training_order
-from medtx import pipeline_steps as steps
-from medtx.db import open_warehouse
-from medtx.exchange import export_training_package, package_key, record_result_package
-from medtx.pipeline_config import PipelineConfig, RunnerConfig, load_config, resolve_devices
-from medtx.pipeline_plan import Plan, Step, build_plan
-from medtx.publish import publish_snapshot
+from medtx.pipeline import runs
+from medtx.pipeline import progress
+from medtx.pipeline import order as training_order
+from medtx.pipeline import steps
+from medtx.store.db import open_warehouse
+from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+from medtx.pipeline.config import PipelineConfig, RunnerConfig, load_config, resolve_devices
+from medtx.pipeline.plan import Plan, Step, build_plan
+from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
-from medtx.train_processes import TrainingProcesses, call_in, training_processes
-from medtx.writer_lock import hold_writer
+from medtx.runtime.train_processes import TrainingProcesses, call_in, training_processes
+from medtx.store.writer_lock import hold_writer
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -127,7 +128,7 @@ def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict
 
 # torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
 # torch._disable_dynamo), about 1 s; imported here it overlaps the data stages instead of the first training.
-TRAINING_MODULES = ("medtx.pipeline_steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
+TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
 # The training processes of the running pipeline (thread runner, several trainings at once); None otherwise.
 _TRAIN_POOL: TrainingProcesses | None = None
 
@@ -149,7 +150,7 @@ def _training_pool(runner: RunnerConfig, width: int) -> Iterator[None]:
 def train_task(name: str, spec: dict, package: str, result_dir: str, fingerprints: dict, pipeline_run_id: str,
                device: str, torch_threads: int | None) -> dict:
     # Runs on a worker: it reads the training package and writes a result package, never the warehouse. Under
-    # the thread runner with several trainings at once, in a pool process of its own (medtx.train_processes).
+    # the thread runner with several trainings at once, in a pool process of its own (medtx.runtime.train_processes).
     return call_in(_TRAIN_POOL, steps.run_train_from_package, spec, package, result_dir,
                    pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
 
@@ -192,7 +193,7 @@ def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
 
 
 def _training_slots(cfg: PipelineConfig) -> tuple[int, int | None]:
-    """(trainings at once, torch threads each) for this machine: GPUs of `devices`, then cores (medtx.resources)."""
+    """(trainings at once, torch threads each) for this machine: GPUs of `devices`, then cores (medtx.runtime.resources)."""
     gpus = sum(d.startswith("cuda") for d in resolve_devices(cfg.devices))
     return cfg.runner.resolved(gpus=gpus)
 
@@ -315,7 +316,7 @@ class _Run:
             self.collect(*done, ended=ended)
 
     def longest_first(self, ready: list[tuple[Step, dict, str]]) -> list[tuple[Step, dict, str]]:
-        """Training steps in submission order, longest expected first (medtx.training_order)."""
+        """Training steps in submission order, longest expected first (medtx.pipeline.order)."""
         by_name = {step.name: (step, prints, key) for step, prints, key in ready}
         with open_warehouse(self.db, read_only=True) as con:
             history = training_order.completed_durations(con, list(by_name))

@@ -1,6 +1,6 @@
 """Prefect wiring of the synthetic-cohort generator: one task that writes the folder, one that loads its
 oracle into the warehouse. The end-to-end pipeline (flows/pipeline.py) runs `synth:N` sources through
-medtx.pipeline_steps; these tasks serve flows and users that want the generator alone.
+medtx.pipeline.steps; these tasks serve flows and users that want the generator alone.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 from medtx.synth import SynthSummary, generate_mimic3
 from medtx.synth.oracle import load_oracle
 

@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     cache_dir: Path | None = None
     models_dir: Path | None = None
     results_dir: Path | None = None
-    # Training and result packages (medtx.exchange): any folder every training worker mounts.
+    # Training and result packages (medtx.pipeline.exchange): any folder every training worker mounts.
     exchange_dir: Path | None = None
 
     @model_validator(mode="after")

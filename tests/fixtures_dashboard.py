@@ -42,10 +42,10 @@ def real_warehouse() -> tuple[Path, Path]:
 def _build(folder: Path) -> tuple[Path, Path]:
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables
-    from medtx.db import connect
+    from medtx.store.db import connect
     from medtx.ingest import ingest_mimic3, ingest_mtsamples
-    from medtx.pipeline_runs import finish_pipeline_run, start_pipeline_run
-    from medtx.publish import publish_snapshot
+    from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
+    from medtx.publish.snapshot import publish_snapshot
     from medtx.samples import build_samples
     from medtx.text.experiment import run_text_experiment
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment

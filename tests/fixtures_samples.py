@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from medtx.codes import map_codes
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.ingest import ingest_mimic3, ingest_mtsamples
 from medtx.samples import build_samples
 from tests.conftest import DATA

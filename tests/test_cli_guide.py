@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from medtx.publish import publish_snapshot
+from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import snapshot_path
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -173,7 +173,7 @@ def test_leaderboard_prints_intervals_and_paired_verdicts(tmp_path: Path, monkey
     sd_line = next(line for line in with_sd.splitlines() if "│ logreg" in line)
     assert f"│ {stored[('logreg', 'auroc')][3]:>11.3f} │" in sd_line, with_sd
     # the pipeline's Prefect artifact of test metrics: the same interval, and the sd under its convention's name
-    from medtx.pipeline_runs import metrics_rows
+    from medtx.pipeline.runs import metrics_rows
 
     with duckdb.connect(str(db), read_only=True) as con:
         run_ids = [r[0] for r in con.sql("SELECT run_id FROM ml.runs").fetchall()]

@@ -10,7 +10,7 @@ import pytest
 from medtx.codes import map_codes
 from medtx.codes.mapping import ATC3_PATTERN, adm_route_class, adm_route_sql
 from medtx.codes.ndc import ndc_sql, normalize_ndc
-from medtx.db import connect
+from medtx.store.db import connect
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db, insert_rows  # noqa: F401 (fixtures)
 

@@ -220,8 +220,8 @@ def test_run_detail_callback_rejects_a_bad_url_id(warehouse):
 
 def test_new_publish_is_picked_up_without_restart(warehouse, tmp_path: Path):
     """Cached results are keyed by the snapshot version: a publish (os.replace) is seen by the next query."""
-    from medtx.pipeline_runs import start_pipeline_run
-    from medtx.publish import publish_snapshot
+    from medtx.pipeline.runs import start_pipeline_run
+    from medtx.publish.snapshot import publish_snapshot
 
     db, snap = warehouse
     copy_db, copy_snap = tmp_path / "w.duckdb", tmp_path / "w.snapshot.duckdb"
@@ -242,7 +242,7 @@ def test_new_publish_is_picked_up_without_restart(warehouse, tmp_path: Path):
 
 def test_published_marts_equal_their_definitions_on_the_base_tables(warehouse):
     """Every `dash.*` mart in the snapshot holds exactly what its SELECT computes from the copied tables."""
-    from medtx.marts import MARTS
+    from medtx.publish.marts import MARTS
 
     _, snap = warehouse
     con = duckdb.connect(str(snap), read_only=True)
@@ -338,7 +338,7 @@ def test_the_app_warms_itself_when_a_new_snapshot_appears(warehouse, tmp_path: P
 
 def test_marts_of_missing_tables_are_skipped_not_fatal(tmp_path: Path):
     """Publishing a warehouse where a stage has not run yet still succeeds: that mart is just absent."""
-    from medtx.marts import build_marts
+    from medtx.publish.marts import build_marts
 
     con = duckdb.connect(str(tmp_path / "partial.duckdb"))
     con.execute("CREATE SCHEMA raw")  # ingested, nothing else yet

@@ -44,7 +44,7 @@ def snapshot() -> Path:
 @pytest.fixture
 def live(tmp_path: Path) -> tuple[Path, Path]:
     """A private copy of the real warehouse and its snapshot, for the test that writes and publishes."""
-    from medtx.publish import publish_snapshot
+    from medtx.publish.snapshot import publish_snapshot
 
     db, _ = real_warehouse()
     live_db = tmp_path / "warehouse.duckdb"
@@ -157,7 +157,7 @@ def test_leaderboard_shows_intervals_patients_and_a_verdict_badge(dash_duo, snap
 
 
 def test_a_snapshot_published_while_serving_appears(dash_duo, live):
-    from medtx.publish import publish_snapshot
+    from medtx.publish.snapshot import publish_snapshot
     from medtx.training.experiment import run_ehr_experiment
 
     live_db, snapshot = live

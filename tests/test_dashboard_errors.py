@@ -13,8 +13,8 @@ import pytest
 from dashboard.app import create_app
 from dashboard.security import FailureBackoff
 from dashboard.validate import public_error
-from medtx.db import connect
-from medtx.publish import publish_snapshot
+from medtx.store.db import connect
+from medtx.publish.snapshot import publish_snapshot
 from medtx.training import records
 
 TRACEBACK = (

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from dashboard import create_app
-from medtx import pipeline_runs as runs
-from medtx import progress
-from medtx.pipeline_plan import Step
-from medtx.publish import publish_snapshot
+from medtx.pipeline import runs
+from medtx.pipeline import progress
+from medtx.pipeline.plan import Step
+from medtx.publish.snapshot import publish_snapshot
 from tests.fixtures_dashboard import DATASET, real_warehouse
 
 RUN = "live-run-1"

@@ -1,4 +1,4 @@
-"""Training and result packages (medtx.exchange): what a worker sees, and what the single writer records."""
+"""Training and result packages (medtx.pipeline.exchange): what a worker sees, and what the single writer records."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from medtx.exchange import export_training_package, package_key, record_result_package, train_in_package
-from medtx.pipeline_steps import run_train_from_package
+from medtx.pipeline.exchange import export_training_package, package_key, record_result_package, train_in_package
+from medtx.pipeline.steps import run_train_from_package
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
 READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "ref.ddi_atc3")

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from medtx.db import connect
+from medtx.store.db import connect
 from tests.conftest import DATA
 
 

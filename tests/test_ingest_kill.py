@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from medtx.codes import map_codes
-from medtx.db import connect
-from medtx.fingerprint import table_fingerprint
+from medtx.store.db import connect
+from medtx.store.fingerprint import table_fingerprint
 from medtx.ingest import ingest_mimic3
 from medtx.samples import build_samples
 from tests.conftest import DATA

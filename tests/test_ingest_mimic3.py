@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.ingest import (
     MIMIC3_TABLES,
     IngestError,

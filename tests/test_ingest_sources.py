@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.ingest import ChecksumError, DownloadError, SourceNotFound, fetch, ingest_mimic3, ingest_mtsamples
 from tests.conftest import DATA
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 
-from medtx.comparisons import compare_runs, reference_run
-from medtx.db import connect
+from medtx.evaluation.comparisons import compare_runs, reference_run
+from medtx.store.db import connect
 from medtx.metrics import intervals as iv
 from medtx.training import records
-from medtx.uncertainty import record_intervals
+from medtx.evaluation.uncertainty import record_intervals
 
 
 def _naive_interval(units, per_sample_score, n_units, draws):

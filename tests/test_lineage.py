@@ -12,10 +12,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from medtx.db import open_warehouse
-from medtx.pipeline_config import load_config
-from medtx.pipeline_plan import Step, build_plan
-from medtx.pipeline_steps import RUNNERS, run_train
+from medtx.store.db import open_warehouse
+from medtx.pipeline.config import load_config
+from medtx.pipeline.plan import Step, build_plan
+from medtx.pipeline.steps import RUNNERS, run_train
 from tests.conftest import DATA
 from tests.fixtures_samples import demo_db  # noqa: F401
 

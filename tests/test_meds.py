@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from medtx.codes import map_codes
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
 from medtx.samples import build_samples
 from tests.conftest import DATA
@@ -379,7 +379,7 @@ def test_round_trip_of_a_synthetic_cohort_keeps_discharge_notes(tmp_path):
 def test_dashboard_overview_shows_the_meds_code_accounting(round_trip, tmp_path):
     from dashboard import queries
     from dashboard.pages import overview
-    from medtx.publish import publish_snapshot
+    from medtx.publish.snapshot import publish_snapshot
 
     db, _, _ = round_trip
     snapshot = tmp_path / "snapshot.duckdb"

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from medtx.pipeline_config import load_config
-from medtx.pipeline_plan import build_plan
+from medtx.pipeline.config import load_config
+from medtx.pipeline.plan import build_plan
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
 

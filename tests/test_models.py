@@ -736,7 +736,7 @@ def test_models_train_under_cuda_bf16_autocast(name):
 
 def test_every_model_reads_the_real_demo_sample_tables(demo_db):  # noqa: F811
     """Every (model, task) encodes the demo's samples.* rows with its samples.vocab and runs forward."""
-    from medtx.db import open_warehouse
+    from medtx.store.db import open_warehouse
     from medtx.models.ehr_data import task_spec
     from medtx.models.registry import label_feature
     from medtx.samples.vocab import load_vocab

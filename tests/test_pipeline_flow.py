@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.pipeline import run_pipeline
-from medtx.publish import open_snapshot
+from medtx.publish.snapshot import open_snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from medtx.db import connect, open_warehouse
-from medtx.fingerprint import code_version, source_fingerprint, table_fingerprint, tables_fingerprint
-from medtx.pipeline_config import load_config
-from medtx.pipeline_plan import build_plan
-from medtx.pipeline_runs import (
+from medtx.store.db import connect, open_warehouse
+from medtx.store.fingerprint import code_version, source_fingerprint, table_fingerprint, tables_fingerprint
+from medtx.pipeline.config import load_config
+from medtx.pipeline.plan import build_plan
+from medtx.pipeline.runs import (
     StepOutcome,
     cache_still_valid,
     input_key,
@@ -25,7 +25,7 @@ from medtx.pipeline_runs import (
     record_step,
     start_pipeline_run,
 )
-from medtx.publish import open_snapshot, publish_snapshot
+from medtx.publish.snapshot import open_snapshot, publish_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"

@@ -17,10 +17,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from medtx.db import connect
-from medtx.pipeline_runs import finish_pipeline_run, start_pipeline_run
-from medtx.publish import publish_snapshot
-from medtx.writer_lock import WarehouseBusy, hold_writer, holder_path, read_holder
+from medtx.store.db import connect
+from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
+from medtx.publish.snapshot import publish_snapshot
+from medtx.store.writer_lock import WarehouseBusy, hold_writer, holder_path, read_holder
 from tests.fixtures_processes import marked_pids
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def _holder_process(db: Path, command: str, seconds: float) -> subprocess.Popen:
     """A real process holding the warehouse's writer file for `seconds` (prints 'held' once it holds it)."""
     code = textwrap.dedent(f"""
         import time
-        from medtx.writer_lock import hold_writer
+        from medtx.store.writer_lock import hold_writer
         with hold_writer({str(db)!r}, {command!r}, wait_s=0):
             print("held", flush=True)
             time.sleep({seconds})
@@ -59,8 +59,8 @@ def _statuses(db: Path, table: str, key: str) -> dict[str, tuple]:
 
 _CRASHING_OWNER = """
 import os, signal
-from medtx.db import connect
-from medtx.pipeline_runs import start_pipeline_run
+from medtx.store.db import connect
+from medtx.pipeline.runs import start_pipeline_run
 from medtx.training import records
 db = {db!r}
 start_pipeline_run(db, "p-killed", {{"purpose": "crash"}})
@@ -109,7 +109,7 @@ def test_runs_of_a_killed_owner_become_interrupted_on_next_start_and_publish(tmp
 
 
 def test_another_hosts_run_is_interrupted_only_after_its_heartbeat_times_out(tmp_path: Path) -> None:
-    from medtx.run_owners import mark_interrupted
+    from medtx.store.run_owners import mark_interrupted
 
     con = connect(tmp_path / "w.duckdb")
     for rid, age in (("fresh", 10), ("stale", 7200)):
@@ -126,7 +126,7 @@ def test_another_hosts_run_is_interrupted_only_after_its_heartbeat_times_out(tmp
 def test_a_failure_handler_never_writes_a_run_it_does_not_hold(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     start_pipeline_run(db, "p-first", {})
-    code = f"from medtx.pipeline_runs import finish_pipeline_run; print(finish_pipeline_run({str(db)!r}, 'p-first', ['x']))"
+    code = f"from medtx.pipeline.runs import finish_pipeline_run; print(finish_pipeline_run({str(db)!r}, 'p-first', ['x']))"
     out = subprocess.run([PY, "-c", code], env=ENV, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr
     assert _statuses(db, "ml.pipeline_runs", "pipeline_run_id")["p-first"] == ("running", None)

@@ -1,4 +1,4 @@
-"""medtx.processes: stopping every process a command started, with real processes.
+"""medtx.runtime.processes: stopping every process a command started, with real processes.
 
 The case that matters is a child that is starting a process of its own while the tree is being stopped (a Dask
 worker starting a server, a pool replacing a worker): listing the tree once and then terminating it left such a
@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from medtx.processes import descendants, stop_descendants
+from medtx.runtime.processes import descendants, stop_descendants
 from tests.fixtures_processes import marked_pids
 
 # Starts `sleep` processes as fast as it can, for as long as it lives.

@@ -12,7 +12,7 @@ import polars as pl
 
 from benchmarks.results_text import write_section
 from benchmarks.results_text_render import readmission_table, specialty_table
-from medtx.db import connect, load_migrations, migrate
+from medtx.store.db import connect, load_migrations, migrate
 from medtx.training import records
 
 CLASSES = ["a", "b", "c"]

@@ -99,7 +99,7 @@ def test_patient_explorer_draws_both_retain_attention_levels(tiny_db: Path, tmp_
     """The patient explorer's attention queries and heatmaps read RETAIN's rows like any other model's."""
     from dashboard import queries
     from dashboard.pages.patient import MEAN_HEAD, attention_view, single_heatmap
-    from medtx.publish import publish_snapshot
+    from medtx.publish.snapshot import publish_snapshot
 
     opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=2)
     run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "retain", seed=0, overrides=TINY, epochs=1,

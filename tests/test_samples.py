@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from medtx.codes import map_codes
 from medtx.codes.mapping import ATC3_PATTERN
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.samples import EmptyCohortError, build_samples, load_vocab
 from medtx.samples.reference import drug_rec_reference
 from medtx.samples.splits import assign_splits, split_sizes

@@ -1,6 +1,6 @@
 """Issue 12, case 6: no SQL is built by string formatting from values. Values are bound as parameters;
 identifiers and the few literals DuckDB takes no parameter for go through the one quoting helper in
-medtx/db.py. A scan of the code (AST) fails on any f-string, `.format` or `%` SQL that interpolates
+medtx/store/db.py. A scan of the code (AST) fails on any f-string, `.format` or `%` SQL that interpolates
 anything else; and publish works from a warehouse whose path holds quotes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from medtx.db import connect, quote_ident, quote_table, sql_literal
+from medtx.store.db import connect, quote_ident, quote_table, sql_literal
 from tests.conftest import REPO_ROOT
 
 SCANNED = ("medtx", "flows", "dashboard", "benchmarks")
@@ -122,7 +122,7 @@ def test_quoting_helpers() -> None:
 
 def test_publish_and_dashboard_open_a_warehouse_whose_path_has_quotes(tmp_path: Path) -> None:
     from dashboard.queries import open_snapshot as open_dash
-    from medtx.publish import open_snapshot, publish_snapshot
+    from medtx.publish.snapshot import open_snapshot, publish_snapshot
 
     folder = tmp_path / "it's \"quoted\""
     folder.mkdir()

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from medtx.codes.mapping import map_prescriptions
 from medtx.codes.reference import load_reference_tables
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.ingest import ingest_mimic3
 from medtx.synth import generate_mimic3, load_params
 from medtx.synth.fit import calibrate_drug_bias, fit_params

@@ -9,7 +9,7 @@ from medtx.tasks import get_task
 
 
 def test_compared_metrics_are_the_tasks_declarations():
-    from medtx.uncertainty import COMPARED
+    from medtx.evaluation.uncertainty import COMPARED
 
     assert COMPARED == {
         "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),

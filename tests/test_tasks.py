@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from medtx.db import connect, open_warehouse
+from medtx.store.db import connect, open_warehouse
 from medtx.samples import EmptyCohortError, build_samples
 from medtx.tasks import all_tasks, get_task, task_names, tasks_of_family, tasks_of_kind
 from tests.conftest import DATA, REPO_ROOT
@@ -45,7 +45,7 @@ def test_unknown_task_names_the_known_ones():
 
 
 def test_config_refuses_a_model_the_task_does_not_take(tmp_path):
-    from medtx.pipeline_config import load_config
+    from medtx.pipeline.config import load_config
 
     path = tmp_path / "bad.yaml"
     path.write_text("datasets: [{source: synth:10}]\ntasks:\n  mortality:\n    models: [{model: behrt}]\n")
@@ -85,7 +85,7 @@ def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
 
 
 def test_config_refuses_a_model_of_another_kind(tmp_path):
-    from medtx.pipeline_config import load_config
+    from medtx.pipeline.config import load_config
 
     path = tmp_path / "bad.yaml"
     path.write_text("datasets: [{source: synth:10}]\ntasks:\n  readmission:\n    models: [{model: copy_last}]\n")
@@ -205,7 +205,7 @@ def _dashboard_shows(db: Path, snap: Path, run_id: str, other: str) -> None:
 
     from dashboard import queries, validate
     from dashboard.pages import leaderboard, run_detail
-    from medtx.publish import publish_snapshot
+    from medtx.publish.snapshot import publish_snapshot
 
     publish_snapshot(db, snap)
     assert validate.task("mortality") == "mortality"

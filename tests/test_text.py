@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 import torch
 
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, scratch_config
 from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
 from medtx.text.chunking import chunk_ids, chunk_spans

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.text.faq import exact_match, token_f1
 from tests.conftest import DATA
 

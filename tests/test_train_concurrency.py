@@ -1,4 +1,4 @@
-"""Use the machine: the thread rule (medtx.resources) and two trainings at once under the thread runner."""
+"""Use the machine: the thread rule (medtx.runtime.resources) and two trainings at once under the thread runner."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from medtx.pipeline_config import RunnerConfig
-from medtx.resources import (TRAININGS_DIR_ENV, auto_train_concurrency, available_cpus, cgroup_cpu_limit, fair_threads,
+from medtx.pipeline.config import RunnerConfig
+from medtx.runtime.resources import (TRAININGS_DIR_ENV, auto_train_concurrency, available_cpus, cgroup_cpu_limit, fair_threads,
                              running_trainings, threads_per_training, training_slot)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -65,7 +65,7 @@ def test_runner_auto_resolves_from_the_machine() -> None:
 HOLD_SLOT = """
 import sys, time
 from pathlib import Path
-from medtx.resources import training_slot
+from medtx.runtime.resources import training_slot
 with training_slot(Path(sys.argv[1])) as held:
     print("held" if held else "no registry", flush=True)
     time.sleep(600)
@@ -113,7 +113,7 @@ def test_a_registry_that_cannot_be_written_leaves_nothing_behind(tmp_path: Path,
     def refuse(*_args) -> None:
         raise OSError("rename refused")
 
-    monkeypatch.setattr("medtx.resources.os.rename", refuse)
+    monkeypatch.setattr("medtx.runtime.resources.os.rename", refuse)
     with training_slot(registry) as held:
         assert held is False
         assert list(registry.iterdir()) == []  # the .tmp slot was closed and removed
@@ -129,7 +129,7 @@ def test_fit_shares_the_cores_with_a_training_started_beside_it(tmp_path: Path, 
 
     registry = tmp_path / "registry"
     monkeypatch.setenv(TRAININGS_DIR_ENV, str(registry))
-    monkeypatch.setattr("medtx.resources.available_cpus", lambda root=None: 2)
+    monkeypatch.setattr("medtx.runtime.resources.available_cpus", lambda root=None: 2)
     bundle = bundle_for("transformer")
     items = bundle.encode(FRAMES["drug_rec"](n=12, seed=1))
     before = torch.get_num_threads()

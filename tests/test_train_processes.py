@@ -1,4 +1,4 @@
-"""Trainings at once run in processes of their own (medtx.train_processes): a seed fixes the result however many
+"""Trainings at once run in processes of their own (medtx.runtime.train_processes): a seed fixes the result however many
 run side by side, and a training process that dies fails its own training only."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from medtx.train_processes import call_in, training_processes
+from medtx.runtime.train_processes import call_in, training_processes
 
 
 def _seeded_draws(seed: int) -> list[float]:

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medtx.db import connect, open_warehouse
+from medtx.store.db import connect, open_warehouse
 from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
 DATASET = "tiny"

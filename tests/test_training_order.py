@@ -1,12 +1,12 @@
-"""The training layer is submitted longest expected first (medtx.training_order)."""
+"""The training layer is submitted longest expected first (medtx.pipeline.order)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from medtx.db import open_warehouse
-from medtx.training_order import completed_durations, longest_first, model_family, train_units
+from medtx.store.db import open_warehouse
+from medtx.pipeline.order import completed_durations, longest_first, model_family, train_units
 
 
 @dataclass

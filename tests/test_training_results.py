@@ -55,7 +55,7 @@ def test_paired_check_compares_two_runs_on_the_same_test_visits(tiny_db: Path): 
     ids_copy, copy_last = per_visit_scores(tiny_db, runs["copy_last"])
     assert np.array_equal(ids, ids_copy) and len(ids) == len(logreg["pr_auc_samples"]) > 0
     assert ((0 <= copy_last["jaccard_samples"]) & (copy_last["jaccard_samples"] <= 1)).all()
-    from medtx.db import connect
+    from medtx.store.db import connect
 
     con = connect(tiny_db, read_only=True)
     try:  # visit 0's PR-AUC recomputed with scikit-learn from the stored predictions
@@ -76,7 +76,7 @@ def test_results_cite_paired_verdicts_and_intervals_regenerate(tiny_db: Path):  
     """RESULTS.md lines come from ml.comparisons (too_small on the 6-patient tiny split: no claim), and
     `--intervals` (recompute) restores intervals and comparisons of runs that have none."""
     from benchmarks.results_intervals import recompute
-    from medtx.db import connect
+    from medtx.store.db import connect
 
     for model in ("logreg", "copy_last"):
         run_ehr_experiment(tiny_db, DATASET, "drug_rec", model, 0, {"C": 0.3} if model == "logreg" else None,

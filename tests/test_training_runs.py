@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medtx.db import connect
+from medtx.store.db import connect
 from medtx.training.runs import attention_frame, is_synthetic, run_folder
 
 

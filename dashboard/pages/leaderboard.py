@@ -15,7 +15,7 @@ from dash import Dash, Input, Output, State, dcc, html
 from dashboard import components as ui
 from dashboard import intervals as ci
 from dashboard import queries, validate
-from medtx.uncertainty import COMPARED
+from medtx.evaluation.uncertainty import COMPARED
 
 PATH = "/leaderboard"
 NAME = "Leaderboard"

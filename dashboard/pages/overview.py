@@ -11,7 +11,7 @@ from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components as ui
 from dashboard import queries, validate
-from medtx import progress
+from medtx.pipeline import progress
 
 PATH = "/"
 NAME = "Overview"

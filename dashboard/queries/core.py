@@ -15,7 +15,7 @@ Rules every query of dashboard.queries keeps so the dashboard stays up and safe 
 - A table that does not exist yet (a stage that has not run) reads as an empty frame: the pages then show
   an empty state instead of a traceback.
 - Aggregations over millions of rows are not run per request: they read the `dash.*` marts that publishing
-  materialises into the snapshot (`medtx.marts`), or, for a snapshot published before they existed, the
+  materialises into the snapshot (`medtx.publish.marts`), or, for a snapshot published before they existed, the
   same SELECT inline.
 """
 
@@ -33,9 +33,9 @@ from typing import TypeVar
 import duckdb
 import polars as pl
 
-from medtx.db import WarehouseVersionError, load_migrations, quote_ident
-from medtx.marts import MARTS
-from medtx.marts import SCHEMA as MART_SCHEMA
+from medtx.store.db import WarehouseVersionError, load_migrations, quote_ident
+from medtx.publish.marts import MARTS
+from medtx.publish.marts import SCHEMA as MART_SCHEMA
 from medtx.tasks import all_tasks, tasks_of_family
 
 log = logging.getLogger("medtx.dashboard")
@@ -80,7 +80,7 @@ def _freeze(params: Sequence[object]) -> tuple[object, ...]:
 def open_snapshot(path: str | Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the snapshot file as it is now (see the module docstring).
 
-    Refuses a snapshot written by a newer medtx, like `medtx.db.connect(read_only=True)`.
+    Refuses a snapshot written by a newer medtx, like `medtx.store.db.connect(read_only=True)`.
     """
     con = duckdb.connect()
     try:
@@ -151,7 +151,7 @@ def _cached_query(path: str, signature: Signature, sql: str, params: tuple[objec
 def _mart_sql(snapshot: Path, name: str) -> str:
     """FROM-clause text of a mart: its materialised table when this snapshot has one, else its SELECT.
 
-    Both come from the constant `medtx.marts.MARTS`; no request data reaches SQL text.
+    Both come from the constant `medtx.publish.marts.MARTS`; no request data reaches SQL text.
     """
     if name in _snapshot_marts(snapshot):
         return f"{MART_SCHEMA}.{quote_ident(name)}"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from medtx.db import quote_table
+from medtx.store.db import quote_table
 
 from dashboard.queries.core import ADMISSION_NOTE_TABLES, _mart_sql, query
 

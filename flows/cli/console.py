@@ -1,7 +1,7 @@
 """What `medtx pipeline` shows a person: one rich progress display, every log line in a file.
 
 On a terminal: a line per stage (synth, ingest, reference, codes, samples, train) with a bar over its steps,
-the step(s) running now, elapsed time and an ETA from the previous run's step durations (medtx.progress),
+the step(s) running now, elapsed time and an ETA from the previous run's step durations (medtx.pipeline.progress),
 plus a total line. Off a terminal (CI, cron, a pipe): one plain line per finished step. Logs (per-epoch
 lines, Prefect's run logs, httpx's request lines) go to var/logs/pipeline-<time>.log, and to the console
 too only with `-v`.
@@ -21,8 +21,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from medtx import progress as prog
-from medtx.pipeline_plan import KINDS
+from medtx.pipeline import progress as prog
+from medtx.pipeline.plan import KINDS
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -1,5 +1,5 @@
 """`@writes_warehouse("medtx ingest mimic3")`: a command that writes the warehouse holds its writer file
-(medtx.writer_lock) for its whole run, waiting politely (bounded, MEDTX_LOCK_WAIT_S, default 120 s) while
+(medtx.store.writer_lock) for its whole run, waiting politely (bounded, MEDTX_LOCK_WAIT_S, default 120 s) while
 another writer holds it, with one line naming the holder; after the wait it exits 1 with that line.
 """
 
@@ -29,9 +29,9 @@ def writes_warehouse(command: str, *, recover: bool = False) -> Callable:
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)  # typer reads the wrapped signature (its options)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from medtx.db import open_warehouse, transaction
-            from medtx.run_owners import mark_interrupted
-            from medtx.writer_lock import WarehouseBusy, hold_writer
+            from medtx.store.db import open_warehouse, transaction
+            from medtx.store.run_owners import mark_interrupted
+            from medtx.store.writer_lock import WarehouseBusy, hold_writer
 
             db = get_settings(db=kwargs.get("db")).db
             try:

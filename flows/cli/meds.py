@@ -11,7 +11,7 @@ from rich.table import Table
 
 from flows.cli import app
 from flows.cli.ingest import ingest_app
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
 from medtx.meds.export import DEFAULT_SHARD_ROWS
 from medtx.meds.mapping import MappingError

@@ -35,7 +35,7 @@ def _config(config: Path | None) -> Path:
 
 def _load(config: Path, *, sources: bool):
     """The validated config, or one line per problem on stderr and exit 2 (before any Prefect server starts)."""
-    from medtx.pipeline_config import ConfigError, load_config
+    from medtx.pipeline.config import ConfigError, load_config
 
     try:
         return load_config(config, sources=sources)
@@ -49,8 +49,8 @@ def _load(config: Path, *, sources: bool):
 
 def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: list[str] | None,
          verbose: bool = False) -> None:
-    from medtx.processes import descendants, exit_cleanly_on_sigterm, stop_descendants
-    from medtx.writer_lock import WarehouseBusy, hold_writer
+    from medtx.runtime.processes import descendants, exit_cleanly_on_sigterm, stop_descendants
+    from medtx.store.writer_lock import WarehouseBusy, hold_writer
 
     settings = get_settings(db=db)
     before = descendants()  # what was running before this command is not ours to stop
@@ -95,7 +95,7 @@ def _run_with_display(config: Path, db: Path | None, settings, steps_only, refre
 
 
 def _summary(settings, state, log_file: Path) -> None:
-    from medtx.pipeline_runs import step_table
+    from medtx.pipeline.runs import step_table
 
     out = Console()
     rows = sorted(step_table(settings.db, str(state.state_details.flow_run_id)),

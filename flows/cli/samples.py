@@ -13,7 +13,7 @@ from rich.table import Table
 
 from flows.cli import app
 from flows.cli.locking import writes_warehouse
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 from medtx.samples import EmptyCohortError, buildable_tasks
 from medtx.settings import get_settings
 

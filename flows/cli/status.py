@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli import app
-from medtx.db import open_warehouse
-from medtx.marts import MARTS
+from medtx.store.db import open_warehouse
+from medtx.publish.marts import MARTS
 from medtx.settings import get_settings
 from medtx.tasks import all_tasks
 

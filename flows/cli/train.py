@@ -1,6 +1,6 @@
 """`medtx train --task drug_rec --model transformer`: train/evaluate one model on one task and seed.
 
-The same path as a pipeline's training step, in this process (`medtx.pipeline_steps.train_here`): the
+The same path as a pipeline's training step, in this process (`medtx.pipeline.steps.train_here`): the
 step's training package is exported to the exchange folder, the model trains from it in a scratch warehouse,
 and the result package is recorded in the warehouse in one transaction (ml.runs, ml.epochs, ml.metrics,
 ml.predictions, ml.attention, checkpoints). The command prints the run id and its test metrics.
@@ -18,10 +18,10 @@ from rich.table import Table
 
 from flows.cli import app
 from flows.cli.locking import writes_warehouse
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 from medtx.metrics.intervals import WITHHELD
-from medtx.pipeline_plan import train_step
-from medtx.pipeline_steps import train_here
+from medtx.pipeline.plan import train_step
+from medtx.pipeline.steps import train_here
 from medtx.settings import get_settings
 from medtx.tasks import get_task, names_of_family
 
@@ -76,10 +76,10 @@ def _metrics_table(db: Path, run_id: str) -> Table:
 
 
 def _use_available_cores(requested: int | None) -> None:
-    """Alone, a training gets every core the process may use (affinity and cgroup quota, medtx.resources)."""
+    """Alone, a training gets every core the process may use (affinity and cgroup quota, medtx.runtime.resources)."""
     import torch
 
-    from medtx.resources import threads_per_training
+    from medtx.runtime.resources import threads_per_training
 
     torch.set_num_threads(int(requested) if requested else threads_per_training(1))
 
@@ -87,15 +87,15 @@ def _use_available_cores(requested: int | None) -> None:
 def _check_model(task: str, model: str) -> None:
     """A model the registry does not offer for the task is an error naming those it does (before any run)."""
     from medtx.models.registry import models_for
-    from medtx.training_order import model_family
+    from medtx.pipeline.order import model_family
 
     if not model_family(task, model):
         raise ValueError(f"model {model!r} does not serve task {task!r}; models for it: {', '.join(models_for(task))}")
 
 
 def default_dataset(db: Path, requested: str | None) -> str:
-    """The dataset a command means: the one named, else the only one in the warehouse (see medtx.datasets)."""
-    from medtx.datasets import choose_dataset, warehouse_datasets
+    """The dataset a command means: the one named, else the only one in the warehouse (see medtx.store.datasets)."""
+    from medtx.store.datasets import choose_dataset, warehouse_datasets
 
     with open_warehouse(db, read_only=True) as con:
         return choose_dataset(warehouse_datasets(con), requested, db=str(db))

@@ -30,7 +30,7 @@ import logging
 import duckdb
 
 from medtx.codes.ndc import drug_name_key_sql, ndc_sql
-from medtx.db import quote_ident, transaction
+from medtx.store.db import quote_ident, transaction
 
 log = logging.getLogger("medtx.codes")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from medtx.codes.ndc import drug_name_key_sql, ndc_sql
-from medtx.db import quote_table, sql_literal, transaction
+from medtx.store.db import quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.codes")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import quote_ident, sql_literal
+from medtx.store.db import quote_ident, sql_literal
 from medtx.ingest.schema import TableSpec, guess_table
 
 log = logging.getLogger("medtx.ingest")

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from medtx.fingerprint import file_sha256
+from medtx.store.fingerprint import file_sha256
 
 log = logging.getLogger("medtx.ingest")
 
@@ -69,7 +69,7 @@ def dataset_name(source: str | os.PathLike[str]) -> str:
     else:
         path = Path(text).expanduser().resolve()
         base = path.name if path.is_dir() or not path.suffix else path.parent.name
-    # Same rule as medtx.pipeline_config.DatasetConfig.key, so CLI and pipeline agree on names.
+    # Same rule as medtx.pipeline.config.DatasetConfig.key, so CLI and pipeline agree on names.
     name = re.sub(r"[^a-z0-9_]+", "_", base.lower()).strip("_")
     if not name:
         raise ValueError(f"cannot derive a dataset name from {source!r}: pass --dataset")

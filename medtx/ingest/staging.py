@@ -18,8 +18,8 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import connect, quote_ident, quote_table, transaction
-from medtx.fingerprint import file_sha256
+from medtx.store.db import connect, quote_ident, quote_table, transaction
+from medtx.store.fingerprint import file_sha256
 from medtx.ingest.loader import (
     STAGED_REJECTS,
     Header,

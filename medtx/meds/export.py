@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 
 import medtx
-from medtx.db import quote_ident, sql_literal
+from medtx.store.db import quote_ident, sql_literal
 from medtx.meds.events import DATA_ARROW_SCHEMA, EXTRA_COLUMNS, events_sql
 from medtx.meds.labels import LABEL_ARROW_SCHEMA, label_sql, label_tasks, missing_time_count
 from medtx.samples.splits import DEFAULT_SEED, assign_splits

@@ -20,8 +20,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from medtx.db import connect, quote_ident, quote_table, transaction
-from medtx.fingerprint import file_sha256
+from medtx.store.db import connect, quote_ident, quote_table, transaction
+from medtx.store.fingerprint import file_sha256
 from medtx.ingest.loader import IngestResult, write_log
 from medtx.ingest.mimic3 import check_dataset
 from medtx.meds import tables

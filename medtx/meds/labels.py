@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from medtx.db import quote_ident, quote_table, sql_literal
+from medtx.store.db import quote_ident, quote_table, sql_literal
 
 LABEL_ARROW_SCHEMA = pa.schema([("subject_id", pa.int64()), ("prediction_time", pa.timestamp("us")),
                                 ("boolean_value", pa.bool_())])

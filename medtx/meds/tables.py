@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import duckdb
 
-from medtx.db import quote_table, sql_literal
+from medtx.store.db import quote_table, sql_literal
 from medtx.meds.mapping import CodeMapping
 
 RAW_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")

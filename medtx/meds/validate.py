@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from medtx.db import quote_table
+from medtx.store.db import quote_table
 
 META_FILES = ("metadata/dataset.json", "metadata/codes.parquet")
 SPLIT_NAMES = {"train": "train", "tuning": "val", "held_out": "test"}

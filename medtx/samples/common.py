@@ -11,7 +11,7 @@ import logging
 
 import duckdb
 
-from medtx.db import quote_ident, quote_table
+from medtx.store.db import quote_ident, quote_table
 
 log = logging.getLogger("medtx.samples")
 
@@ -86,6 +86,75 @@ def create_visits(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     return n_adm
 
 
+INDEX_TABLE = "_samples_index"
+HISTORY_TABLE = "_samples_history"
+EVENTS_TABLE = "_events"
+
+
+def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time: str, index_sql: str, *,
+                   visits: str = "TRUE") -> int:
+    """(Re)create `_samples_history`: the one relation a builder reads its features from. Returns its rows.
+
+    `index_sql` selects the samples' index admissions (`subject_id, hadm_id`, one row per sample) from
+    `_samples_visits`; `prediction_time` is the task's clock (`Task.prediction_time`, over the index admission's
+    `admittime` and `dischtime`); `visits` is a predicate over `_samples_visits` choosing which admissions enter a
+    history (the index admission must pass it). Columns, one row per sample: subject_id, hadm_id (the index
+    admission), prediction_time, and per-visit lists over the patient's chosen admissions up to and including the
+    index one (by admittime, then hadm_id): conditions, procedures, drugs (VARCHAR[][]), ages (INTEGER[], age at
+    each visit, 0 when unknown), n_visits. Of each admission a list holds only the codes that the event table
+    (medtx.tasks.clock, `_events`) shows at or before the sample's prediction time, in `_samples_visits`' order;
+    a code known later is absent, however the builder reads the history. Labels are not features: a builder
+    still reads them from `_samples_visits`.
+    """
+    from medtx.tasks.clock import create_event_view
+
+    create_event_view(con, dataset, EVENTS_TABLE)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE {INDEX_TABLE} AS
+        SELECT i.subject_id, i.hadm_id, CAST(({prediction_time}) AS TIMESTAMP) AS prediction_time
+        FROM (SELECT subject_id, hadm_id FROM ({index_sql})) i JOIN {VISITS_TABLE} v USING (hadm_id)""")
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE {HISTORY_TABLE} AS
+        WITH ranked AS (
+            SELECT *, row_number() OVER (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id) AS visit_rank
+            FROM {VISITS_TABLE} WHERE {visits}
+        ), pairs AS (   -- (sample, admission of its history)
+            SELECT i.hadm_id AS sample_hadm_id, i.subject_id, i.prediction_time, r.*
+            FROM {INDEX_TABLE} i
+            JOIN ranked ri ON ri.hadm_id = i.hadm_id
+            JOIN ranked r ON r.subject_id = i.subject_id AND r.visit_rank <= ri.visit_rank
+        ), seen AS (    -- what the clock shows each sample of each admission
+            SELECT p.sample_hadm_id, p.hadm_id, e.source, list(DISTINCT e.code) AS codes
+            FROM pairs p JOIN {EVENTS_TABLE} e ON e.hadm_id = p.hadm_id AND e.time <= p.prediction_time
+            WHERE e.source IN ('diagnosis', 'procedure', 'drug')
+            GROUP BY ALL
+        ), visible AS (
+            SELECT p.sample_hadm_id, p.subject_id, p.prediction_time, p.visit_rank, p.admittime, p.hadm_id, p.age,
+                   list_filter(p.conditions, c -> list_contains(coalesce(dx.codes, []), c)) AS conditions,
+                   list_filter(p.procedures, c -> list_contains(coalesce(px.codes, []), c)) AS procedures,
+                   list_filter(p.drugs, c -> list_contains(coalesce(rx.codes, []), c)) AS drugs
+            FROM pairs p
+            LEFT JOIN seen dx ON dx.sample_hadm_id = p.sample_hadm_id AND dx.hadm_id = p.hadm_id AND dx.source = 'diagnosis'
+            LEFT JOIN seen px ON px.sample_hadm_id = p.sample_hadm_id AND px.hadm_id = p.hadm_id AND px.source = 'procedure'
+            LEFT JOIN seen rx ON rx.sample_hadm_id = p.sample_hadm_id AND rx.hadm_id = p.hadm_id AND rx.source = 'drug'
+        )
+        SELECT sample_hadm_id AS hadm_id, any_value(subject_id) AS subject_id,
+               any_value(prediction_time) AS prediction_time,
+               list(conditions ORDER BY visit_rank) AS conditions,
+               list(procedures ORDER BY visit_rank) AS procedures,
+               list(drugs ORDER BY visit_rank) AS drugs,
+               list(coalesce(age, 0) ORDER BY visit_rank) AS ages,
+               count(*) AS n_visits
+        FROM visible GROUP BY sample_hadm_id""")
+    return con.sql(f"SELECT count(*) FROM {HISTORY_TABLE}").fetchall()[0][0]
+
+
+def drop_history(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the temp tables `create_history` made (the events table stays for the dataset's other tasks)."""
+    con.execute(f"DROP TABLE IF EXISTS {HISTORY_TABLE}")
+    con.execute(f"DROP TABLE IF EXISTS {INDEX_TABLE}")
+
+
 def visit_stats(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """What the visits table holds, for error messages and summaries."""
     row = con.sql(
@@ -130,7 +199,7 @@ def store_task(
     its split, its vocabularies (`feature -> list expression` over a sample row, training patients only)
     and its summary. Returns the split assignment. `shared`: `target` holds several tasks' rows (a `task`
     column), so only this task's rows of the dataset are replaced."""
-    from medtx.db import transaction
+    from medtx.store.db import transaction
     from medtx.samples.splits import split_counts, write_splits
     from medtx.samples.vocab import write_vocab
 

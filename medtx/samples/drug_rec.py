@@ -12,25 +12,30 @@ from __future__ import annotations
 
 import duckdb
 
-from medtx.samples.common import VISITS_TABLE, EmptyCohortError, store_task, unknown_code_counts, visit_stats
+from medtx.samples.common import (
+    HISTORY_TABLE, VISITS_TABLE, EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts,
+    visit_stats,
+)
 
 TASK = "drug_rec"
 
+KEPT = "len(conditions) > 0 AND len(procedures) > 0 AND len(drugs) > 0"
+
+# The samples' index admissions: every kept visit of a patient with 2 or more kept visits.
+INDEX_SQL = f"""
+    SELECT subject_id, hadm_id FROM (
+        SELECT subject_id, hadm_id, count(*) OVER (PARTITION BY subject_id) AS n_kept
+        FROM {VISITS_TABLE} WHERE {KEPT}
+    ) WHERE n_kept >= 2"""
+
+# Features come from the history relation (medtx.samples.common.create_history: only what the clock shows at
+# the prediction time, the current visit's discharge); the label is the current visit's drugs.
 DRUG_REC_SQL = f"""
-    WITH kept AS (
-        SELECT *, count(*) OVER (PARTITION BY subject_id) AS n_kept
-        FROM {VISITS_TABLE}
-        WHERE len(conditions) > 0 AND len(procedures) > 0 AND len(drugs) > 0
-    )
-    SELECT $dataset AS dataset, subject_id, hadm_id,
-           CAST(row_number() OVER w - 1 AS INTEGER) AS visit_index, admittime,
-           list(conditions) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS conditions,
-           list(procedures) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS procedures,
-           list_concat(coalesce(list(drugs) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), []),
-                       [[]::VARCHAR[]]) AS drugs_hist,
-           drugs
-    FROM kept WHERE n_kept >= 2
-    WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)"""
+    SELECT $dataset AS dataset, h.subject_id, h.hadm_id, CAST(h.n_visits - 1 AS INTEGER) AS visit_index,
+           v.admittime, h.prediction_time, h.conditions, h.procedures,
+           list_concat(h.drugs[1:len(h.drugs) - 1], [[]::VARCHAR[]]) AS drugs_hist,
+           v.drugs
+    FROM {HISTORY_TABLE} h JOIN {VISITS_TABLE} v USING (hadm_id)"""
 
 # Each kept visit is the last history element of exactly one sample, so these count every visit once.
 VOCAB = {
@@ -43,8 +48,12 @@ VOCAB = {
 
 def build_drug_rec(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int, fractions, min_count: int) -> int:
     """Rewrite `samples.drug_rec` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
+    from medtx.tasks import get_task
+
     params = {"dataset": dataset}
+    create_history(con, dataset, get_task(TASK).prediction_time, INDEX_SQL, visits=KEPT)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_drug_rec AS {DRUG_REC_SQL}", params)
+    drop_history(con)
     stats = visit_stats(con)
     n, patients, mean_labels, distinct_labels = con.sql(
         """SELECT count(*), count(DISTINCT subject_id), avg(len(drugs)),

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import ftfy
 
-from medtx.db import transaction
+from medtx.store.db import transaction
 from medtx.samples.common import EmptyCohortError, write_summary
 from medtx.samples.splits import assign_folds
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-from medtx.db import transaction
+from medtx.store.db import transaction
 from medtx.samples.common import EmptyCohortError, write_summary
 from medtx.samples.splits import split_counts, write_splits
 from medtx.samples.vocab import write_vocab

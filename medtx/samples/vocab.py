@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from medtx.db import sql_literal
+from medtx.store.db import sql_literal
 
 PAD, UNK = "<pad>", "<unk>"
 PAD_IDX, UNK_IDX = 0, 1

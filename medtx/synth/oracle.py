@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import quote_table, sql_literal, transaction
+from medtx.store.db import quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.synth")
 

@@ -71,7 +71,7 @@ class Task:
     label_name: str = "positive"  # the single output label of a binary task
     tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)
     recall_ks: tuple[int, ...] = ()
-    # What the paired comparisons against the reference baseline are made on (medtx.comparisons): the
+    # What the paired comparisons against the reference baseline are made on (medtx.evaluation.comparisons): the
     # headline metric first, then the set (thresholded) metric, as (metric, averaging). (): no comparisons.
     compared: tuple[tuple[str, str], ...] = ()
     copy_source: str | None = None  # copy_last baseline: the history column it copies (None: not defined)
@@ -93,6 +93,17 @@ class Task:
     train_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
     order: int = 100  # position in listings (CLI help, leaderboard); ties by name
+    # The clock (docs/TASKS.md). `prediction_time`: a SQL expression over the sample's index admission's
+    # `admittime` and `dischtime` (e.g. "dischtime", "admittime + INTERVAL 48 HOUR"); every sample row stores it
+    # as `prediction_time` and its features hold only events known at or before it (medtx.tasks.clock's rule,
+    # read through medtx.samples.common.create_history). None: the task has no admission clock (text corpora).
+    prediction_time: str | None = None
+    clock: str = ""  # the prediction time in words, e.g. "48 hours after admission"
+    observation_window: str = ""  # what the features may hold, in words
+    # feature column -> the medtx.tasks.clock event source its codes come from ('diagnosis', 'procedure', 'drug'),
+    # or 'static' for tokens known at admission (age, sex, admission type: not events). The leakage gate checks
+    # every code of an event-sourced feature against the warehouse's event times (medtx.tasks.leakage).
+    feature_sources: tuple[tuple[str, str], ...] = ()
 
     @property
     def binary(self) -> bool:

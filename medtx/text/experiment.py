@@ -27,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
-from medtx.db import quote_table
-from medtx.fingerprint import tables_fingerprint
+from medtx.store.db import quote_table
+from medtx.store.fingerprint import tables_fingerprint
 from medtx.tasks import Task, get_task, tasks_of_family
 from medtx.text.base import TextConfig, TextData
 from medtx.text.evaluation import TextEvaluation, evaluate_text  # noqa: F401  (re-exported: the text stage's API)

@@ -26,8 +26,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from medtx.db import quote_ident, quote_table
-from medtx.fingerprint import tables_fingerprint
+from medtx.store.db import quote_ident, quote_table
+from medtx.store.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
 from medtx.tasks import Task, tasks_of_kind

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from medtx.fingerprint import text_hash
+from medtx.store.fingerprint import text_hash
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.classification import classification_metrics
 from medtx.text.base import TextConfig, TextData

@@ -1,6 +1,6 @@
 """Evaluation of one EHR run, pure: validation scores for the trainer, the decision threshold (tuned on
 validation only), test metrics with the 10 x 80% patient subsample sd (SafeDrug's convention; the 95% patient
-bootstrap intervals are added when the run is recorded, medtx.uncertainty), per-label scores, long-form
+bootstrap intervals are added when the run is recorded, medtx.evaluation.uncertainty), per-label scores, long-form
 predictions, and the `records.RunResults` that the run skeleton records.
 
 Protocol (stated in ml.runs / ml.metrics and RESULTS.md):

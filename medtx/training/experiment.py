@@ -7,7 +7,7 @@ warehouse only for short reads and writes (never across training), so a long run
 Protocol (stated in ml.runs / ml.metrics and RESULTS.md): model selection on validation only: early stopping
 on the validation `monitor` (PR-AUC for multi-label tasks, AUPRC for the binary ones: each task's `monitor`),
 the threshold tuned on validation (medtx.training.ehr_evaluation); test metrics are the point estimate with a
-95% patient-bootstrap interval (medtx.uncertainty, when the run is recorded) and the SafeDrug-style 10 x 80%
+95% patient-bootstrap interval (medtx.evaluation.uncertainty, when the run is recorded) and the SafeDrug-style 10 x 80%
 subsample sd; set metrics both visit- and patient-averaged.
 """
 
@@ -23,8 +23,8 @@ import duckdb
 import polars as pl
 import torch
 
-from medtx.db import quote_table
-from medtx.fingerprint import tables_fingerprint
+from medtx.store.db import quote_table
+from medtx.store.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT
 from medtx.models.baselines import BASELINE_MODELS, build_baseline
 from medtx.models.ehr_data import LabelSpace, task_spec

@@ -20,8 +20,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from medtx.db import quote_ident, quote_table, transaction
-from medtx.run_owners import claim, heartbeat
+from medtx.store.db import quote_ident, quote_table, transaction
+from medtx.store.run_owners import claim, heartbeat
 
 log = logging.getLogger("medtx.training")
 
@@ -150,7 +150,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     # intervals and the paired comparisons against the reference baseline are computed now, once.
     # A run whose figures cannot be qualified (e.g. it predicted other test samples than the reference) must
     # not stay `completed` beside comparisons that left it out: it is marked failed with the reason.
-    from medtx.comparisons import analyse_run
+    from medtx.evaluation.comparisons import analyse_run
 
     try:
         analyse_run(con, run_id)
@@ -191,7 +191,7 @@ def write_metrics(
     with _write(con):
         con.execute("DELETE FROM ml.metrics WHERE run_id = ? AND split = ?", [run_id, split])
         if data:
-            # Named columns: migration 0011 added the interval columns, filled later by medtx.uncertainty.
+            # Named columns: migration 0011 added the interval columns, filled later by medtx.evaluation.uncertainty.
             con.executemany("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, sd, n_boot) "
                             "VALUES (?, ?, ?, ?, ?, ?, ?)", data)
 

@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from medtx.db import quote_table
+from medtx.store.db import quote_table
 
 
 def oracle_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:

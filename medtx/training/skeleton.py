@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import duckdb
 
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 from medtx.training import records
 from medtx.training.runs import is_synthetic, settings_run_folder
 
@@ -52,7 +52,7 @@ class RunPlan(Generic[S]):
 
 def execute_run(db: Path | str, plan: RunPlan[S]) -> str:
     """Run the plan through the skeleton; returns the run id (the results are left in `plan.outcome`)."""
-    from medtx.fingerprint import code_version
+    from medtx.store.fingerprint import code_version
 
     db = Path(db)
     run_id = plan.run_id or records.new_run_id(plan.task, plan.model, plan.dataset, plan.seed)

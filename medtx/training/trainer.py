@@ -327,10 +327,10 @@ def fit(
 
 @contextmanager
 def _shared_cores(cfg: TrainConfig) -> Iterator[Callable[[], None]]:
-    """Hold a slot in the machine's registry of running trainings (medtx.resources) and yield `rebalance`, which
+    """Hold a slot in the machine's registry of running trainings (medtx.runtime.resources) and yield `rebalance`, which
     caps torch's threads at this training's fair share of the cores (at most what the caller set); an explicit
     `cfg.num_threads` (set by `fit`) is kept as asked. Torch's thread count is restored afterwards."""
-    from medtx.resources import fair_threads, training_slot
+    from medtx.runtime.resources import fair_threads, training_slot
 
     ceiling = torch.get_num_threads()
 

@@ -132,7 +132,7 @@ class RunnerConfig(_Strict):
     n_workers: int = Field(default=2, ge=1)  # dask local cluster
     threads_per_worker: int = Field(default=1, ge=1)
     # How many training runs execute at once. "auto" (default): one per GPU with `devices: [auto]` on a GPU
-    # machine, else available cores // torch_threads (medtx.resources: affinity mask capped by the cgroup
+    # machine, else available cores // torch_threads (medtx.runtime.resources: affinity mask capped by the cgroup
     # quota). The warehouse writer stays single either way: steps open short transactions of their own.
     train_concurrency: int | Literal["auto"] = "auto"
     # torch CPU threads per training. "auto" (default): available cores // trainings at once, so concurrent
@@ -149,7 +149,7 @@ class RunnerConfig(_Strict):
 
     def resolved(self, gpus: int = 0, cpus: int | None = None) -> tuple[int, int | None]:
         """(trainings at once, torch threads per training) for a machine with `cpus` cores and `gpus` GPUs."""
-        from medtx.resources import auto_train_concurrency, available_cpus, threads_per_training
+        from medtx.runtime.resources import auto_train_concurrency, available_cpus, threads_per_training
 
         cpus = available_cpus() if cpus is None else cpus
         fixed_threads = self.torch_threads if isinstance(self.torch_threads, int) else 1
@@ -198,7 +198,7 @@ class PipelineConfig(_Strict):
             if missing:
                 raise ValueError(f"tasks.{task}.datasets names unknown dataset(s) {missing}; known: {keys}")
             task_def = get_task(task)
-            # Which models a task takes is checked in load_config (medtx.config_checks.model_problems): one
+            # Which models a task takes is checked in load_config (medtx.pipeline.checks.model_problems): one
             # line per wrong model with its key path, beside every other problem of the file.
             if "raw.mtsamples" in task_def.reads and self.mtsamples is None:
                 raise ValueError(f"tasks.{task} needs an `mtsamples` source")
@@ -232,11 +232,11 @@ class ConfigError(ValueError):
 
 def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
     """Read and validate a pipeline YAML config: its schema, models, override keys and ranges
-    (medtx.config_checks); with `sources` (a run, not a plan listing) also that local sources exist.
+    (medtx.pipeline.checks); with `sources` (a run, not a plan listing) also that local sources exist.
     Every problem is one line naming the file and the key path; all of them are raised at once."""
     from pydantic import ValidationError
 
-    from medtx.config_checks import model_problems, schema_lines, source_problems
+    from medtx.pipeline.checks import model_problems, schema_lines, source_problems
 
     path = Path(path)
     if not path.exists():

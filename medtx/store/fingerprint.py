@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import quote_ident, quote_table
+from medtx.store.db import quote_ident, quote_table
 
 import medtx
 

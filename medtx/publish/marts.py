@@ -19,9 +19,9 @@ from typing import NamedTuple
 import duckdb
 
 from medtx.tasks import all_tasks, tasks_of_family
-from medtx.db import quote_ident, quote_table, sql_literal
+from medtx.store.db import quote_ident, quote_table, sql_literal
 
-log = logging.getLogger("medtx.publish")
+log = logging.getLogger("medtx.publish.snapshot")
 
 SCHEMA = "dash"
 CALIBRATION_BINS = 10

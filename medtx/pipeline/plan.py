@@ -16,8 +16,8 @@ from functools import lru_cache
 
 from medtx.codes import mapping as codes_stage
 from medtx.codes.reference import WRITES as REFERENCE
-from medtx.fingerprint import import_closure
-from medtx.pipeline_config import ModelSpec, PipelineConfig, resolve_devices
+from medtx.store.fingerprint import import_closure
+from medtx.pipeline.config import ModelSpec, PipelineConfig, resolve_devices
 from medtx.synth.oracle import WRITES as SYNTH_ORACLE
 from medtx.tasks import Task, get_task
 

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta, timezone
 import duckdb
 import psutil
 
-from medtx.db import quote_ident, quote_table
-from medtx.writer_lock import process_alive
+from medtx.store.db import quote_ident, quote_table
+from medtx.store.writer_lock import process_alive
 
 log = logging.getLogger("medtx.runs")
 

@@ -23,13 +23,13 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from medtx.db import quote_table, transaction
+from medtx.store.db import quote_table, transaction
 from medtx.metrics import intervals as iv
 from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
 from medtx.metrics.multilabel import average_precision_rows, recall_at_k_rows, roc_auc_rows, set_metric_rows
 from medtx.tasks import Task, all_tasks, get_task
 
-log = logging.getLogger("medtx.uncertainty")
+log = logging.getLogger("medtx.evaluation.uncertainty")
 
 AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
             "recall_samples", "recall_at_10", "recall_at_20", "brier")

@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from medtx.db import open_warehouse, param_marks, transaction
-from medtx.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
-from medtx.pipeline_plan import Step
-from medtx.run_owners import Interrupted, claim, heartbeat, holds_run, mark_interrupted
+from medtx.store.db import open_warehouse, param_marks, transaction
+from medtx.store.fingerprint import code_version, source_fingerprint, tables_fingerprint, text_hash
+from medtx.pipeline.plan import Step
+from medtx.store.run_owners import Interrupted, claim, heartbeat, holds_run, mark_interrupted
 
 log = logging.getLogger("medtx.pipeline")
 

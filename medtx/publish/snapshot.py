@@ -17,11 +17,11 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import connect, quote_ident, transaction
-from medtx.marts import build_marts
-from medtx.run_owners import mark_interrupted
+from medtx.store.db import connect, quote_ident, transaction
+from medtx.publish.marts import build_marts
+from medtx.store.run_owners import mark_interrupted
 
-log = logging.getLogger("medtx.publish")
+log = logging.getLogger("medtx.publish.snapshot")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def publish_snapshot(db: Path | str, snapshot: Path | str) -> Snapshot:
         con.execute("ATTACH ? AS medtx_snapshot", [str(tmp)])  # a bound path: quotes in --db are fine
         try:
             con.execute(f"COPY FROM DATABASE {quote_ident(source)} TO medtx_snapshot")
-            # Read models for the dashboard, in the snapshot only (see medtx.marts).
+            # Read models for the dashboard, in the snapshot only (see medtx.publish.marts).
             build_marts(con, "medtx_snapshot")
             tables = con.sql(
                 "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'medtx_snapshot'"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.db import open_warehouse, transaction
+from medtx.store.db import open_warehouse, transaction
 
 DONE, RUNNING, QUEUED, FAILED = "done", "running", "queued", "failed"
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.writer_lock import WarehouseBusy, lock_wait_s, read_holder
+from medtx.store.writer_lock import WarehouseBusy, lock_wait_s, read_holder
 from warehouse import migrations_dir
 
-log = logging.getLogger("medtx.db")
+log = logging.getLogger("medtx.store.db")
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

@@ -17,7 +17,7 @@ from types import FrameType
 
 import psutil
 
-log = logging.getLogger("medtx.processes")
+log = logging.getLogger("medtx.runtime.processes")
 
 
 def descendants() -> set[int]:

@@ -17,11 +17,11 @@ import logging
 import duckdb
 import numpy as np
 
-from medtx.db import transaction
+from medtx.store.db import transaction
 from medtx.metrics import intervals as iv
-from medtx.uncertainty import COMPARED, NON_NEURAL, RunData, load_run_data
+from medtx.evaluation.uncertainty import COMPARED, NON_NEURAL, RunData, load_run_data
 
-log = logging.getLogger("medtx.uncertainty")
+log = logging.getLogger("medtx.evaluation.uncertainty")
 
 
 # A baseline model run on a pretrained neural encoder is not a non-neural reference (FAQ retrieval over MiniLM
@@ -129,7 +129,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None,
 
 def analyse_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """Intervals for the run's test metrics, then its (task, dataset) comparisons (called by finish_run)."""
-    from medtx.uncertainty import record_intervals
+    from medtx.evaluation.uncertainty import record_intervals
 
     task, dataset = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
     record_intervals(con, run_id)

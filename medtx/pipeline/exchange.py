@@ -34,7 +34,7 @@ from typing import Any
 
 import duckdb
 
-from medtx.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
+from medtx.store.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 # Result tables a run writes, all keyed by run_id (ml.runs first: it names the runs of a package).
 RESULT_TABLES = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.label_metrics", "ml.confusion",
@@ -197,7 +197,7 @@ def _compare_with_reference(con: duckdb.DuckDBPyConnection, run_ids: list[str]) 
     """Paired comparisons need the other runs of the (task, dataset), which only the warehouse holds: the
     worker computed the run's own intervals, the writer compares it with the reference baseline. A run whose
     test samples differ from the reference's cannot be qualified: it is marked failed, as in finish_run."""
-    from medtx.comparisons import compare_runs
+    from medtx.evaluation.comparisons import compare_runs
     from medtx.training.records import fail_run
 
     groups = con.execute(f"SELECT task, dataset, list(run_id) FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "

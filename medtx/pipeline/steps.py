@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from medtx.db import open_warehouse
+from medtx.store.db import open_warehouse
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -124,9 +124,9 @@ def run_train_from_package(
     torch_threads: int | None = None,
 ) -> dict[str, Any]:
     """Worker side of a training step: train from a training package alone (never the warehouse) and publish a
-    result package at `result_dir`, which the flow records (medtx.exchange). Runs anywhere that mounts the
+    result package at `result_dir`, which the flow records (medtx.pipeline.exchange). Runs anywhere that mounts the
     exchange folder: the flow's process, a local Dask worker, another machine."""
-    from medtx.exchange import train_in_package
+    from medtx.pipeline.exchange import train_in_package
 
     def run(db: Path, models_root: Path) -> list[str]:
         paths = {"db": str(db), "models_dir": str(models_root)}
@@ -143,8 +143,8 @@ def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: 
     to the warehouse. A failed training is recorded too (its failed run), then the error is raised."""
     import uuid
 
-    from medtx import pipeline_runs as runs
-    from medtx.exchange import export_training_package, package_key, record_result_package
+    from medtx.pipeline import runs
+    from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
 
     prints = runs.input_fingerprints(db, step)
     package = export_training_package(db, step.reads, step.scope, exchange_dir,
