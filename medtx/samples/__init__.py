@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from medtx.samples.common import EmptyCohortError, create_visits, ehr_datasets
 from medtx.samples.splits import DEFAULT_FRACTIONS, DEFAULT_SEED
 from medtx.samples.vocab import Vocab, load_vocab
 from medtx.tasks import BuildContext, Task, all_tasks
+from medtx.tasks.leakage import gate_all
 
 log = logging.getLogger("medtx.samples")
 
@@ -37,12 +38,18 @@ def build_samples(
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     min_count: int = 1,
     k_folds: int = 5,
+    acknowledge: Mapping[str, Collection[str]] | None = None,
 ) -> dict[tuple[str, str], int]:
     """Build the given tasks (default: all) for the given EHR datasets (default: every dataset in
     raw.admissions). Returns sample counts per (task, dataset).
 
     A task asked for by name fails with `EmptyCohortError` when it has nothing to build from; when building
     everything, such a task is logged and skipped so the others still run.
+
+    After each EHR task is built, the leakage gate (medtx.tasks.leakage) checks it and every task trained on its
+    samples, and records the verdict in samples.leakage_gate; `acknowledge` maps a task to the shortcuts the
+    config acknowledges (`leakage.acknowledge`). A blocked task is recorded, not raised here: its trainings
+    refuse to start (medtx.tasks.leakage.require_pass).
     """
     explicit = tasks is not None
     known = buildable_tasks()
@@ -65,6 +72,8 @@ def build_samples(
             create_visits(con, dataset)
             for task in ehr:
                 counts[(task.name, dataset)] = _guarded(explicit, task, replace(ctx, dataset=dataset), con)
+                if counts[(task.name, dataset)] is not None:
+                    gate_all(con, [task], dataset, acknowledge)
             con.execute("DROP TABLE IF EXISTS _samples_visits")
     for task in (t for t in chosen if t.family != "ehr"):
         counts[(task.name, task.dataset)] = _guarded(explicit, task, replace(ctx, dataset=task.dataset), con)

@@ -130,9 +130,9 @@ def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time
             GROUP BY ALL
         ), visible AS (
             SELECT p.sample_hadm_id, p.subject_id, p.prediction_time, p.visit_rank, p.admittime, p.hadm_id, p.age,
-                   list_filter(p.conditions, c -> list_contains(coalesce(dx.codes, []), c)) AS conditions,
-                   list_filter(p.procedures, c -> list_contains(coalesce(px.codes, []), c)) AS procedures,
-                   list_filter(p.drugs, c -> list_contains(coalesce(rx.codes, []), c)) AS drugs
+                   list_filter(p.conditions, lambda c: list_contains(coalesce(dx.codes, []), c)) AS conditions,
+                   list_filter(p.procedures, lambda c: list_contains(coalesce(px.codes, []), c)) AS procedures,
+                   list_filter(p.drugs, lambda c: list_contains(coalesce(rx.codes, []), c)) AS drugs
             FROM pairs p
             LEFT JOIN seen dx ON dx.sample_hadm_id = p.sample_hadm_id AND dx.hadm_id = p.hadm_id AND dx.source = 'diagnosis'
             LEFT JOIN seen px ON px.sample_hadm_id = p.sample_hadm_id AND px.hadm_id = p.hadm_id AND px.source = 'procedure'

@@ -12,23 +12,32 @@ from __future__ import annotations
 
 import duckdb
 
-from medtx.samples.common import VISITS_TABLE, EmptyCohortError, store_task, unknown_code_counts, visit_stats
+from medtx.samples.common import (
+    HISTORY_TABLE, VISITS_TABLE, EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts,
+    visit_stats,
+)
 
 TASK = "next_visit"
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 
-NEXT_VISIT_SQL = f"""
-    WITH dx AS (SELECT * FROM {VISITS_TABLE} WHERE len(conditions) > 0),
-    hist AS (
-        SELECT subject_id, hadm_id,
-               lead(hadm_id) OVER w AS next_hadm_id,
-               lead(conditions) OVER w AS label,
-               list(conditions) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS visits,
-               list(coalesce(age, 0)) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ages
-        FROM dx
+HAS_DX = "len(conditions) > 0"
+
+# Each visit with diagnoses that has a following one, with that next visit (the label's).
+NEXT_SQL = f"""
+    SELECT * FROM (
+        SELECT subject_id, hadm_id, lead(hadm_id) OVER w AS next_hadm_id, lead(conditions) OVER w AS label
+        FROM {VISITS_TABLE} WHERE {HAS_DX}
         WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)
+    ) WHERE next_hadm_id IS NOT NULL"""
+
+# Features from the history relation (medtx.samples.common.create_history: what the clock shows at the last
+# visit's discharge); the label is the next visit's diagnoses.
+NEXT_VISIT_SQL = f"""
+    WITH hist AS (
+        SELECT n.subject_id, n.hadm_id, n.next_hadm_id, n.label, h.prediction_time, h.conditions AS visits, h.ages
+        FROM ({NEXT_SQL}) n JOIN {HISTORY_TABLE} h USING (hadm_id)
     )
-    SELECT $dataset AS dataset, subject_id, hadm_id, next_hadm_id, visits, ages,
+    SELECT $dataset AS dataset, subject_id, hadm_id, next_hadm_id, prediction_time, visits, ages,
            list_concat(['{CLS}'], flatten(list_transform(visits, lambda v: list_append(v, '{SEP}')))) AS codes,
            list_concat([0], flatten(list_transform(visits,
                lambda v, i: list_resize([]::INTEGER[], len(v) + 1, CAST((i - 1) % 2 AS INTEGER))))) AS segments,
@@ -37,7 +46,7 @@ NEXT_VISIT_SQL = f"""
            list_concat([0], flatten(list_transform(visits,
                lambda v, i: list_resize([]::INTEGER[], len(v) + 1, CAST(i - 1 AS INTEGER))))) AS positions,
            label
-    FROM hist WHERE next_hadm_id IS NOT NULL"""
+    FROM hist"""
 
 VOCAB = {
     "visits": "visits[-1]",          # every visit but each patient's last, once
@@ -48,7 +57,11 @@ VOCAB = {
 
 def build_next_visit(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int, fractions, min_count: int) -> int:
     """Rewrite `samples.next_visit` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
+    from medtx.tasks import get_task
+
+    create_history(con, dataset, get_task(TASK).prediction_time, NEXT_SQL, visits=HAS_DX)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_next_visit AS {NEXT_VISIT_SQL}", {"dataset": dataset})
+    drop_history(con)
     stats = visit_stats(con)
     n, patients, mean_labels, mean_visits = con.sql(
         "SELECT count(*), count(DISTINCT subject_id), avg(len(label)), avg(len(visits)) FROM _samples_next_visit"

@@ -16,41 +16,51 @@ from __future__ import annotations
 
 import duckdb
 
-from medtx.samples.common import VISITS_TABLE, EmptyCohortError, store_task, unknown_code_counts, visit_stats
+from medtx.samples.common import (
+    HISTORY_TABLE, VISITS_TABLE, EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts,
+    visit_stats,
+)
 
 TASK = "readmission"
 WINDOW_DAYS = 30
 
-READMISSION_SQL = f"""
-    WITH hist AS (
-        SELECT *,
-               list(conditions) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS h_conditions,
-               list(procedures) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS h_procedures,
-               list(drugs) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS h_drugs,
+# The samples' index admissions: every admission but in-hospital deaths and newborns, with its label (the first
+# later non-elective admission within 30 days of discharge).
+INDEX_SQL = f"""
+    SELECT * FROM (
+        SELECT subject_id, hadm_id, dischtime, hospital_expire_flag, deathtime, admission_type,
                min(CASE WHEN admission_type IS DISTINCT FROM 'ELECTIVE' THEN admittime END)
                    OVER (w ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_admittime
         FROM {VISITS_TABLE}
         WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)
-    ), notes AS (
+    ) WHERE coalesce(hospital_expire_flag, 0) <> 1 AND deathtime IS NULL
+        AND admission_type IS DISTINCT FROM 'NEWBORN'"""
+
+# Features from the history relation (medtx.samples.common.create_history: what the clock shows at discharge).
+READMISSION_SQL = f"""
+    WITH notes AS (
         SELECT hadm_id, string_agg(text, chr(10) || chr(10) ORDER BY chartdate, charttime, row_id) AS text
         FROM raw.noteevents
         WHERE dataset = $dataset AND lower(trim(category)) = 'discharge summary'
           AND coalesce(trim(iserror), '') <> '1' AND nullif(trim(text), '') IS NOT NULL
         GROUP BY hadm_id
     )
-    SELECT $dataset AS dataset, subject_id, hadm_id, admittime, dischtime,
-           h_conditions AS conditions, h_procedures AS procedures, h_drugs AS drugs, notes.text,
-           coalesce(date_diff('second', dischtime, next_admittime) < {WINDOW_DAYS} * 86400, false) AS label
-    FROM hist LEFT JOIN notes USING (hadm_id)
-    WHERE coalesce(hospital_expire_flag, 0) <> 1 AND deathtime IS NULL
-      AND admission_type IS DISTINCT FROM 'NEWBORN'"""
+    SELECT $dataset AS dataset, h.subject_id, h.hadm_id, v.admittime, v.dischtime, h.prediction_time,
+           h.conditions, h.procedures, h.drugs, notes.text,
+           coalesce(date_diff('second', i.dischtime, i.next_admittime) < {WINDOW_DAYS} * 86400, false) AS label
+    FROM {HISTORY_TABLE} h JOIN ({INDEX_SQL}) i USING (hadm_id) JOIN {VISITS_TABLE} v USING (hadm_id)
+    LEFT JOIN notes USING (hadm_id)"""
 
 VOCAB = {"conditions": "conditions[-1]", "procedures": "procedures[-1]", "drugs": "drugs[-1]"}
 
 
 def build_readmission(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int, fractions, min_count: int) -> int:
     """Rewrite `samples.readmission` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
+    from medtx.tasks import get_task
+
+    create_history(con, dataset, get_task(TASK).prediction_time, INDEX_SQL)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_readmission AS {READMISSION_SQL}", {"dataset": dataset})
+    drop_history(con)
     stats = visit_stats(con)
     n, patients, positives, with_text = con.sql(
         "SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label), count(text) "

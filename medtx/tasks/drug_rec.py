@@ -21,8 +21,8 @@ TASK = Task(
     kind="multilabel",
     family="ehr",
     sample_table="samples.drug_rec",
-    sample_columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "conditions", "procedures",
-                    "drugs_hist", "drugs"),
+    sample_columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "prediction_time", "conditions",
+                    "procedures", "drugs_hist", "drugs"),
     features=("conditions", "procedures", "drugs_hist"),
     label_column="drugs",
     label_feature="drugs",
@@ -61,6 +61,12 @@ TASK = Task(
     # the plain shuffle. Not transformer_rope: its mean moved -0.0003 (-0.0011 to +0.0005), so it was left alone
     # (benchmarks/README.md, round 5).
     train_defaults={"transformer": {"length_buckets": 16}},
+    # The SafeDrug/PyHealth convention: the drugs of a visit are recommended once its diagnoses and procedures are
+    # coded, i.e. at discharge; the current visit's own drugs (the label) are blanked from the features.
+    prediction_time="dischtime",
+    clock="at the current visit's discharge (SafeDrug/PyHealth convention)",
+    observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
+    feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),
     order=10,
     description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
 )

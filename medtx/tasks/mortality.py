@@ -1,13 +1,21 @@
-"""Task `mortality`: in-hospital death during an admission, from that admission's own codes.
+"""Task `mortality`: in-hospital death, predicted 48 hours after admission from what is known then.
 
-Rule, per admission of the dataset (one row per hadm_id, as in medtx.samples.common.create_visits):
-- label = raw.admissions.hospital_expire_flag = 1 (MIMIC-III: the patient died during this stay);
-- features = the admission's distinct diagnoses, procedures and mapped ATC-3 drugs, each as a one-visit
-  history [[codes]] so every EHR model reads them like samples.readmission (no history: later admissions
-  of a patient who died cannot exist, earlier ones would leak nothing but are left out to keep the task
-  "this stay only");
-- admissions whose flag is NULL are left out and counted (`admissions_without_flag` in the summary), never
-  guessed as survivors; admissions with no code at all are kept (a model must still score them).
+The definition of the MIMIC benchmarks (Harutyunyan et al. 2019) and MEDS-DEV's in-hospital mortality task, on
+the tables medtx loads (no vitals or labs). Per admission of the dataset (one row per hadm_id):
+- prediction time = admittime + 48 hours;
+- cohort: the admission has admittime, dischtime and hospital_expire_flag; it lasts at least 48 hours
+  (dischtime >= the prediction time); the patient is alive at the prediction time (deathtime, when present,
+  after it). Every exclusion is counted in the summary (`excluded_*`), never guessed;
+- label = hospital_expire_flag = 1 (death before discharge);
+- features = what the clock (medtx.tasks.clock) shows at the prediction time, through the one history relation
+  (medtx.samples.common.create_history): the diagnoses and procedures of the patient's earlier admissions (coded
+  at their discharge; the current stay's own codes, assigned at its discharge, are never visible), the drugs of
+  earlier admissions and those of this stay whose start day ended by the prediction time; one visit per
+  admission, the current one last (its diagnoses/procedures lists are empty);
+- `static` = one visit of three tokens known at admission: `AGE//<decade>` (age at admission in whole years,
+  capped at 90, in 10-year bands: `AGE//60-69`; `AGE//UNKNOWN` without a birth date), `SEX//<F|M|UNKNOWN>`,
+  `ADMISSION_TYPE//<EMERGENCY|ELECTIVE|URGENT|NEWBORN|UNKNOWN>`. Every EHR model reads it as one more feature
+  column (its single visit lines up with the current admission).
 Split: by patient, like the other EHR tasks. Rows live in the generic samples.admission_outcome table.
 """
 
@@ -19,32 +27,64 @@ from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
 
 NAME = "mortality"
 TABLE = "samples.admission_outcome"
+PREDICTION_TIME = "admittime + INTERVAL 48 HOUR"
+
+# Every admission with its exclusion reason (NULL: in the cohort), first reason that applies.
+COHORT_SQL = f"""
+    SELECT subject_id, hadm_id,
+           CASE WHEN hospital_expire_flag IS NULL THEN 'without_flag'
+                WHEN admittime IS NULL OR dischtime IS NULL THEN 'without_times'
+                WHEN dischtime < {PREDICTION_TIME} THEN 'under_48h'
+                WHEN deathtime IS NOT NULL AND deathtime <= {PREDICTION_TIME} THEN 'died_by_48h'
+           END AS excluded
+    FROM _samples_visits"""
+
+INDEX_SQL = f"SELECT subject_id, hadm_id FROM ({COHORT_SQL}) WHERE excluded IS NULL"
 
 SAMPLES_SQL = """
-    SELECT $dataset AS dataset, $task AS task, subject_id, hadm_id, admittime,
-           [conditions] AS conditions, [procedures] AS procedures, [drugs] AS drugs,
-           hospital_expire_flag = 1 AS label
-    FROM _samples_visits
-    WHERE hospital_expire_flag IS NOT NULL"""
+    WITH sex AS (
+        SELECT subject_id, upper(trim(first(gender ORDER BY row_id NULLS LAST))) AS gender
+        FROM raw.patients WHERE dataset = $dataset GROUP BY 1
+    )
+    SELECT $dataset AS dataset, $task AS task, h.subject_id, h.hadm_id, v.admittime, h.prediction_time,
+           h.conditions, h.procedures, h.drugs,
+           [[CASE WHEN v.age IS NULL THEN 'AGE//UNKNOWN'
+                  ELSE 'AGE//' || (v.age // 10 * 10) || '-' || (v.age // 10 * 10 + 9) END,
+             'SEX//' || CASE WHEN sex.gender IN ('F', 'M') THEN sex.gender ELSE 'UNKNOWN' END,
+             'ADMISSION_TYPE//' || coalesce(nullif(v.admission_type, ''), 'UNKNOWN')]] AS static,
+           v.hospital_expire_flag = 1 AS label
+    FROM _samples_history h JOIN _samples_visits v USING (hadm_id) LEFT JOIN sex ON sex.subject_id = h.subject_id"""
 
-VOCAB = {"conditions": "conditions[-1]", "procedures": "procedures[-1]", "drugs": "drugs[-1]"}
+# Histories hold admissions that are no sample themselves (stays under 48 h), and the current admission's codes
+# are hidden: the vocabularies count every code of the whole visible history.
+VOCAB = {"conditions": "flatten(conditions)", "procedures": "flatten(procedures)", "drugs": "flatten(drugs)",
+         "static": "static[-1]"}
 
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite this task's rows of samples.admission_outcome (+ splits, vocab, summary) for one dataset."""
-    from medtx.samples.common import EmptyCohortError, store_task, unknown_code_counts, visit_stats
+    from medtx.samples.common import (
+        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
+    )
 
+    excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({COHORT_SQL}) GROUP BY 1").fetchall())
+    stats = visit_stats(con)
+    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {SAMPLES_SQL}",
                 {"dataset": ctx.dataset, "task": NAME})
-    stats = visit_stats(con)
+    drop_history(con)
     n, patients, positives = con.sql(
         f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM _samples_{NAME}"
     ).fetchall()[0]
+    counts = {f"excluded_{reason}": excluded.get(reason, 0)
+              for reason in ("without_flag", "without_times", "under_48h", "died_by_48h")}
     if n == 0:
-        raise EmptyCohortError(f"{NAME}: dataset {ctx.dataset!r} has no admission with a hospital_expire_flag "
-                               f"in raw.admissions ({stats['cohort_visits']} admissions)")
+        raise EmptyCohortError(f"{NAME}: dataset {ctx.dataset!r} has no admission of at least 48 hours with the "
+                               f"patient alive at 48 hours and a hospital_expire_flag ({stats['cohort_visits']} "
+                               f"admissions; excluded: {counts})")
     figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-               "admissions_without_flag": stats["cohort_visits"] - n, **stats, **unknown_code_counts(con)}
+               "admissions_without_flag": counts["excluded_without_flag"], **counts, **stats,
+               **unknown_code_counts(con)}
     store_task(con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE, seed=ctx.seed,
                fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures, shared=True)
     return n
@@ -55,9 +95,9 @@ TASK = Task(
     kind="binary",
     family="ehr",
     sample_table=TABLE,
-    sample_columns=("dataset", "task", "subject_id", "hadm_id", "admittime", "conditions", "procedures", "drugs",
-                    "label"),
-    features=("conditions", "procedures", "drugs"),
+    sample_columns=("dataset", "task", "subject_id", "hadm_id", "admittime", "prediction_time", "conditions",
+                    "procedures", "drugs", "static", "label"),
+    features=("conditions", "procedures", "drugs", "static"),
     label_column="label",
     label_name="in_hospital_death",
     split_unit="patient",
@@ -70,9 +110,16 @@ TASK = Task(
     reads=EHR_VISIT_READS,
     writes=(TABLE, *SAMPLE_EXTRAS),
     shared_table=True,
-    # Every EHR model serving a binary task but these: BEHRT needs ages, and the oracle has no rule for this
-    # outcome (copy_last and seq2seq serve no binary task).
-    excluded_models=("behrt", "oracle"),
+    # Every EHR model serving a binary task but BEHRT (it needs per-visit ages); the oracle scores the synthetic
+    # cohorts' ORACLE_MORTALITY (copy_last and seq2seq serve no binary task).
+    excluded_models=("behrt",),
+    prediction_time=PREDICTION_TIME,
+    clock="48 hours after admission (MIMIC benchmark, Harutyunyan et al. 2019)",
+    observation_window=("earlier admissions (their codes, known at their discharge) and this stay's drugs whose "
+                        "start day ended within its first 48 hours; age, sex and admission type"),
+    feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug"),
+                     ("static", "static")),
     order=40,
-    description="in-hospital death (binary) from the admission's diagnoses, procedures and drugs",
+    description="in-hospital death (binary) at 48 h after admission, from earlier admissions, early drugs and "
+                "demographics",
 )

@@ -19,7 +19,8 @@ TASK = Task(
     kind="multilabel",
     family="ehr",
     sample_table="samples.next_visit",
-    sample_columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "visits", "ages", "codes", "segments",
+    sample_columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "prediction_time", "visits", "ages", "codes",
+                    "segments",
                     "ages_flat", "positions", "label"),
     features=("visits",),
     label_column="label",
@@ -41,6 +42,10 @@ TASK = Task(
     writes=("samples.next_visit", *SAMPLE_EXTRAS),
     # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5).
     model_defaults={"behrt": {"copy_recencies": (0,)}},
+    prediction_time="dischtime",
+    clock="at the discharge of the history's last visit (BEHRT convention)",
+    observation_window="every visit with diagnoses up to and including the last one of the history",
+    feature_sources=(("visits", "diagnosis"),),
     order=20,
     description="diagnoses of the next visit (multi-label) from all visits so far",
 )

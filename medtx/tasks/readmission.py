@@ -19,8 +19,8 @@ TASK = Task(
     kind="binary",
     family="ehr",
     sample_table="samples.readmission",
-    sample_columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "conditions", "procedures",
-                    "drugs", "text", "label"),
+    sample_columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "prediction_time", "conditions",
+                    "procedures", "drugs", "text", "label"),
     features=("conditions", "procedures", "drugs"),
     label_column="label",
     label_name="readmission_30d",
@@ -35,6 +35,10 @@ TASK = Task(
     build=build,
     reads=(*EHR_VISIT_READS, "raw.noteevents"),  # the discharge summaries, for the note-text view
     writes=("samples.readmission", *SAMPLE_EXTRAS),
+    prediction_time="dischtime",
+    clock="at discharge of the admission",
+    observation_window="every admission of the patient up to and including this one",
+    feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug")),
     order=30,
     description="unplanned readmission within 30 days (binary), codes of the admission and history",
 )

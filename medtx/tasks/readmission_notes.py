@@ -10,7 +10,7 @@ TASK = Task(
     kind="binary",
     family="text",
     sample_table="samples.readmission",
-    sample_columns=("dataset", "subject_id", "hadm_id", "text", "label"),
+    sample_columns=("dataset", "subject_id", "hadm_id", "prediction_time", "text", "label"),
     features=("text",),
     label_column="label",
     label_name="readmission",
@@ -21,6 +21,11 @@ TASK = Task(
     builds="readmission",
     # Every text model pools chunks the ClinicalBERT way here (medtx/models/bert_text.py): "*" = any model.
     model_defaults={"*": {"pooling": "clinicalbert"}},
+    # The ClinicalBERT convention: the discharge summary is read at discharge (MIMIC-III charts many summaries a day
+    # or more after discharge, so by the note clock (medtx.tasks.clock) this is a retrospective task; docs/TASKS.md).
+    prediction_time="dischtime",
+    clock="at discharge of the admission (ClinicalBERT convention; the summary may be charted later)",
+    observation_window="the admission's discharge summaries",
     order=55,
     description="30-day readmission (binary) from the discharge summary text",
 )
