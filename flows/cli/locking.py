@@ -1,6 +1,7 @@
 """`@writes_warehouse("medtx ingest mimic3")`: a command that writes the warehouse holds its writer file
 (medtx.store.writer_lock) for its whole run, waiting politely (bounded, MEDTX_LOCK_WAIT_S, default 120 s) while
-another writer holds it, with one line naming the holder; after the wait it exits 1 with that line.
+another writer holds it, with one line naming the holder; after the wait it exits 1 with that line. A damaged
+writer file (a text pid, a folder in its place) is one line naming it, exit 2.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def writes_warehouse(command: str, *, recover: bool = False) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             from medtx.store.db import open_warehouse, transaction
             from medtx.store.run_owners import mark_interrupted
-            from medtx.store.writer_lock import WarehouseBusy, hold_writer
+            from medtx.store.writer_lock import HolderFileDamaged, WarehouseBusy, hold_writer
 
             db = get_settings(db=kwargs.get("db")).db
             try:
@@ -41,9 +42,9 @@ def writes_warehouse(command: str, *, recover: bool = False) -> Callable:
                             for gone in mark_interrupted(con):
                                 _say(f"{gone.table} {gone.run_id}: {gone.reason}")
                     return fn(*args, **kwargs)
-            except WarehouseBusy as exc:
+            except WarehouseBusy as exc:  # a damaged writer file is bad input: exit 2
                 _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
-                raise typer.Exit(1) from None
+                raise typer.Exit(2 if isinstance(exc, HolderFileDamaged) else 1) from None
 
         return wrapper
 

@@ -28,9 +28,10 @@ DASHBOARD_URL = "http://127.0.0.1:8050/"
 
 
 def _config(config: Path | None) -> Path:
-    from flows.pipeline import DEFAULT_CONFIG
+    # not flows.pipeline.DEFAULT_CONFIG: importing that module imports Prefect (seconds, and it creates its home)
+    from medtx.settings import PROJECT_ROOT
 
-    return config or DEFAULT_CONFIG
+    return config or PROJECT_ROOT / "config" / "default.yaml"
 
 
 def _load(config: Path, *, sources: bool):
@@ -50,7 +51,7 @@ def _load(config: Path, *, sources: bool):
 def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: list[str] | None,
          verbose: bool = False) -> None:
     from medtx.runtime.processes import descendants, exit_cleanly_on_sigterm, stop_descendants
-    from medtx.store.writer_lock import WarehouseBusy, hold_writer
+    from medtx.store.writer_lock import HolderFileDamaged, WarehouseBusy, hold_writer
 
     settings = get_settings(db=db)
     before = descendants()  # what was running before this command is not ours to stop
@@ -61,9 +62,9 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
         with hold_writer(settings.db, "medtx pipeline", wait_s=0):
             _load(config, sources=True)  # every config error, before any Prefect server starts
             state, log_file = _run_with_display(config, db, settings, steps_only, refresh, verbose)
-    except WarehouseBusy as exc:
+    except WarehouseBusy as exc:  # HolderFileDamaged (a text pid, a folder as the writer file): bad input, exit 2
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, HolderFileDamaged) else 1) from None
     finally:
         _flush_prefect_logs()  # before its server goes: queued run logs would fail to send at exit
         stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
@@ -119,11 +120,20 @@ def _summary(settings, state, log_file: Path) -> None:
 
 
 @app.command("pipeline")
-def pipeline_command(config: Path = _CONFIG, db: Path = _DB, verbose: bool = _VERBOSE) -> None:
+def pipeline_command(config: Path = _CONFIG, db: Path = _DB, verbose: bool = _VERBOSE,
+                     check: bool = typer.Option(False, "--check", help="Only validate the config (schema, models, "
+                                                "override ranges, sources, devices) and exit: 0 when it can run, "
+                                                "2 with one line per problem. Touches no warehouse.")) -> None:
     """Run the whole pipeline: ingest -> map codes -> samples -> train/evaluate every model -> publish.
 
     The snapshot is published after each stage and as models finish, so `medtx dashboard` shows data as it lands.
     """
+    if check:
+        cfg = _load(_config(config), sources=True)
+        n_specs = sum(len(t.models) for t in cfg.tasks.values())
+        _console.print(f"config ok: {_config(config)}: {len(cfg.datasets)} dataset(s), {len(cfg.tasks)} task(s), "
+                       f"{n_specs} model spec(s), seeds {cfg.seeds}", highlight=False, soft_wrap=True)
+        return
     _run(_config(config), db, None, None, verbose)
 
 

@@ -120,4 +120,5 @@ def ingest_mimic3(
         if resolved is None and spec.name not in OPTIONAL_MIMIC3_TABLES:
             raise IngestError(f"{source}: no {spec.file_stem}.csv or {spec.file_stem}.csv.gz found (required table)")
         items.append(TableSource(spec, resolved, str(source)))
-    return ingest_tables(Path(db), dataset, items, others=MIMIC3_TABLES, guard=guard)
+    return ingest_tables(Path(db), dataset, items, others=MIMIC3_TABLES, guard=guard,
+                         command="medtx ingest mimic3")

@@ -36,4 +36,5 @@ def ingest_mtsamples(
     except SourceNotFound as exc:
         raise IngestError(f"{source}: MTSamples file not found ({exc})") from exc
     item = TableSource(MTSAMPLES, resolved, str(source), index_column="note_id")
-    return ingest_tables(Path(db), DATASET, [item], guard=guard, limit=limit)[0]
+    return ingest_tables(Path(db), DATASET, [item], guard=guard, limit=limit,
+                         command="medtx ingest mtsamples")[0]

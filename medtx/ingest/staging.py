@@ -4,7 +4,8 @@ Each file is read into a connection-local TEMP table (never persisted: a crash o
 behind), checked (physical record accounting, row-count guards), and only when every table of the
 dataset passed are the dataset's rows of all its raw tables replaced, their rejects and the ingest log
 written, in one transaction. Any failure before the COMMIT, or a kill at any point, leaves the dataset
-exactly as it was: wholly old or wholly new, never new admissions beside old prescriptions.
+exactly as it was: wholly old or wholly new, never new admissions beside old prescriptions. The lock, the
+connection and the guarded transaction come from medtx.ingest.writepath, the one write path into raw.*.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.store.db import connect, quote_ident, quote_table, transaction
+from medtx.store.db import quote_ident, quote_table
 from medtx.store.fingerprint import file_sha256
 from medtx.ingest.loader import (
     STAGED_REJECTS,
@@ -34,24 +35,12 @@ from medtx.ingest.loader import (
 from medtx.ingest.records import read_lines_at, scan_records
 from medtx.ingest.schema import TableSpec
 from medtx.ingest.sources import SourceFile
+from medtx.ingest.writepath import DEFAULT_MAX_SHRINK, ShrinkGuard, raw_writer
 
 log = logging.getLogger("medtx.ingest")
 
-DEFAULT_MAX_SHRINK = 0.5  # a table may lose at most half its rows on re-ingest without --allow-shrink
+__all__ = ["DEFAULT_MAX_SHRINK", "ShrinkGuard", "TableSource", "ingest_tables"]
 _LINES = "medtx_stage_lines"  # temp: physical line and whole raw line of each rejected record
-
-
-@dataclass(frozen=True)
-class ShrinkGuard:
-    """Row-count guard: a table that would drop to 0 rows, or lose more than `max_shrink` of the rows
-    loaded for its dataset, fails unless `allow_shrink`."""
-
-    allow_shrink: bool = False
-    max_shrink: float = DEFAULT_MAX_SHRINK
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.max_shrink <= 1.0:
-            raise ValueError(f"max_shrink must be between 0 and 1, got {self.max_shrink}")
 
 
 @dataclass(frozen=True)
@@ -87,10 +76,13 @@ def ingest_tables(
     others: dict[str, TableSpec] | None = None,
     guard: ShrinkGuard = ShrinkGuard(),
     limit: int | None = None,
+    command: str = "medtx ingest",
 ) -> list[IngestResult]:
     """Replace `dataset`'s rows of every table in `items` at once, or change nothing (see module doc).
     Headers are checked before the warehouse is opened; `limit` keeps the first N parsed rows per file
-    (quick demos: the record accounting is then skipped, since the file is not read to its end)."""
+    (quick demos: the record accounting is then skipped, since the file is not read to its end).
+    The write goes through medtx.ingest.writepath: the writer lock (held as `command`) for the whole
+    ingest, and the row-count guard at the end of the one transaction."""
     started = datetime.now()
     staged = []
     for item in items:  # every header first: a wrong file fails before the warehouse is touched
@@ -104,18 +96,15 @@ def ingest_tables(
             s.item.spec.name: pool.submit(file_sha256, s.item.file.path)
             for s in staged if s.item.file and s.item.file.sha256 is None
         }
-        con = connect(db)
-        try:
+        with raw_writer(db, command) as writer:
+            con = writer.con
             _create_stage_tables(con, staged)
             for s in staged:
                 _stage(con, s, dataset, limit)
-            for s in staged:
-                _check_shrink(con, s, dataset, guard)
             shas = {name: f.result() for name, f in digests.items()}
-            with transaction(con):
+            labels = {s.item.spec.raw_table: s.label for s in staged}
+            with writer.replacing(dataset, guard, labels):
                 results = [_swap_in(con, s, dataset, shas, started) for s in staged]
-        finally:
-            con.close()
     for r in results:
         log.info("%s -> raw.%s [%s]: %s, %d rows loaded, %d rejected", r.source, r.table, r.dataset, r.status,
                  r.rows_loaded, r.rows_rejected)
@@ -202,23 +191,6 @@ def _newlines_sql(columns: list[str]) -> str:
         f"coalesce(sum(length({quote_ident(c)}) - length(replace({quote_ident(c)}, chr(10), ''))), 0)"
         for c in columns
     )
-
-
-def _check_shrink(con: duckdb.DuckDBPyConnection, s: _Staged, dataset: str, guard: ShrinkGuard) -> None:
-    spec = s.item.spec
-    if spec.has_dataset:
-        old = con.execute(f"SELECT count(*) FROM {quote_table(spec.raw_table)} WHERE dataset = ?", [dataset])
-    else:
-        old = con.execute(f"SELECT count(*) FROM {quote_table(spec.raw_table)}")
-    before = old.fetchall()[0][0]
-    if guard.allow_shrink or before == 0:
-        return
-    if s.rows == 0 or s.rows < before * (1 - guard.max_shrink):
-        raise IngestError(
-            f"{s.label}: {spec.raw_table} [{dataset}] would shrink from {before:,} to {s.rows:,} rows "
-            f"(more than {guard.max_shrink:.0%} fewer); nothing was changed — pass --allow-shrink "
-            "(pipeline config: ingest.allow_shrink) if that is intended"
-        )
 
 
 def _swap_in(

@@ -6,6 +6,12 @@ is the YAML mapping (medtx.meds.mapping); stays come from the admission/discharg
 (admission day .. discharge) holds its time. Splits come from metadata/subject_splits.parquet (and medtx's
 per-task metadata/medtx_task_splits.parquet) into raw.meds_splits, which the sample builders honour.
 All checks run before the one write transaction, which replaces the dataset's rows of every raw table.
+
+The write goes through medtx.ingest.writepath like every importer: the writer lock for the whole import, and
+the row-count guard at the end of the transaction (a 10-subject folder over a 100-patient dataset, a 0-row
+shard, a foreign etl_name mapping a tenth of the prescriptions: refused unless `guard.allow_shrink`).
+Times are read as the `meds` schema aligns them: a tz-aware `time` becomes its UTC wall time (never the
+machine's zone), nanoseconds are accepted only when they are whole microseconds.
 """
 
 from __future__ import annotations
@@ -20,14 +26,16 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from medtx.store.db import connect, quote_ident, quote_table, transaction
+from medtx.store.db import quote_ident, quote_table
 from medtx.store.fingerprint import file_sha256
 from medtx.ingest.loader import IngestResult, write_log
 from medtx.ingest.mimic3 import check_dataset
+from medtx.ingest.writepath import ShrinkGuard, raw_writer
 from medtx.meds import tables
 from medtx.meds.mapping import CodeMapping, load_mapping
 from medtx.meds.validate import (
-    MedsFormatError, check_codes_file, check_columns, check_events, find_shards, read_dataset_json, split_rows,
+    MedsFormatError, check_codes_file, check_columns, check_events, check_row_counts, check_stays, check_times,
+    find_shards, read_dataset_json, split_rows,
 )
 
 log = logging.getLogger("medtx.meds")
@@ -55,9 +63,11 @@ def default_mapping(meta: dict) -> str:
     return "medtx" if meta.get("etl_name") == "medtx" else "mimic4"
 
 
-def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes: str | Path | None = None) -> MedsIngestResult:
+def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes: str | Path | None = None, *,
+                guard: ShrinkGuard = ShrinkGuard(), command: str = "medtx ingest meds") -> MedsIngestResult:
     """Load the MEDS dataset at `source` as `dataset` (default: the folder name). `codes`: a shipped mapping
-    name or a YAML file (default: from metadata/dataset.json's etl_name)."""
+    name or a YAML file (default: from metadata/dataset.json's etl_name). `guard`: the row-count guard;
+    `command`: how the writer lock names this writer."""
     started, clock = datetime.now(), time.perf_counter()
     root = Path(source).expanduser()
     shards = find_shards(root)
@@ -66,36 +76,51 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
     mapping = load_mapping(codes or default_mapping(meta))
     dataset = check_dataset(dataset or root.resolve().name.lower().replace("-", "_"))
     schemas = [check_columns(p) for p in shards]
+    for path, schema in zip(shards, schemas, strict=True):
+        check_times(path, schema)
     splits = _read_splits(root)
-    con = connect(Path(db))
-    # Row order is carried by _eid (and row_id), never by insertion order: let DuckDB insert in parallel,
-    # unordered (faster at full scale, see benchmarks/README.md). This connection only.
-    con.execute("SET preserve_insertion_order = false")
-    try:
-        _load_events(con, shards, schemas, mapping)
-        check_events(con, EVENTS, shards)
-        tables.create_rules(con, EVENTS, mapping)
-        tables.assign_stays(con, EVENTS, mapping)
-        digest = _digest(shards)
-        with transaction(con):
-            rows = tables.write_raw(con, dataset, mapping)
-            n_splits = _write_splits(con, dataset, splits)
-            mapped, unmapped = tables.write_accounting(con, dataset)
-            for table, n in {**rows, "meds_events": mapped}.items():
-                write_log(con, IngestResult(dataset, table, str(source), str(root / "data"), digest, None, n,
-                                            unmapped if table == "meds_events" else 0, "loaded",
-                                            round(time.perf_counter() - clock, 3)), started)
-        subjects, events = con.sql(f"SELECT count(DISTINCT subject_id), count(*) FROM {EVENTS}").fetchall()[0]
-    finally:
-        con.execute("DROP VIEW IF EXISTS _meds_mapped")
-        for name in ("_meds_rules", EVENTS, "_meds_stays"):
-            con.execute(f"DROP TABLE IF EXISTS {quote_table(name)}")
-        con.close()
+    with raw_writer(Path(db), command) as writer:
+        con = writer.con
+        try:
+            rows, n_splits, mapped, unmapped, subjects, events = _write(
+                writer, root, str(source), dataset, shards, schemas, splits, mapping, guard, started, clock)
+        finally:
+            con.execute("DROP VIEW IF EXISTS _meds_mapped")
+            for name in ("_meds_rules", EVENTS, "_meds_stays"):
+                con.execute(f"DROP TABLE IF EXISTS {quote_table(name)}")
     result = MedsIngestResult(dataset, str(source), mapping.name, subjects, events, mapped, rows, n_splits,
                               round(time.perf_counter() - clock, 3))
     log.info("MEDS %s -> [%s] (%s codes): %d subjects, %d events, %d mapped, %d not mapped; %s",
              source, dataset, mapping.name, subjects, events, mapped, unmapped, rows)
     return result
+
+
+def _write(writer, root: Path, source: str, dataset: str, shards: list[Path], schemas: list[pa.Schema], splits,
+           mapping: CodeMapping, guard: ShrinkGuard, started: datetime, clock: float):
+    """Load, check and swap in (see ingest_meds) on the writer's connection."""
+    con = writer.con
+    # Row order is carried by _eid (and row_id), never by insertion order: let DuckDB insert in parallel,
+    # unordered (faster at full scale, see benchmarks/README.md). A tz-aware time is cast to its UTC wall
+    # time, as meds' DataSchema.align does, not to the machine's zone. This session only.
+    con.execute("SET SESSION preserve_insertion_order = false")
+    con.execute("SET SESSION TimeZone = 'UTC'")
+    _load_events(con, shards, schemas, mapping)
+    check_row_counts(con, EVENTS, shards)
+    check_events(con, EVENTS, shards)
+    tables.create_rules(con, EVENTS, mapping)
+    tables.assign_stays(con, EVENTS, mapping)
+    check_stays(con, shards)
+    digest = _digest(shards)
+    with writer.replacing(dataset, guard, {"*": str(root)}):
+        rows = tables.write_raw(con, dataset, mapping)
+        n_splits = _write_splits(con, dataset, splits)
+        mapped, unmapped = tables.write_accounting(con, dataset)
+        for table, n in {**rows, "meds_events": mapped}.items():
+            write_log(con, IngestResult(dataset, table, source, str(root / "data"), digest, None, n,
+                                        unmapped if table == "meds_events" else 0, "loaded",
+                                        round(time.perf_counter() - clock, 3)), started)
+    subjects, events = con.sql(f"SELECT count(DISTINCT subject_id), count(*) FROM {EVENTS}").fetchall()[0]
+    return rows, n_splits, mapped, unmapped, subjects, events
 
 
 def _load_events(con: duckdb.DuckDBPyConnection, shards: list[Path], schemas: list[pa.Schema],
@@ -149,11 +174,6 @@ def _write_splits(con: duckdb.DuckDBPyConnection, dataset: str, splits) -> int:
         con.register("_meds_split_rows", rows)
         try:
             task_sql = "task" if "task" in rows.column_names else "NULL::VARCHAR"
-            dup = con.sql(f"""SELECT subject_id FROM _meds_split_rows GROUP BY subject_id, {task_sql}
-                              HAVING count(DISTINCT split) > 1 LIMIT 1""").fetchall()
-            if dup:
-                raise MedsFormatError(f"metadata/{name}: subject {dup[0][0]} has more than one split "
-                                      "(rule: one split per subject)")
             con.execute(f"""INSERT INTO raw.meds_splits
                             SELECT DISTINCT $d, {task_sql}, subject_id, split FROM _meds_split_rows""", {"d": dataset})
             if task_sql == "NULL::VARCHAR":

@@ -8,6 +8,11 @@ the two runs would interleave. The holder file is held for a whole command (`med
 The file is created with O_EXCL (atomic on every local filesystem), removed on exit, and ignored (replaced)
 when it names a process on this host that is no longer alive - so a kill -9 never leaves the warehouse locked.
 A process that already holds the file may acquire it again (its own Prefect tasks, a nested command).
+
+The file sits next to the warehouse's *real* path (symlinks resolved), so a `--db` reached through a symlink
+meets the same holder. Reading it is tolerant of fields it does not know (a newer medtx may add some) and
+strict about the ones it needs: a pid that is not a number, or a folder in the file's place, is
+`HolderFileDamaged` (one line naming the file), never mistaken for a stale file and replaced.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -36,6 +42,11 @@ class WarehouseBusy(RuntimeError):
     """Another live process holds the warehouse for writing (the message names it)."""
 
 
+class HolderFileDamaged(WarehouseBusy):
+    """The writer file exists but is not one medtx wrote (a text pid, a folder in its place): nobody can tell
+    whether a writer is live, so nothing proceeds; the message names the file and what is wrong (exit 2)."""
+
+
 @dataclass(frozen=True)
 class Holder:
     command: str
@@ -53,17 +64,19 @@ def lock_wait_s(default: float = DEFAULT_LOCK_WAIT_S) -> float:
     raw = os.environ.get(LOCK_WAIT_ENV)
     if raw is None:
         return default
+    allowed = f"{LOCK_WAIT_ENV}={raw!r}: not a wait; allowed: a finite number of seconds >= 0 (default {default:g})"
     try:
         value = float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0") from exc
-    if value < 0:
-        raise ValueError(f"{LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0")
+    except ValueError:
+        raise ValueError(allowed) from None
+    if not math.isfinite(value) or value < 0:  # nan compared as never due: a wait without end
+        raise ValueError(allowed)
     return value
 
 
 def holder_path(db: Path | str) -> Path:
-    db = Path(db)
+    """`W.writer.json` beside the warehouse's real file: every symlinked path to it names one holder file."""
+    db = Path(os.path.realpath(Path(db).expanduser()))
     return db.with_name(db.name + ".writer.json")
 
 
@@ -84,16 +97,48 @@ def _me(command: str) -> Holder:
                   datetime.now(timezone.utc).isoformat(timespec="seconds"), psutil.Process(pid).create_time())
 
 
+def _damaged(path: Path, what: str) -> HolderFileDamaged:
+    return HolderFileDamaged(f"{path}: {what}: the warehouse's writer file is damaged; remove it if no medtx "
+                             "command is writing this warehouse")
+
+
+def parse_holder(path: Path, text: str) -> Holder | None:
+    """The holder a writer file names. Empty or cut JSON (a holder killed between create and write) -> None;
+    unknown keys are ignored; JSON that is not a holder (a text pid, a missing field) -> HolderFileDamaged."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None  # half-written by a holder killed between create and write: nobody holds it
+    if not isinstance(data, dict):
+        raise _damaged(path, f"holds {type(data).__name__} JSON, not an object")
+    checks = {"command": str, "host": str, "since": str}
+    for key, kind in checks.items():
+        if not isinstance(data.get(key), kind):
+            raise _damaged(path, f"field {key!r} is {data.get(key)!r}, expected text")
+    pid = data.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise _damaged(path, f"field 'pid' is {pid!r}, expected a process id (a positive whole number)")
+    started = data.get("started")
+    if started is not None and (isinstance(started, bool) or not isinstance(started, (int, float))):
+        raise _damaged(path, f"field 'started' is {started!r}, expected a process start time (seconds)")
+    return Holder(data["command"], pid, data["host"], data["since"], None if started is None else float(started))
+
+
 def read_holder(db: Path | str) -> Holder | None:
-    """The live holder of `db`, or None (no file, an unreadable/half-written file, or a dead holder)."""
+    """The live holder of `db`, or None (no file, a half-written file, or a dead holder). A file that is not a
+    holder (see parse_holder), or a folder in its place: HolderFileDamaged."""
     path = holder_path(db)
     try:
-        data = json.loads(path.read_text())
-        holder = Holder(**data)
+        text = path.read_text()
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError):
-        return None  # a holder killed between create and write: nobody holds it
+    except IsADirectoryError:
+        raise _damaged(path, "is a folder, not a file") from None
+    except UnicodeDecodeError:
+        raise _damaged(path, "is not UTF-8 text") from None
+    holder = parse_holder(path, text)
+    if holder is None:
+        return None
     if holder.host == socket.gethostname() and not process_alive(holder.pid, holder.started):
         return None
     return holder
@@ -173,7 +218,7 @@ def release(db: Path | str, me: Holder) -> None:
     path = holder_path(db)
     try:
         data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):
         return
-    if data.get("pid") == me.pid and data.get("host") == me.host:
+    if isinstance(data, dict) and data.get("pid") == me.pid and data.get("host") == me.host:
         path.unlink(missing_ok=True)
