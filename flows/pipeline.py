@@ -1,7 +1,10 @@
-"""The end-to-end Prefect pipeline: ingest -> map codes -> samples -> train/evaluate -> publish.
+"""The end-to-end pipeline as a Prefect flow: ingest -> map codes -> samples -> train/evaluate -> publish.
 
-The plan (medtx/pipeline/plan.py) lists every step a config implies; this flow walks it layer by layer and
-runs each step as its own cached task run, so one model's failure is recorded and the rest continue.
+The plan (medtx/pipeline/plan.py) lists every step a config implies; the scheduler that walks it layer by layer
+is medtx/pipeline/executor.py. This module only adapts it to Prefect: each step kind is a cached Prefect task
+(`_PrefectBackend` submits them), the flow holds the writer lock, opens and closes the run's bookkeeping and
+publishes the final snapshot, and the deployments serve it on a schedule. So one model's failure is recorded
+and the rest continue.
 
 Caching: each task's key is INPUTS + TASK_SOURCE over its parameters, which include explicit fingerprints
 (source file hashes, the rows of the upstream tables it reads, the source of the medtx packages it calls).
@@ -19,8 +22,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +37,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from medtx.pipeline import runs
-from medtx.pipeline import progress
-from medtx.pipeline import order as training_order
-from medtx.pipeline import steps
-from medtx.store.db import open_warehouse
-from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+from medtx.pipeline import executor, steps
 from medtx.pipeline.config import PipelineConfig, RunnerConfig, load_config, resolve_devices
 from medtx.pipeline.plan import Plan, Step, build_plan
 from medtx.publish.snapshot import publish_snapshot
@@ -58,14 +58,6 @@ class PipelineFailed(RuntimeError):
 # ("started", Step), ("finished", StepOutcome), ("published", Snapshot). Not a flow parameter: a display is
 # not serialisable and a served deployment has none.
 _OBSERVERS: list[Callable[[str, Any], None]] = []
-# Snapshots published while the pipeline runs, so the dashboard shows data as it lands: after each of these
-# stages, and during training at most every PUBLISH_EVERY_S seconds, and never more often than keeps
-# publishing under ~1/(1 + PUBLISH_COST_FACTOR) of the run's time (a large warehouse takes seconds to copy).
-PUBLISH_AFTER = ("ingest", "codes", "samples")
-PUBLISH_EVERY_S = 15.0
-PUBLISH_COST_FACTOR = 10.0
-
-
 @contextmanager
 def observed(observer: Callable[[str, Any], None]) -> Iterator[None]:
     """Call `observer` with the progress events of the flow runs in this process while inside the block."""
@@ -184,10 +176,6 @@ def make_task_runner(runner: RunnerConfig, train_width: int = 1):
     )
 
 
-def _paths(settings: Settings) -> dict[str, str]:
-    return {k: str(getattr(settings, k)) for k in ("db", "cache_dir", "data_dir", "models_dir", "exchange_dir")}
-
-
 def plan_for(cfg: PipelineConfig, settings: Settings) -> Plan:
     return build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_dir))
 
@@ -198,152 +186,60 @@ def _training_slots(cfg: PipelineConfig) -> tuple[int, int | None]:
     return cfg.runner.resolved(gpus=gpus)
 
 
-class _Run:
-    """The state of one flow run while it walks the plan (settings, outcomes so far)."""
+@dataclass
+class _PrefectHandle:
+    """A Prefect task run as the executor sees it (medtx.pipeline.executor.Handle)."""
 
-    def __init__(self, settings: Settings, cfg: PipelineConfig, pipeline_run_id: str, refresh: set[str], runner,
-                 local):
-        self.settings, self.cfg, self.id, self.refresh, self.runner = settings, cfg, pipeline_run_id, refresh, runner
-        self.db = Path(settings.db)
-        self.paths = _paths(settings)
-        self.outcomes: dict[str, runs.StepOutcome] = {}
-        self.local = local  # non-training steps write the warehouse: they run in this process, never on workers
-        self.train_width, self.torch_threads = _training_slots(cfg)
-        log.info("training: %d at once, %s torch thread(s) each", self.train_width, self.torch_threads or "default")
-        self.published_at, self.publish_cost = 0.0, 0.0
+    future: PrefectFuture
 
-    def record(self, outcome: runs.StepOutcome) -> None:
-        self.outcomes[outcome.step.name] = outcome
-        runs.record_step(self.db, self.id, outcome)
-        level = logging.WARNING if outcome.state in ("failed", "skipped") else logging.INFO
-        log.log(level, "%-55s %s%s", outcome.step.name, outcome.state, f": {outcome.error}" if outcome.error else "")
-        _notify("finished", outcome)
+    def wait(self) -> None:
+        self.future.wait()
 
-    def publish_progress(self, force: bool) -> None:
-        """Publish the snapshot mid-run (forced after a stage, throttled otherwise). Best effort: the final
-        publish is the one that counts, so a failure here (e.g. a Dask worker holding the file) is logged."""
-        wait = max(PUBLISH_EVERY_S, PUBLISH_COST_FACTOR * self.publish_cost)
-        if not force and time.monotonic() - self.published_at < wait:
-            return
-        try:
-            snapshot = publish_snapshot(self.db, self.settings.snapshot)
-        except (duckdb.Error, OSError) as exc:
-            log.warning("progress publish skipped: %s", exc)
-            return
-        self.published_at, self.publish_cost = time.monotonic(), snapshot.seconds
-        _notify("published", snapshot)
+    def state(self) -> str:
+        state = self.future.state
+        if not state.is_completed():
+            return "failed"
+        return "cached" if state.name == "Cached" else "completed"
 
-    def blocked_by(self, step: Step) -> list[str]:
-        return [n for n in step.needs if n in self.outcomes and self.outcomes[n].state in ("failed", "skipped")]
+    def result(self) -> dict | None:
+        return self.future.result()
 
-    def submit(self, step: Step, prints: dict[str, str], key: str) -> PrefectFuture:
-        refresh = step.name in self.refresh or not runs.cache_still_valid(self.db, step, key)
-        options = dict(refresh_cache=refresh, result_storage=Path(self.settings.results_dir))
-        progress.mark_started(self.db, self.id, step.name)
-        _notify("started", step)
-        if step.kind != "train":
-            args = dict(name=step.name, spec=step.spec(), paths=self.paths, fingerprints=prints)
-            return self.local.submit(TASKS[step.kind].with_options(**options), parameters=args)
-        exchange = Path(self.settings.exchange_dir)
-        package = export_training_package(self.db, step.reads, step.scope, exchange,
-                                          package_key(step.reads, step.scope, prints))
-        args = dict(name=step.name, spec=step.spec(), package=str(package), result_dir=str(self.result_dir(step)),
-                    fingerprints=prints, pipeline_run_id=self.id, device=step.device, torch_threads=self.torch_threads)
-        return self.runner.submit(TASKS[step.kind].with_options(**options), parameters=args)
-
-    def result_dir(self, step: Step) -> Path:
-        return Path(self.settings.exchange_dir) / "results" / self.id / step.name
-
-    def record_results(self, step: Step, result: dict | None) -> None:
-        """The single writer records a training's result package (idempotent; a cache hit's run is already
-        in the warehouse, its package may be gone)."""
-        folder = Path(result["result"]) if result and result.get("result") else self.result_dir(step)
-        if (folder / "manifest.json").exists():
-            record_result_package(self.db, folder, self.settings.models_dir)
-
-    def collect(self, step: Step, key: str, future: PrefectFuture, started: float, ended: float | None = None
-                ) -> None:
-        """Record a finished step (`ended`: when it was seen finished; default now)."""
-        future.wait()
-        state = future.state
-        seconds = round((ended or time.perf_counter()) - started, 3)
-        if state.is_completed():
-            result = future.result()
-            if step.kind == "train":
-                self.record_results(step, result)
-            scope = runs.output_scope(step, result)
-            fp = runs.output_fingerprint(self.db, step, scope)
-            kind = "cached" if state.name == "Cached" else "completed"
-            self.record(runs.StepOutcome(step, kind, key, scope, fp, seconds=seconds, result=result))
-        else:
-            if step.kind == "train":
-                self.record_results(step, None)  # a failed training still publishes its failed run
-            exc = future.result(raise_on_failure=False)
-            error = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(state.message)
-            self.record(runs.StepOutcome(step, "failed", key, error=error, seconds=seconds))
-
-    def run_layer(self, layer: list[Step]) -> None:
-        """Fingerprint every runnable step of the layer first (no task is writing then), then run them,
-        `train_concurrency` at a time for training and one at a time otherwise."""
-        ready = []
-        for step in layer:
-            blocked = self.blocked_by(step)
-            if blocked:
-                self.record(runs.StepOutcome(step, "skipped", error=f"upstream failed: {', '.join(blocked)}"))
-                continue
-            prints = runs.input_fingerprints(self.db, step)
-            ready.append((step, prints, runs.input_key(step, prints)))
-        if layer and layer[0].kind == "train":
-            ready = self.longest_first(ready)
-        width = self.train_width if layer and layer[0].kind == "train" else 1
-        pending: list[tuple[Step, str, PrefectFuture, float]] = []
-        for step, prints, key in ready:
-            if len(pending) >= width:
-                done, ended = pending.pop(self._first_done(pending)), time.perf_counter()
-                if step.kind == "train":
-                    # The freed slot gets its next training before this process records the finished one
-                    # (importing a result package, its intervals and comparisons take seconds a training can
-                    # use). Trainings never write the warehouse, so recording meanwhile is safe; the other
-                    # stages write it, so each is recorded before the next one starts.
-                    pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
-                    self.collect(*done, ended=ended)
-                    self.publish_progress(force=False)
-                    continue
-                self.collect(*done, ended=ended)
-            pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
-        while pending:
-            done, ended = pending.pop(self._first_done(pending)), time.perf_counter()
-            self.collect(*done, ended=ended)
-
-    def longest_first(self, ready: list[tuple[Step, dict, str]]) -> list[tuple[Step, dict, str]]:
-        """Training steps in submission order, longest expected first (medtx.pipeline.order)."""
-        by_name = {step.name: (step, prints, key) for step, prints, key in ready}
-        with open_warehouse(self.db, read_only=True) as con:
-            history = training_order.completed_durations(con, list(by_name))
-            units = training_order.train_units(con)
-        families = {s.name: training_order.model_family(s.task, s.params["model"]) for s, _, _ in ready}
-        order = training_order.longest_first([s for s, _, _ in ready], families, history, units)
-        return [by_name[s.name] for s in order]
-
-    @staticmethod
-    def _first_done(pending: list) -> int:
-        """Index of the first pending step to finish (as they complete, not in submission order)."""
-        done = next(as_completed([future for _, _, future, _ in pending]))
-        return next(i for i, (_, _, future, _) in enumerate(pending) if future is done)
+    def error(self) -> str:
+        exc = self.future.result(raise_on_failure=False)
+        return f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(self.future.state.message)
 
 
-def _publish_artifacts(run: _Run) -> None:
-    run_ids = [rid for o in run.outcomes.values() if o.result for rid in o.result.get("run_ids", [])]
+@dataclass
+class _PrefectBackend:
+    """Each step as a cached Prefect task run: training on the configured runner (threads or Dask), every other
+    step on `local`, a one-thread runner in this process (they write the warehouse)."""
+
+    runner: Any
+    local: Any
+    results_dir: Path
+
+    def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> _PrefectHandle:
+        task_ = TASKS[step.kind].with_options(refresh_cache=refresh, result_storage=self.results_dir)
+        on = self.runner if step.kind == "train" else self.local
+        return _PrefectHandle(on.submit(task_, parameters=parameters))
+
+    def first_done(self, handles: Sequence[_PrefectHandle]) -> int:
+        done = next(as_completed([h.future for h in handles]))
+        return next(i for i, h in enumerate(handles) if h.future is done)
+
+
+def _publish_artifacts(db: Path, run_id: str, outcomes: dict[str, runs.StepOutcome]) -> None:
+    run_ids = [rid for o in outcomes.values() if o.result for rid in o.result.get("run_ids", [])]
     create_table_artifact(
-        key="pipeline-metrics", table=runs.metrics_rows(run.db, run_ids) or [{"note": "no model runs"}],
+        key="pipeline-metrics", table=runs.metrics_rows(db, run_ids) or [{"note": "no model runs"}],
         description=("Test metrics of this pipeline run's models: value and 95% interval (bootstrap with replacement "
                      "over test patients); safedrug_sd: the SafeDrug convention (sd over 10 subsamples of 80% of "
                      "test patients, about half as wide), for comparing with papers"),
     )
-    create_table_artifact(key="pipeline-steps", table=runs.step_table(run.db, run.id),
+    create_table_artifact(key="pipeline-steps", table=runs.step_table(db, run_id),
                           description="Every step of this run: completed, cached (reused), failed or skipped")
-    if any(o.step.kind == "ingest" for o in run.outcomes.values()):
-        create_markdown_artifact(key="pipeline-data-quality", markdown=runs.data_quality_markdown(run.db),
+    if any(o.step.kind == "ingest" for o in outcomes.values()):
+        create_markdown_artifact(key="pipeline-data-quality", markdown=runs.data_quality_markdown(db),
                                  description="Rows loaded/rejected per table, drug-code mapping coverage")
 
 
@@ -366,26 +262,24 @@ def pipeline(
     # One pipeline per warehouse: a second one refuses here, before it writes anything (re-entrant for the
     # CLI, which took the same holder file before starting Prefect).
     with hold_writer(settings.db, "medtx pipeline", wait_s=0):
-        for gone in runs.start_pipeline_run(settings.db, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}):
-            log.warning("%s %s marked interrupted (%s)", gone.table, gone.run_id, gone.reason)
-        _notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
+        executor.start(settings, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}, selected,
+                       _notify)
         try:
             # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
-            width = _training_slots(cfg)[0]
+            width, threads = _training_slots(cfg)
+            log.info("training: %d at once, %s torch thread(s) each", width, threads or "default")
             with (make_task_runner(cfg.runner, width) as runner, ThreadPoolTaskRunner(max_workers=1) as local,
                   _training_pool(cfg.runner, width)):
-                run = _Run(settings, cfg, run_id, set(refresh or []), runner, local)
-                layers = Plan(tuple(selected)).layers()
-                for i, layer in enumerate(layers):
-                    run.run_layer(layer)
-                    if layer[0].kind in PUBLISH_AFTER and i < len(layers) - 1:  # the last one is published below
-                        run.publish_progress(force=True)
+                run = executor.Executor(settings, run_id, _PrefectBackend(runner, local, Path(settings.results_dir)),
+                                        train_width=width, torch_threads=threads, refresh=set(refresh or []),
+                                        notify=_notify)
+                run.run(executor.layers_of(selected))
             # The run's status is written before publishing so the dashboard's snapshot shows how it ended;
             # a failed publish below overwrites it with `failed` in the live warehouse.
-            failed = [name for name, o in run.outcomes.items() if o.state in ("failed", "skipped")]
-            runs.finish_pipeline_run(run.db, run.id, failed)
+            failed = run.failed()
+            runs.finish_pipeline_run(run.db, run_id, failed)
             publish_task(run.db, settings.snapshot)
-            _publish_artifacts(run)
+            _publish_artifacts(run.db, run_id, run.outcomes)
         except BaseException as exc:
             # Only this run's own row, and only while this process holds it (finish_pipeline_run checks).
             runs.finish_pipeline_run(settings.db, run_id, [f"pipeline: {type(exc).__name__}: {exc}"])

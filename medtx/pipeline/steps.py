@@ -191,3 +191,13 @@ RUNNERS = {
     "codes": run_codes,
     "samples": run_samples,
 }
+
+
+def call_step(kind: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """Run one step from the keyword arguments the executor hands a backend (medtx.pipeline.executor): the data
+    steps take (spec, paths), a training step (spec, package, result_dir, pipeline_run_id, device, torch_threads).
+    `name` and `fingerprints` are for the backend's cache key and display only."""
+    p = {k: v for k, v in parameters.items() if k not in ("name", "fingerprints")}
+    if kind == "train":
+        return run_train_from_package(p.pop("spec"), p.pop("package"), p.pop("result_dir"), **p)
+    return RUNNERS[kind](p["spec"], p["paths"])
