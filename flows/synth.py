@@ -17,8 +17,9 @@ from medtx.synth.oracle import load_oracle
 
 # NO_CACHE: generation is cheap next to the risk of a cached result pointing at a deleted or edited folder.
 @task(name="synth-mimic3", task_run_name="synth-{n_patients}-seed{seed}", cache_policy=NO_CACHE)
-def synth_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool = False) -> SynthSummary:
-    return generate_mimic3(Path(out_dir), n_patients, seed=seed, notes=notes)
+def synth_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool = False,
+                 plant_death_code: bool = False) -> SynthSummary:
+    return generate_mimic3(Path(out_dir), n_patients, seed=seed, notes=notes, plant_death_code=plant_death_code)
 
 
 @task(name="load-synth-oracle", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
@@ -28,6 +29,7 @@ def load_synth_oracle(db: Path, source_dir: Path, dataset: str) -> dict[str, int
 
 
 @flow(name="synth")
-def synth(out_dir: Path, n_patients: int, seed: int = 0, notes: bool = False) -> SynthSummary:
+def synth(out_dir: Path, n_patients: int, seed: int = 0, notes: bool = False,
+          plant_death_code: bool = False) -> SynthSummary:
     """Generate a synthetic MIMIC-III-format cohort (tables, oracle files, README) into `out_dir`."""
-    return synth_mimic3(out_dir, n_patients, seed, notes)
+    return synth_mimic3(out_dir, n_patients, seed, notes, plant_death_code)

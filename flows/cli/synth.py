@@ -28,6 +28,9 @@ def mimic3(
     out: Path = typer.Option(None, "--out", help="Output folder (default: <cache_dir>/synth/synth_<N>, "
                              "whose name is the dataset name `medtx ingest` derives)."),
     notes: bool = typer.Option(False, "--notes", help="Also write NOTEEVENTS with templated discharge summaries."),
+    plant_death_code: bool = typer.Option(
+        False, "--plant-death-code", help="Plant a known leak: diagnosis V667 (palliative care) at discharge of most "
+        "stays that end in death, as real MIMIC-III has (medtx/synth/death.py); for testing the leakage gate."),
     prefect: bool = typer.Option(False, "--prefect", help="Run as the Prefect flow `synth`."),
 ) -> None:
     """Write PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS) as .csv.gz,
@@ -36,10 +39,10 @@ def mimic3(
     if prefect:
         from flows.synth import synth
 
-        summary = synth(out, patients, seed, notes)
+        summary = synth(out, patients, seed, notes, plant_death_code)
     else:
         with _console.status(f"generating {patients:,} synthetic patients..."):
-            summary = generate_mimic3(out, patients, seed=seed, notes=notes)
+            summary = generate_mimic3(out, patients, seed=seed, notes=notes, plant_death_code=plant_death_code)
     table = Table(title=f"synthetic cohort ({summary.seconds:.1f} s, seed {seed})")
     table.add_column("file")
     table.add_column("rows", justify="right")

@@ -29,9 +29,10 @@ COLUMNS: dict[str, list[str]] = {
     "ORACLE_DRUG_REC": ["hadm_id", "atc3", "prob"],
     "ORACLE_NEXT_VISIT": ["hadm_id", "icd9_code", "prob"],
     "ORACLE_READMISSION": ["hadm_id", "prob"],
+    "ORACLE_MORTALITY": ["hadm_id", "prob"],
 }
 MIMIC_TABLES = ("PATIENTS", "ADMISSIONS", "DIAGNOSES_ICD", "PROCEDURES_ICD", "PRESCRIPTIONS", "NOTEEVENTS")
-ORACLE_TABLES = ("ORACLE_DRUG_REC", "ORACLE_NEXT_VISIT", "ORACLE_READMISSION")
+ORACLE_TABLES = ("ORACLE_DRUG_REC", "ORACLE_NEXT_VISIT", "ORACLE_READMISSION", "ORACLE_MORTALITY")
 
 
 class GzipCsv:

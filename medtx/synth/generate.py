@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from medtx.synth.death import LEAK_CODE, LEAK_STREAM, DeathModel
+from medtx.synth.death import plant_death_code as plant_code
 from medtx.synth.files import MIMIC_TABLES, ORACLE_TABLES, Writers, with_row_id
 from medtx.synth.params import PARAMS_PATH, load_params
 from medtx.synth.model import Model, presence_prob
@@ -46,6 +48,7 @@ class SynthSummary:
     notes: bool
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    plant_death_code: bool = False
 
 
 def dataset_name(n_patients: int) -> str:
@@ -100,6 +103,7 @@ class Generator:
         self.admission_type_p = np.asarray(list(types.values()), dtype=float) / sum(types.values())
         self.elective = list(types).index("ELECTIVE") if "ELECTIVE" in types else -1
         self.elective_share = float(types.get("ELECTIVE", 0.0))
+        self.death = DeathModel(params["diagnoses"]["codes"], list(types))
         self.dx_codes = pl.Series(params["diagnoses"]["codes"], dtype=pl.String)
         self.dx_titles = np.asarray(params["diagnoses"]["titles"], dtype=object)
         self.px_codes = pl.Series(params["procedures"]["codes"], dtype=pl.String)
@@ -146,6 +150,7 @@ class Generator:
         prev_dx = np.zeros((n, m.n_dx), dtype=bool)
         prev_drugs = np.zeros((n, m.n_drugs))
         prev_visit = np.full(n, -1)
+        earlier_dx = np.zeros((n, m.n_dx), dtype=bool)  # any earlier stay's diagnoses (medtx.synth.death)
         max_visits = int(pat["n_visits"].max())
         # Admission types up front: the gap before a planned (ELECTIVE) admission is never < 30 days, so
         # "first non-elective admission within 30 days" is exactly "next admission early and not elective".
@@ -164,7 +169,9 @@ class Generator:
             drug_p = m.drug_prob(dx, px, prev_drugs[active])
             drugs = rng.random(drug_p.shape) < drug_p
             is_last = pat["n_visits"][active] == t + 1
-            died = is_last & (rng.random(k) < self.death_share)
+            age = (clock[active] - pat["dob"][active]) / YEAR
+            death_p = self.death.prob(age, earlier_dx[active], types[active, t])
+            died = is_last & (rng.random(k) < death_p)
             los = np.clip(np.exp(rng.normal(vis["log_los_mean"], vis["log_los_sd"], k)), 0.1, 120.0)
             admit = clock[active] // 60 * 60
             disch = admit + (los * DAY).astype(np.int64) // 60 * 60
@@ -177,12 +184,13 @@ class Generator:
             clock[active] = disch + (gap * DAY).astype(np.int64)
             # Readmission label = a next admission, within 30 days, not elective, and this visit survived.
             h = self.has_next[t]
-            next_given_alive = h / (h + (1 - h) * (1 - self.death_share))
+            next_given_alive = h / (h + (1 - h) * (1 - death_p))
             readmit_p = np.where(died, 0.0, next_given_alive * early_p * (1 - self.elective_share))
             step.update(admission_type=types[active, t], dx=dx, px=px, drugs=drugs, drug_p=drug_p, died=died,
-                        admit=admit, disch=disch, readmit_p=readmit_p)
+                        admit=admit, disch=disch, readmit_p=readmit_p, mortality_p=(1 - h) * death_p)
             steps.append(step)
             prev_dx[active], prev_drugs[active], prev_visit[active] = dx, drugs, step["local"]
+            earlier_dx[active] |= dx
             offset += k
         hadm_ids = hadm_start + rng.permutation(offset)  # MIMIC's hadm ids do not follow time order
         return self._tables(rng, subject_ids, pat, steps, hadm_ids)
@@ -321,6 +329,8 @@ class Generator:
                 nc[order]), "prob": cat(next_p, float)[order]}),
             "ORACLE_READMISSION": pl.DataFrame({"hadm_id": hadm[local], "prob": np.concatenate(
                 [s["readmit_p"] for s in steps])}).sort("hadm_id"),
+            "ORACLE_MORTALITY": pl.DataFrame({"hadm_id": hadm[local], "prob": np.concatenate(
+                [s["mortality_p"] for s in steps])}).sort("hadm_id"),
         }
 
     def notes(self, tables: dict) -> pl.DataFrame:
@@ -376,17 +386,20 @@ The generating process is known, so the files below hold the exact probabilities
 - `ORACLE_NEXT_VISIT.csv.gz(hadm_id, icd9_code, prob)`: P(code among the NEXT admission's diagnoses | history),
   for admissions that have a next one;
 - `ORACLE_READMISSION.csv.gz(hadm_id, prob)`: P(next admission within 30 days of discharge, not elective)
-  (0 for in-hospital deaths).
-Rows with prob < {ORACLE_MIN_PROB:g} are left out (read a missing label as probability ~0).
+  (0 for in-hospital deaths);
+- `ORACLE_MORTALITY.csv.gz(hadm_id, prob)`: P(death in this admission | age, admission type, earlier admissions'
+  diagnoses, admission number): what is known 48 hours after admission (medtx/synth/death.py).
+{"- planted leak: diagnosis " + LEAK_CODE + " at discharge of most stays that end in death (medtx/synth/death.py)" + chr(10) if summary.plant_death_code else ""}Rows with prob < {ORACLE_MIN_PROB:g} are left out (read a missing label as probability ~0).
 Drug rows with NDC `0` or an NDC that the bundled mapping cannot map never carry a label.
 """
 
 
 def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool = False,
-                    params_path: Path = PARAMS_PATH) -> SynthSummary:
+                    params_path: Path = PARAMS_PATH, plant_death_code: bool = False) -> SynthSummary:
     """Write a synthetic MIMIC-III cohort of `n_patients` into `out_dir` (created), with oracle files and README.
 
-    Deterministic: the same (n_patients, seed, notes, parameter file) gives byte-identical files.
+    Deterministic: the same (n_patients, seed, notes, plant_death_code, parameter file) gives byte-identical files.
+    `plant_death_code`: plant a discharge-time diagnosis tied to death (medtx.synth.death), a known leak.
     """
     if n_patients < 1:
         raise ValueError(f"n_patients must be >= 1, got {n_patients}")
@@ -405,6 +418,9 @@ def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool =
             subjects = SUBJECT_ID_START + np.arange(first, min(first + CHUNK_PATIENTS, n_patients))
             rng = np.random.default_rng([seed, chunk])
             frames = gen.simulate_chunk(rng, subjects, hadm_next)
+            if plant_death_code:
+                frames["DIAGNOSES_ICD"] = plant_code(np.random.default_rng([seed, chunk, LEAK_STREAM]),
+                                                     frames["ADMISSIONS"], frames["DIAGNOSES_ICD"])
             hadm_next += frames["ADMISSIONS"].height
             if notes:
                 frames["NOTEEVENTS"] = gen.notes(frames)
@@ -415,7 +431,8 @@ def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool =
             log.debug("synth chunk %d: %d patients, %d admissions", chunk, len(subjects), frames["ADMISSIONS"].height)
         rows = {name: f.rows for name, f in w.files.items()}
     summary = SynthSummary(out_dir=out_dir, dataset=dataset_name(n_patients), n_patients=n_patients, seed=seed,
-                           notes=notes, rows=rows, seconds=round(time.perf_counter() - started, 3))
+                           notes=notes, rows=rows, seconds=round(time.perf_counter() - started, 3),
+                           plant_death_code=plant_death_code)
     params_sha = hashlib.sha256(Path(params_path).read_bytes()).hexdigest()
     (out_dir / "README.md").write_text(_readme(summary, params_sha))
     log.info("synthetic cohort %s: %d patients, %d admissions, %d prescriptions in %.1f s -> %s", summary.dataset,

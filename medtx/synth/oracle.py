@@ -21,6 +21,7 @@ ORACLE_FILES: dict[str, tuple[str, dict[str, str]]] = {
     "ORACLE_NEXT_VISIT": ("raw.synth_oracle_next_visit",
                           {"hadm_id": "BIGINT", "icd9_code": "VARCHAR", "prob": "DOUBLE"}),
     "ORACLE_READMISSION": ("raw.synth_oracle_readmission", {"hadm_id": "BIGINT", "prob": "DOUBLE"}),
+    "ORACLE_MORTALITY": ("raw.synth_oracle_mortality", {"hadm_id": "BIGINT", "prob": "DOUBLE"}),
 }
 
 WRITES = tuple(table for table, _ in ORACLE_FILES.values())  # lineage of the oracle ingest step

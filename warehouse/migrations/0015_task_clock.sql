@@ -5,8 +5,7 @@ ALTER TABLE samples.drug_rec ADD COLUMN prediction_time TIMESTAMP;
 ALTER TABLE samples.next_visit ADD COLUMN prediction_time TIMESTAMP;
 ALTER TABLE samples.readmission ADD COLUMN prediction_time TIMESTAMP;
 ALTER TABLE samples.admission_outcome ADD COLUMN prediction_time TIMESTAMP;
--- Tokens known at admission (age band, sex, admission type) as a one-visit history, e.g. mortality's; NULL for
--- tasks without them.
+-- Tokens known at admission (age band, sex, admission type) as a one-visit history; NULL for tasks without them.
 ALTER TABLE samples.admission_outcome ADD COLUMN static VARCHAR[][];
 
 -- The leakage gate (medtx.tasks.leakage), one row per (dataset, task), rewritten each time it runs (after the
@@ -43,4 +42,12 @@ CREATE TABLE samples.leakage_shortcuts (
     value        DOUBLE NOT NULL,
     acknowledged BOOLEAN NOT NULL,
     PRIMARY KEY (dataset, task, feature, token)
+);
+
+-- The synthetic cohort's ground truth of in-hospital death (ORACLE_MORTALITY.csv.gz, medtx/synth/death.py):
+-- P(death in this admission | what is known 48 hours after admission), for every admission.
+CREATE TABLE raw.synth_oracle_mortality (
+    dataset VARCHAR NOT NULL,
+    hadm_id BIGINT NOT NULL,
+    prob    DOUBLE NOT NULL
 );
