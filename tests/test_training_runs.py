@@ -33,8 +33,10 @@ def test_one_checkpoint_folder_rule(tmp_path: Path):
 def test_attention_frame_keeps_the_end_that_matters_and_rejects_others():
     weights = np.arange(2 * 1 * 3 * 3, dtype=np.float32).reshape(2, 1, 3, 3)  # 2 layers, 1 head, 3 x 3
     rows = [{"codes": (weights, ["a", "b", "c"], ["x", "y", "z"])}]
-    last = attention_frame([7], rows, max_tokens=2, keep="last")
-    first = attention_frame([7], rows, max_tokens=2, keep="first")
+    import polars as pl
+
+    last = pl.from_arrow(attention_frame([7], rows, max_tokens=2, keep="last"))  # an Arrow table (pure training path)
+    first = pl.from_arrow(attention_frame([7], rows, max_tokens=2, keep="first"))
     assert last.height == first.height == 2 * 2 * 2
     assert set(last["query_token"]) == {"b", "c"} and set(last["key_token"]) == {"y", "z"}
     assert set(first["query_token"]) == {"a", "b"} and set(first["key_token"]) == {"x", "y"}
@@ -42,7 +44,7 @@ def test_attention_frame_keeps_the_end_that_matters_and_rejects_others():
     assert row["weight"].to_list() == [float(weights[1, 0, 1, 2])] and row["sample_id"].to_list() == ["7"]
     with pytest.raises(ValueError, match="keep must be"):
         attention_frame([7], rows, max_tokens=2, keep="middle")
-    assert attention_frame([], [], max_tokens=2).height == 0
+    assert attention_frame([], [], max_tokens=2).num_rows == 0
 
 
 def test_settings_run_folder_defaults_to_the_settings_models_folder(tmp_path: Path):

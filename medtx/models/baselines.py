@@ -26,13 +26,16 @@ import warnings
 from typing import Any
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
+from medtx.models import frames
 from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.frames import Frame
 from medtx.models.registry import ModelSpec, register_model
 from medtx.tasks import all_tasks, get_task
 
@@ -41,13 +44,13 @@ log = logging.getLogger("medtx.models")
 BASELINE_MODELS = ("most_frequent", "copy_last", "logreg", "oracle")
 
 
-def label_matrix(frame: pl.DataFrame, task: str, labels: LabelSpace) -> np.ndarray:
+def label_matrix(frame: Frame, task: str, labels: LabelSpace) -> np.ndarray:
     """The frame's label column as a [N, n_labels] 0/1 matrix in label-space order ([N, 1] when binary)."""
     column = task_spec(task).label_column
-    if column not in frame.columns:
+    if column not in frames.columns(frame):
         raise ValueError(f"samples.{task_spec(task).table} frame lacks the label column {column!r}")
-    y = np.zeros((frame.height, len(labels)), dtype=np.float32)
-    for row, value in enumerate(frame[column].to_list()):
+    y = np.zeros((frames.height(frame), len(labels)), dtype=np.float32)
+    for row, value in enumerate(frames.values(frame, column)):
         if labels.binary:
             y[row, 0] = float(bool(value))
         else:
@@ -70,7 +73,7 @@ class MostFrequent:
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"rule": "top_k_train_mean"}
 
-    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> MostFrequent:
+    def fit(self, train: Frame, val: Frame | None = None) -> MostFrequent:
         y = label_matrix(train, self.task, self.labels)
         self.freq = label_frequencies(y)
         if self.labels.binary:
@@ -81,8 +84,8 @@ class MostFrequent:
             self.config["k"] = k
         return self
 
-    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
-        return np.tile(self.freq, (frame.height, 1)).astype(np.float64)
+    def predict_proba(self, frame: Frame) -> np.ndarray:
+        return np.tile(self.freq, (frames.height(frame), 1)).astype(np.float64)
 
 
 class CopyLast:
@@ -99,7 +102,7 @@ class CopyLast:
         self.fixed_threshold: float | None = 0.5
         self.config: dict[str, Any] = {"source": self.source, "tie_break": "train_frequency"}
 
-    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> CopyLast:
+    def fit(self, train: Frame, val: Frame | None = None) -> CopyLast:
         self.freq = label_frequencies(label_matrix(train, self.task, self.labels))
         return self
 
@@ -109,19 +112,19 @@ class CopyLast:
             return list(visits[-2] or []) if len(visits) >= 2 else []
         return list(visits[-1] or []) if visits else []
 
-    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
+    def predict_proba(self, frame: Frame) -> np.ndarray:
         column = self.source
-        copied = np.zeros((frame.height, len(self.labels)), dtype=bool)
-        for row, history in enumerate(frame[column].to_list()):
+        copied = np.zeros((frames.height(frame), len(self.labels)), dtype=bool)
+        for row, history in enumerate(frames.values(frame, column)):
             copied[row, [self.labels.index[c] for c in self._copied(history) if c in self.labels.index]] = True
         return np.where(copied, 0.5 + 0.5 * self.freq, 0.49 * self.freq)
 
 
-def bag_of_codes(frame: pl.DataFrame, task: str) -> list[list[str]]:
+def bag_of_codes(frame: Frame, task: str) -> list[list[str]]:
     """Per sample: `feature:code` for every code in the history and `now:feature:code` for the current visit."""
-    docs = [[] for _ in range(frame.height)]
+    docs = [[] for _ in range(frames.height(frame))]
     for feature in task_spec(task).features:
-        for row, history in enumerate(frame[feature].to_list()):
+        for row, history in enumerate(frames.values(frame, feature)):
             visits = history or []
             docs[row].extend(f"{feature}:{c}" for v in visits for c in (v or []))
             if visits:
@@ -153,7 +156,7 @@ class LogReg:
                 return base.fit(x, y[:, 0])
             return OneVsRestClassifier(base).fit(x, y)
 
-    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> LogReg:
+    def fit(self, train: Frame, val: Frame | None = None) -> LogReg:
         """Fit on `train`; with C='auto', pick C from C_GRID by validation PR-AUC (AUPRC when binary)."""
         from medtx.metrics.binary import binary_metrics
         from medtx.metrics.multilabel import pr_auc_samples
@@ -165,7 +168,7 @@ class LogReg:
         if self.config["C"] != "auto":
             self.model = self._fit_one(x, y, float(self.config["C"]))
             return self
-        if val is None or val.height == 0:
+        if val is None or frames.height(val) == 0:
             raise ValueError("logreg: C='auto' needs a validation split to choose C on")
         y_val = label_matrix(val, self.task, self.labels)
         scores, fitted = {}, {}
@@ -181,7 +184,7 @@ class LogReg:
         self.model = fitted[best]
         return self
 
-    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
+    def predict_proba(self, frame: Frame) -> np.ndarray:
         x = self.vectorizer.transform(bag_of_codes(frame, self.task))
         if self.labels.binary:
             return self.model.predict_proba(x)[:, 1:2].astype(np.float64)
@@ -191,39 +194,40 @@ class LogReg:
 class Oracle:
     """The synthetic generator's true label probabilities per visit (raw.synth_oracle_<task> rows)."""
 
-    def __init__(self, task: str, labels: LabelSpace, oracle_rows: pl.DataFrame) -> None:
-        if oracle_rows.height == 0:
+    def __init__(self, task: str, labels: LabelSpace, oracle_rows: Frame) -> None:
+        if frames.height(oracle_rows) == 0:
             raise ValueError(f"oracle: no raw.synth_oracle_{task} rows for this dataset; the oracle exists "
                              "only for synthetic cohorts loaded with their ORACLE_*.csv.gz files")
-        self.task, self.labels, self.rows = task, labels, oracle_rows
+        self.task, self.labels, self.rows = task, labels, frames.arrow(oracle_rows)
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"source": f"raw.synth_oracle_{task}"}
 
-    def fit(self, train: pl.DataFrame, val: pl.DataFrame | None = None) -> Oracle:
+    def fit(self, train: Frame, val: Frame | None = None) -> Oracle:
         return self  # nothing to learn: the generator's probabilities are the model
 
-    def predict_proba(self, frame: pl.DataFrame) -> np.ndarray:
-        row_of = {h: i for i, h in enumerate(frame["hadm_id"].to_list())}
-        probs = np.zeros((frame.height, len(self.labels)), dtype=np.float64)
+    def predict_proba(self, frame: Frame) -> np.ndarray:
+        row_of = {h: i for i, h in enumerate(frames.values(frame, "hadm_id"))}
+        probs = np.zeros((frames.height(frame), len(self.labels)), dtype=np.float64)
         code_col = get_task(self.task).oracle_code_column  # None: one probability per visit (binary)
         if code_col is None and not self.labels.binary:
             raise ValueError(f"oracle: task {self.task!r} declares no oracle_code_column for its labels")
-        rows = self.rows.filter(pl.col("hadm_id").is_in(list(row_of)))
+        hadm = self.rows.column("hadm_id")
+        rows = self.rows.filter(pc.is_in(hadm, value_set=pa.array(list(row_of), type=hadm.type)))
         covered = set()
-        for rec in rows.iter_rows(named=True):
+        for rec in rows.to_pylist():
             r = row_of[rec["hadm_id"]]
             covered.add(r)
             if code_col is None:
                 probs[r, 0] = rec["prob"]
             elif rec[code_col] in self.labels.index:
                 probs[r, self.labels.index[rec[code_col]]] = rec["prob"]
-        if len(covered) < frame.height:
+        if len(covered) < frames.height(frame):
             log.warning("oracle: %d of %d samples have no oracle probabilities (scored 0)",
-                        frame.height - len(covered), frame.height)
+                        frames.height(frame) - len(covered), frames.height(frame))
         return probs
 
 
-def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: pl.DataFrame | None = None,
+def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: Frame | None = None,
                    overrides: dict | None = None) -> MostFrequent | CopyLast | LogReg | Oracle:
     """A baseline by its `--model` name."""
     overrides = overrides or {}

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
-import polars as pl
 import torch
 from torch import Tensor
 
+from medtx.models import frames
 from medtx.tasks import Task, get_task, tasks_of_family
 
 log = logging.getLogger("medtx.models")
@@ -162,13 +162,14 @@ class LabelSpace:
         return out
 
 
-def _rows(frame: pl.DataFrame, spec: TaskSpec, extra: Sequence[str] = ()) -> Iterable[dict]:
+def _rows(frame: frames.Frame, spec: TaskSpec, extra: Sequence[str] = ()) -> Iterable[dict]:
     """Row dicts with the columns a codec needs; a missing column is a clear error naming it."""
     needed = ["subject_id", "hadm_id", *spec.features, spec.label_column, *extra]
-    missing = [c for c in needed if c not in frame.columns]
+    have = frames.columns(frame)
+    missing = [c for c in needed if c not in have]
     if missing:
-        raise ValueError(f"samples.{spec.table} frame lacks column(s) {missing} (has {frame.columns})")
-    return frame.select(needed).iter_rows(named=True)
+        raise ValueError(f"samples.{spec.table} frame lacks column(s) {missing} (has {have})")
+    return frames.rows(frame, needed)
 
 
 def _base_item(row: dict, labels: LabelSpace, spec: TaskSpec) -> dict:
@@ -270,7 +271,7 @@ class HistoryCodec:
         """The key prefixes a batch carries: each feature's, then `codes` with a joint sequence."""
         return (*self.spec.features, *((JOINT,) if self.joint is not None else ()))
 
-    def encode(self, frame: pl.DataFrame) -> list[dict]:
+    def encode(self, frame: frames.Frame) -> list[dict]:
         items = []
         for row in _rows(frame, self.spec):
             item = _base_item(row, self.labels, self.spec)
@@ -382,7 +383,7 @@ class BehrtCodec:
                    for c in ((row[f] or [])[v] if v < len(row[f] or []) else []) or []] for v in range(n)]
         return visits, None
 
-    def encode(self, frame: pl.DataFrame) -> list[dict]:
+    def encode(self, frame: frames.Frame) -> list[dict]:
         extra = tuple(c for c in (get_task(self.task).visit_ages,) if c is not None)
         items = []
         for row in _rows(frame, self.spec, extra):
@@ -437,7 +438,7 @@ class Seq2SeqCodec:
     max_src: int = 96
     max_tgt: int = 48
 
-    def encode(self, frame: pl.DataFrame) -> list[dict]:
+    def encode(self, frame: frames.Frame) -> list[dict]:
         spec = task_spec(self.task)
         items = []
         for row in _rows(frame, spec):

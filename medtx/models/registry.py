@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import torch
 from torch import Tensor, nn
 
 from medtx.models.checkpoint import load_weights, saved_model_config
 from medtx.models.ehr_data import LabelSpace, TaskSpec, task_spec
 from medtx.models.encoded import EncodedSet
+from medtx.models.frames import Frame
 from medtx.tasks import Task, get_task, tasks_of_family
 
 KINDS = ("multilabel", "binary", "multiclass", "generation")
@@ -58,7 +58,7 @@ class MaskedLM:
 class EHRModelBundle:
     model: nn.Module  # forward(batch, output_attentions=False) -> medtx.models.base.ModelOutput
     config: Any  # the model's config dataclass (dataclasses.asdict -> ml.runs.config JSON)
-    encode: Callable[[pl.DataFrame], list[dict]]  # sample-table rows -> items for collate
+    encode: Callable[[Frame], list[dict]]  # sample-table rows -> items for collate
     collate: Callable[[list[dict]], dict]  # items -> batch dict (tensors + sample_id, subject_id, tokens)
     predict_proba: Callable[[nn.Module, dict], Tensor]  # batch -> [B, n_labels] probabilities
     mlm: MaskedLM | None = None  # BEHRT: pre-trained with masked LM before fine-tuning

@@ -12,33 +12,8 @@ from collections.abc import Sequence
 
 import duckdb
 
+from medtx.models.vocab import PAD, PAD_IDX, UNK, UNK_IDX, Vocab  # noqa: F401  (the class is pure: a worker loads it)
 from medtx.store.db import sql_literal
-
-PAD, UNK = "<pad>", "<unk>"
-PAD_IDX, UNK_IDX = 0, 1
-
-
-class Vocab:
-    """Token <-> index for one (dataset, task, feature)."""
-
-    def __init__(self, tokens: Sequence[str]) -> None:
-        if list(tokens[:2]) != [PAD, UNK]:
-            raise ValueError(f"a vocabulary starts with {PAD!r}, {UNK!r}; got {list(tokens[:2])}")
-        self.tokens: list[str] = list(tokens)
-        self.index: dict[str, int] = {t: i for i, t in enumerate(self.tokens)}
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __contains__(self, token: str) -> bool:
-        return token in self.index
-
-    def encode(self, tokens: Sequence[str]) -> list[int]:
-        """Indices of `tokens`; unknown tokens -> 1 (`<unk>`)."""
-        return [self.index.get(t, UNK_IDX) for t in tokens]
-
-    def decode(self, ids: Sequence[int]) -> list[str]:
-        return [self.tokens[i] for i in ids]
 
 
 def vocab_rows_sql(token_sql: str, specials: Sequence[str], min_count: int) -> str:

@@ -1,7 +1,7 @@
 """Evaluation of one EHR run, pure: validation scores for the trainer, the decision threshold (tuned on
 validation only), test metrics with the 10 x 80% patient subsample sd (SafeDrug's convention; the 95% patient
 bootstrap intervals are added when the run is recorded, medtx.evaluation.uncertainty), per-label scores, long-form
-predictions, and the `records.RunResults` that the run skeleton records.
+predictions, and the `RunResults` that the run skeleton records.
 
 Protocol (stated in ml.runs / ml.metrics and RESULTS.md):
 - The decision threshold is tuned on validation (grid 0.05..0.95, maximising visit-averaged Jaccard for
@@ -18,16 +18,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
 
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.bootstrap import bootstrap
 from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
-from medtx.metrics.multilabel import patient_average, per_visit_metrics, tune_threshold, visit_average
+from medtx.metrics.multilabel import (
+    patient_average,
+    per_visit_metrics,
+    tune_threshold,
+    visit_average,
+)
+from medtx.models import frames
 from medtx.models.baselines import label_matrix
 from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.frames import Frame
 from medtx.tasks import get_task, tasks_of_family
-from medtx.training import records
+from medtx.training.results import RunResults
 
 log = logging.getLogger("medtx.training")
 
@@ -54,7 +61,7 @@ class Outcome:
     n_params: int | None = None
     best_epoch: int | None = None
     device: str = "cpu"
-    attention: pl.DataFrame | None = None
+    attention: Frame | None = None
     checkpoints: dict[str, tuple] = field(default_factory=dict)  # kind -> (path, epoch[, metric, value])
 
 
@@ -144,8 +151,8 @@ def label_metric_rows(y: np.ndarray, p: np.ndarray, threshold: float, names: lis
     return rows
 
 
-def prediction_frame(frame: pl.DataFrame, y: np.ndarray, p: np.ndarray, threshold: float, names: list[str],
-                     text: list[str] | None = None) -> pl.DataFrame:
+def prediction_frame(frame: Frame, y: np.ndarray, p: np.ndarray, threshold: float, names: list[str],
+                     text: list[str] | None = None) -> pa.Table:
     """Long-form test predictions. All (sample, label) rows when N x L <= MAX_PREDICTION_ROWS; above that only
     labels that are true, predicted or among the sample's top-30 scores (stated in the run's config)."""
     n, n_labels = p.shape
@@ -155,18 +162,19 @@ def prediction_frame(frame: pl.DataFrame, y: np.ndarray, p: np.ndarray, threshol
         keep = (y >= 0.5) | (p >= threshold)
         np.put_along_axis(keep, top, True, axis=1)
     rows, cols = np.nonzero(keep)
-    hadm = frame["hadm_id"].to_numpy()
-    out = pl.DataFrame({
-        "sample_id": hadm[rows].astype(str),
-        "subject_id": frame["subject_id"].to_numpy()[rows],
+    hadm = frames.numbers(frame, "hadm_id").astype(np.int64)
+    out = pa.table({
+        "sample_id": pa.array(hadm[rows].astype(str).tolist(), type=pa.string()),
+        "subject_id": frames.numbers(frame, "subject_id").astype(np.int64)[rows],
         "hadm_id": hadm[rows],
-        "label": np.asarray(names, dtype=object)[cols].astype(str),
+        "label": pa.array(np.asarray(names, dtype=object)[cols].astype(str).tolist(), type=pa.string()),
         "prob": p[rows, cols].astype(np.float64),
         "y_true": y[rows, cols] >= 0.5,
         "predicted": p[rows, cols] >= threshold,
     })
     if text is not None:
-        out = out.with_columns(pl.Series("text", np.asarray(text, dtype=object)[rows].astype(str)))
+        out = out.append_column("text", pa.array(np.asarray(text, dtype=object)[rows].astype(str).tolist(),
+                                                 type=pa.string()))
     return out
 
 
@@ -182,10 +190,10 @@ def showcase_items(items: list[dict], n: int, max_tokens: int) -> list[dict]:
     return (fitting + rest)[:n]
 
 
-def evaluate(task: str, model: str, seed: int, parts: dict[str, pl.DataFrame], labels: LabelSpace,
+def evaluate(task: str, model: str, seed: int, parts: dict[str, Frame], labels: LabelSpace,
              ddi_pairs: list, outcome: Outcome, n_boot: int, threshold: float | None, seconds: float
-             ) -> records.RunResults:
-    """Threshold on validation, test metrics, per-label scores, predictions: the run's `records.RunResults`."""
+             ) -> RunResults:
+    """Threshold on validation, test metrics, per-label scores, predictions: the run's `RunResults`."""
     from medtx.metrics.collapse import is_collapsed
 
     y_val = label_matrix(parts["val"], task, labels)
@@ -195,7 +203,7 @@ def evaluate(task: str, model: str, seed: int, parts: dict[str, pl.DataFrame], l
             raise ValueError(f"{model}: {name} probabilities have shape {p.shape}, labels {y.shape} "
                              "(label vocabulary mismatch between model and samples)")
     threshold, source = choose_threshold(task, y_val, outcome.p_val, outcome.fixed_threshold, threshold)
-    patients = parts["test"]["subject_id"].to_numpy()
+    patients = frames.numbers(parts["test"], "subject_id")
     if labels.binary:
         test_rows = binary_test_metrics(y_test, outcome.p_test, patients, n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test[:, 0])
@@ -209,10 +217,10 @@ def evaluate(task: str, model: str, seed: int, parts: dict[str, pl.DataFrame], l
               "bootstrap": "80% of test patients without replacement, sd ddof=0",
               "predictions_stored": "all" if y_test.size <= MAX_PREDICTION_ROWS
               else f"true, predicted or top-{TOP_LABELS_KEPT} labels per sample"}
-    val_rows = point_metrics(task, y_val, outcome.p_val, parts["val"]["subject_id"].to_numpy(), threshold)
+    val_rows = point_metrics(task, y_val, outcome.p_val, frames.numbers(parts["val"], "subject_id"), threshold)
     summary = {m: v for m, a, v, *_ in test_rows if a in ("visit", "none") and m in (*AVERAGED, "auroc", "ddi_rate")}
     log.info("%s %s seed %d: %s", task, model, seed, ", ".join(f"{k}={v:.4f}" for k, v in summary.items()))
-    return records.RunResults(
+    return RunResults(
         metrics={"val": val_rows, "test": test_rows},
         label_metrics={} if labels.binary else
         {"test": label_metric_rows(y_test, outcome.p_test, threshold, labels.names)},

@@ -11,17 +11,23 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
-import polars as pl
+import pyarrow as pa
 
 from medtx.store.db import quote_ident, quote_table, transaction
 from medtx.store.run_owners import claim, heartbeat
+from medtx.training.results import (
+    ATTENTION_COLUMNS,
+    PREDICTION_COLUMNS,
+    RunResults,
+    with_run_id,
+)
+from medtx.training.results import num as _num
 
 log = logging.getLogger("medtx.training")
 
@@ -87,21 +93,6 @@ def recording(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnect
             _RECORDING.discard(id(con))
 
 
-@dataclass
-class RunResults:
-    """What a finished run records: test (and val) metrics, per-label scores, confusion cells, predictions,
-    attention, checkpoint folders (kind -> (path, epoch)) and the `finish_run` summary fields."""
-
-    metrics: Mapping[str, Sequence[tuple]]  # split -> (metric, averaging, value, sd, n_boot) rows
-    predictions: pl.DataFrame
-    label_metrics: Mapping[str, Sequence[tuple]] = field(default_factory=dict)  # split -> rows
-    confusion: Mapping[str, Sequence[tuple]] = field(default_factory=dict)  # split -> (true, predicted, n)
-    attention: pl.DataFrame | None = None
-    # kind -> (path, epoch) or (path, epoch, monitored metric, its value)
-    checkpoints: Mapping[str, tuple] = field(default_factory=dict)
-    summary: Mapping[str, Any] = field(default_factory=dict)  # finish_run fields
-
-
 def record_results(con: duckdb.DuckDBPyConnection, run_id: str, results: RunResults) -> None:
     """Write a finished run's results and mark it `completed`, in one transaction; then qualify it (intervals,
     comparisons: `finish_run`'s second half)."""
@@ -113,7 +104,7 @@ def record_results(con: duckdb.DuckDBPyConnection, run_id: str, results: RunResu
         for split, rows in results.confusion.items():
             write_confusion(con, run_id, split, list(rows))
         write_predictions(con, run_id, results.predictions)
-        if results.attention is not None and results.attention.height:
+        if results.attention is not None and len(results.attention):
             write_attention(con, run_id, results.attention)
         for kind, (path, epoch, *monitored) in results.checkpoints.items():
             register_checkpoint(con, run_id, kind, str(path), epoch, *monitored)
@@ -207,41 +198,28 @@ def write_label_metrics(
             con.executemany("INSERT INTO ml.label_metrics VALUES (?, ?, ?, ?, ?, ?)", data)
 
 
-def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, frame: pl.DataFrame,
-                  columns: Sequence[str]) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{table}: frame lacks columns {missing}")
-    rel = frame.select(columns)
+def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, rows: pa.Table) -> None:
     with _write(con):
         con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
-        if rel.height:
-            con.register("_medtx_rows", rel.to_arrow())
+        if rows.num_rows:
+            con.register("_medtx_rows", rows)
             try:
-                cols_sql = ", ".join(map(quote_ident, columns))
+                cols_sql = ", ".join(map(quote_ident, rows.column_names))
                 con.execute(f"INSERT INTO {quote_table(table)} ({cols_sql}) SELECT {cols_sql} FROM _medtx_rows")
             finally:
                 con.unregister("_medtx_rows")
 
 
-PREDICTION_COLUMNS = ("run_id", "sample_id", "subject_id", "hadm_id", "label", "prob", "y_true", "predicted", "text")
-ATTENTION_COLUMNS = ("run_id", "sample_id", "module", "layer", "head", "query_pos", "key_pos", "weight",
-                     "query_token", "key_token")
+def write_predictions(con: duckdb.DuckDBPyConnection, run_id: str, frame) -> None:
+    """Replace the run's test predictions (long form: one row per sample and label; Arrow or polars)."""
+    rows = with_run_id(frame, "ml.predictions", run_id, PREDICTION_COLUMNS,
+                       optional=("subject_id", "hadm_id", "text", "y_true", "predicted"))
+    _insert_frame(con, "ml.predictions", run_id, rows)
 
 
-def write_predictions(con: duckdb.DuckDBPyConnection, run_id: str, frame: pl.DataFrame) -> None:
-    """Replace the run's test predictions (long form: one row per sample and label)."""
-    frame = frame.with_columns(pl.lit(run_id).alias("run_id"))
-    for column in ("subject_id", "hadm_id", "text", "y_true", "predicted"):
-        if column not in frame.columns:
-            frame = frame.with_columns(pl.lit(None).alias(column))
-    _insert_frame(con, "ml.predictions", run_id, frame, PREDICTION_COLUMNS)
-
-
-def write_attention(con: duckdb.DuckDBPyConnection, run_id: str, frame: pl.DataFrame) -> None:
-    """Replace the run's stored attention weights (long form, see `attention_frame`)."""
-    frame = frame.with_columns(pl.lit(run_id).alias("run_id"))
-    _insert_frame(con, "ml.attention", run_id, frame, ATTENTION_COLUMNS)
+def write_attention(con: duckdb.DuckDBPyConnection, run_id: str, frame) -> None:
+    """Replace the run's stored attention weights (long form, see `attention_frame`; Arrow or polars)."""
+    _insert_frame(con, "ml.attention", run_id, with_run_id(frame, "ml.attention", run_id, ATTENTION_COLUMNS))
 
 
 def register_checkpoint(
@@ -253,14 +231,6 @@ def register_checkpoint(
         con.execute("DELETE FROM ml.models WHERE run_id = ? AND kind = ?", [run_id, kind])
         con.execute("INSERT INTO ml.models (run_id, kind, path, epoch, metric, value) VALUES (?, ?, ?, ?, ?, ?)",
                     [run_id, kind, str(path), epoch, metric, _num(value)])
-
-
-def _num(value: float | None) -> float | None:
-    """NaN/inf become NULL so SQL aggregates and the dashboard never see them."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if value == value and abs(value) != float("inf") else None
 
 
 def write_confusion(con, run_id: str, split: str, rows: list[tuple[str, str, int]]) -> None:

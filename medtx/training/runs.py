@@ -10,15 +10,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import numpy as np
-import polars as pl
 
 from medtx.store.db import quote_table
+from medtx.training.results import attention_frame  # noqa: F401  (the rule lives with RunResults, pure)
 
 
 def oracle_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -29,7 +26,9 @@ def oracle_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
 
 def is_synthetic(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:
     """A dataset is synthetic when its name says so or the generator's oracle rows (any task's) exist for it."""
-    from medtx.synth.oracle import WRITES as ORACLE_TABLES  # the oracle ingest step's declared lineage
+    from medtx.synth.oracle import (
+        WRITES as ORACLE_TABLES,  # the oracle ingest step's declared lineage
+    )
 
     if dataset.startswith("synth"):
         return True
@@ -51,26 +50,3 @@ def settings_run_folder(db: Path | str, run_id: str, models_dir: Path | str | No
     from medtx.settings import get_settings
 
     return run_folder(models_dir or get_settings(db=Path(db)).models_dir, run_id)
-
-
-def attention_frame(sample_ids: Sequence[Any], attentions: Sequence[dict], max_tokens: int,
-                    keep: str = "last") -> pl.DataFrame:
-    """Long-form attention rows of the showcase samples; `keep` = "last" or "first" `max_tokens` positions."""
-    if keep not in ("last", "first"):
-        raise ValueError(f"attention_frame: keep must be 'last' or 'first', got {keep!r}")
-    cut = slice(-max_tokens, None) if keep == "last" else slice(0, max_tokens)
-    parts = []
-    for sample_id, modules in zip(sample_ids, attentions, strict=True):
-        for module, (weights, q_tokens, k_tokens) in modules.items():
-            w = weights[:, :, cut, cut]
-            qt, kt = list(q_tokens)[cut], list(k_tokens)[cut]
-            grid = np.indices(w.shape).reshape(4, -1)
-            parts.append(pl.DataFrame({
-                "sample_id": [str(sample_id)] * grid.shape[1], "module": [module] * grid.shape[1],
-                "layer": grid[0].astype(np.int32), "head": grid[1].astype(np.int32),
-                "query_pos": grid[2].astype(np.int32), "key_pos": grid[3].astype(np.int32),
-                "weight": w.reshape(-1).astype(np.float32),
-                "query_token": np.asarray(qt, dtype=object)[grid[2]].astype(str),
-                "key_token": np.asarray(kt, dtype=object)[grid[3]].astype(str),
-            }))
-    return pl.concat(parts) if parts else pl.DataFrame()

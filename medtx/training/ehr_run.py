@@ -1,0 +1,283 @@
+"""One EHR run's training and evaluation from its samples, with no warehouse: what `medtx train`, the pipeline's
+workers and `python -m medtx.worker` share (medtx.training.experiment reads the samples from the warehouse and
+records the results there; the worker reads them from a training package and writes a result package).
+
+- `ehr_samples_from_tables`: the run's samples from the tables a training step reads (`samples.<table>`,
+  `samples.splits`, `samples.vocab`, the task's `train_reads`, the oracle tables), each an Arrow table already
+  restricted to the step's dataset and task: joined with the patient split, in (subject, hadm) order;
+- `train_ehr`: fit (or train) the model, predict validation and test, evaluate: a `RunResults`.
+
+Imports numpy, pyarrow, torch and scikit-learn, never polars or DuckDB (the import contract in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from medtx.metrics.bootstrap import N_BOOT
+from medtx.models import frames
+from medtx.models.baselines import BASELINE_MODELS, build_baseline
+from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.encoded import EncodedSet
+from medtx.models.frames import Frame
+from medtx.models.vocab import Vocab
+from medtx.tasks import get_task, tasks_of_family
+from medtx.training.ehr_evaluation import (
+    Outcome,
+    evaluate,
+    showcase_items,
+    validation_score,
+)
+from medtx.training.results import RunResults, attention_frame
+from medtx.training.trainer import TrainConfig, fit, predict, resolve_device, set_seed
+
+OnEpoch = Any  # Callable[[int, Mapping[str, float]], None] (medtx.training.skeleton.OnEpoch)
+
+# Views of the task registry (medtx/tasks/).
+EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
+MONITOR = {t.name: t.monitor for t in tasks_of_family("ehr")}
+ORACLE_PREFIX = "raw.synth_oracle_"
+
+
+@dataclass
+class ExperimentOptions:
+    """Knobs of one run that are not model hyper-parameters."""
+
+    n_boot: int = N_BOOT
+    threshold: float | None = None  # None = tune on validation (or the model's own rule)
+    n_showcase: int = 5  # test samples whose attention weights are stored
+    max_attention_tokens: int = 48  # bound on stored query/key positions per module
+    models_dir: Path | None = None  # checkpoints go to <models_dir>/<run_id>/ (default: settings models_dir)
+    pretrain_epochs: int | None = None  # BEHRT MLM epochs (default: the fine-tuning epochs)
+    pipeline_run_id: str | None = None
+    run_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EhrSamples:
+    """Everything a run reads: its sample rows per split (Arrow), vocabularies, label space, DDI pairs and oracle
+    rows; from the warehouse (medtx.training.experiment) or from a training package (`ehr_samples_from_tables`)."""
+
+    parts: dict[str, Frame]  # train / val / test sample rows
+    vocabs: dict[str, Vocab]
+    label_vocab: Vocab | None
+    labels: LabelSpace
+    ddi_pairs: list
+    oracle_rows: Frame | None
+
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+class MissingTable(LookupError):
+    """A table the run reads is not among those it was given (a training package that does not declare it)."""
+
+
+def _table(tables: Mapping[str, pa.Table], name: str) -> pa.Table:
+    if name not in tables:
+        raise MissingTable(f"the run reads {name}, which its training package does not hold "
+                           f"(it holds {sorted(tables)}): declare it in the task's train_reads")
+    return frames.arrow(tables[name])
+
+
+def _where(table: pa.Table, **equal: Any) -> pa.Table:
+    for column, value in equal.items():
+        if column in table.column_names:
+            table = frames.where(table, column, value)
+    return table
+
+
+def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: str) -> dict[str, pa.Table]:
+    """The task's sample rows with their stored patient split, per split, in (subject, hadm) order (the rows of
+    `samples.<table>` whose subject has a `samples.splits` row for the task; a shared table's `task` column is
+    filtered on and dropped)."""
+    spec = task_spec(task)
+    samples = _table(tables, f"samples.{spec.table}")
+    samples = _where(samples, dataset=dataset, **({"task": task} if spec.shared else {}))
+    if spec.shared and "task" in samples.column_names:
+        samples = samples.drop_columns(["task"])
+    splits = _where(_table(tables, "samples.splits"), dataset=dataset, task=task)
+    subjects = splits.column("subject_id").combine_chunks()
+    if len(pc.unique(subjects)) != len(subjects):
+        raise ValueError(f"dataset {dataset!r}, task {task!r}: samples.splits holds a patient twice")
+    at = pc.index_in(samples.column("subject_id"), value_set=subjects.cast(samples.column("subject_id").type))
+    keep = pc.is_valid(at)
+    frame = samples.filter(keep).append_column(
+        "split", pc.take(splits.column("split").combine_chunks(), pc.drop_null(at)))
+    if frame.num_rows == 0:
+        why = "no samples.splits rows for it" if samples.num_rows else f"no samples.{spec.table} rows"
+        raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); "
+                         f"run `medtx map-codes --dataset {dataset}` then "
+                         f"`medtx build-samples --task {task} --dataset {dataset}`")
+    frame = frame.sort_by([("subject_id", "ascending"), ("hadm_id", "ascending")])
+    parts = {name: frames.where(frame, "split", name) for name in ("train", "val", "test")}
+    for name, part in parts.items():
+        if part.num_rows == 0:
+            raise ValueError(f"dataset {dataset!r}, task {task!r}: the {name} split is empty "
+                             f"({frame.num_rows} samples in all); use a larger cohort or other split fractions")
+    return parts
+
+
+def vocab_from_table(vocab: pa.Table, dataset: str, task: str, feature: str) -> Vocab:
+    """One stored vocabulary (rows of samples.vocab), in index order."""
+    rows = _where(vocab, dataset=dataset, task=task, feature=feature).sort_by("idx")
+    if rows.num_rows == 0:
+        raise LookupError(f"no vocabulary for dataset={dataset!r} task={task!r} feature={feature!r}: "
+                          f"run `medtx build-samples --task {task}` first")
+    return Vocab(rows.column("token").to_pylist())
+
+
+def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: str, model: str) -> EhrSamples:
+    """The run's samples per split, vocabularies (those the model needs), DDI pairs (tasks that read them) and
+    oracle rows (the oracle baseline), from the tables of its training step (see the module docstring)."""
+    from medtx.models.registry import (
+        EHR_NEURAL_MODELS,
+        label_feature,
+        required_features,
+    )
+
+    parts = split_samples(tables, dataset, task)
+    vocab = _table(tables, "samples.vocab")
+    features = required_features(model, task) if model in EHR_NEURAL_MODELS else ()
+    vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
+    label = label_feature(task)
+    label_vocab = vocab_from_table(vocab, dataset, task, label) if label else None
+    ddi_pairs: list = []
+    if "ref.ddi_atc3" in get_task(task).train_reads:
+        ddi = _table(tables, "ref.ddi_atc3")
+        ddi_pairs = list(zip(ddi.column("atc3_a").to_pylist(), ddi.column("atc3_b").to_pylist(), strict=True))
+    oracle_rows = None
+    if model == "oracle":
+        name = f"{ORACLE_PREFIX}{task}"
+        oracle_rows = _where(frames.arrow(tables[name]), dataset=dataset) if name in tables else pa.table({})
+    labels = LabelSpace.from_vocab(label_vocab, task_spec(task).binary, task_spec(task).label_name)
+    return EhrSamples(parts, vocabs, label_vocab, labels, ddi_pairs, oracle_rows)
+
+
+def is_synthetic_tables(tables: Mapping[str, pa.Table], dataset: str) -> bool:
+    """medtx.training.runs.is_synthetic on a package: the name says so, or an oracle table has rows for it."""
+    if dataset.startswith("synth"):
+        return True
+    return any(_where(frames.arrow(t), dataset=dataset).num_rows > 0
+               for name, t in tables.items() if name.startswith(ORACLE_PREFIX))
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+TRAIN_KEYS = frozenset(f.name for f in dataclasses.fields(TrainConfig))  # the trainer's keys (epochs, lr, ...)
+
+
+def _split_overrides(overrides: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Trainer keys (epochs, lr, batch_size, ...) vs model keys (d_model, n_layers, ...)."""
+    overrides = dict(overrides or {})
+    return ({k: v for k, v in overrides.items() if k in TRAIN_KEYS},
+            {k: v for k, v in overrides.items() if k not in TRAIN_KEYS})
+
+
+def task_train_defaults(task: str, model: str) -> dict[str, Any]:
+    """The task's trainer defaults for the model (`Task.train_defaults`); a key TrainConfig lacks is an error."""
+    defaults = get_task(task).train_defaults_for(model)
+    unknown = sorted(set(defaults) - TRAIN_KEYS)
+    if unknown:
+        raise ValueError(f"task {task!r}: train_defaults for {model!r} name {unknown}, which are no TrainConfig fields")
+    return defaults
+
+
+def _run_baseline(task: str, model: str, data: EhrSamples, overrides: dict[str, Any]) -> Outcome:
+    parts = data.parts
+    baseline = build_baseline(model, task, data.labels, data.oracle_rows, overrides).fit(parts["train"], parts["val"])
+    return Outcome(baseline.predict_proba(parts["val"]), baseline.predict_proba(parts["test"]),
+                   baseline.fixed_threshold, dict(baseline.config))
+
+
+def _run_neural(task: str, model: str, data: EhrSamples, cfg: TrainConfig, model_overrides: dict[str, Any],
+                opts: ExperimentOptions, out_dir: Path, on_epoch: OnEpoch) -> Outcome:
+    from medtx.models.registry import (  # imported late to keep baselines light
+        build_ehr_model,
+        sigmoid_proba,
+    )
+
+    # Seed before the model exists: its initial weights must depend on the run's seed alone, not on whatever
+    # this process drew before (fit() seeds again for shuffling and dropout).
+    set_seed(cfg.seed)
+    bundle = build_ehr_model(model, task, data.vocabs, data.label_vocab, model_overrides or None)
+    items = {name: bundle.encode(frame) for name, frame in data.parts.items()}
+    # Each split collated to tensors once, reused by the data-dependent start, every epoch, validation and
+    # prediction (and pre-training).
+    encoded = {name: EncodedSet(split, bundle.collate) for name, split in items.items()}
+    if bundle.init_from_train is not None:  # e.g. the transformer's output bias from training label frequencies
+        bundle.init_from_train(encoded["train"])
+    checkpoints: dict[str, tuple] = {}
+    if bundle.mlm is not None:
+        from medtx.training.pretrain import pretrain_mlm
+
+        pre_cfg = dataclasses.replace(cfg, monitor="loss", epochs=opts.pretrain_epochs or cfg.epochs)
+        pre = pretrain_mlm(bundle.mlm, encoded["train"], items["val"], pre_cfg, out_dir / "pretrain")
+        checkpoints["pretrained"] = (str(pre.best_dir), pre.best_epoch, "mlm_loss", pre.best_value)
+    # The trainer's default (sigmoid of the forward's logits) avoids a second forward pass per batch.
+    proba = None if bundle.predict_proba is sigmoid_proba else bundle.predict_proba
+    result = fit(bundle.model, encoded["train"], encoded["val"], bundle.collate, cfg, out_dir,
+                 score=validation_score(task), predict_proba=proba, on_epoch=on_epoch)
+    _write_vocab_files(result.best_dir, data.vocabs, data.label_vocab)
+    checkpoints["best"] = (str(result.best_dir), result.best_epoch, cfg.monitor, result.best_value)
+    checkpoints["last"] = (str(result.last_dir), len(result.history))
+    device = resolve_device(cfg.device)
+    batch = cfg.eval_batch_size or 2 * cfg.batch_size
+    p_val = predict(bundle.model, encoded["val"], bundle.collate, device, proba, batch).probs
+    p_test = predict(bundle.model, encoded["test"], bundle.collate, device, proba, batch).probs
+    # The attention export is its own pass over the few showcase items (explicit attention, weights kept).
+    shown = predict(bundle.model, showcase_items(items["test"], opts.n_showcase, opts.max_attention_tokens),
+                    bundle.collate, device, proba, batch, output_attentions=True)
+    config = {"model": dataclasses.asdict(bundle.config) if dataclasses.is_dataclass(bundle.config)
+              else bundle.config, "train": dataclasses.asdict(cfg)}
+    return Outcome(p_val, p_test, None, config, sum(p.numel() for p in bundle.model.parameters()),
+                   result.best_epoch, result.device,
+                   attention_frame(shown.sample_ids, shown.attentions, opts.max_attention_tokens, keep="last"),
+                   checkpoints)
+
+
+def _write_vocab_files(folder: Path, vocabs: dict[str, Vocab], label_vocab: Vocab | None) -> None:
+    """vocab.json beside the weights: the token lists the checkpoint's ids refer to."""
+    payload = {"features": {f: v.tokens for f, v in vocabs.items()},
+               "labels": label_vocab.tokens if label_vocab is not None else None}
+    (folder / "vocab.json").write_text(json.dumps(payload))
+
+
+def train_config(task: str, model: str, seed: int, overrides: dict[str, Any] | None, *, epochs: int | None = None,
+                 device: str = "auto") -> tuple[TrainConfig, dict[str, Any]]:
+    """(trainer config, model overrides): the task's monitor and trainer defaults < the run's overrides."""
+    if task not in EHR_TASKS:
+        raise ValueError(f"unknown EHR task {task!r}; expected one of {EHR_TASKS}")
+    train_overrides, model_overrides = _split_overrides(overrides)
+    if epochs is not None:
+        train_overrides["epochs"] = epochs
+    cfg = TrainConfig(**{"monitor": MONITOR[task], "seed": seed, "device": device, **task_train_defaults(task, model),
+                         **train_overrides})
+    return cfg, model_overrides
+
+
+def train_ehr(task: str, model: str, seed: int, cfg: TrainConfig, model_overrides: dict[str, Any],
+              opts: ExperimentOptions, data: EhrSamples, folder: Path, on_epoch: OnEpoch) -> RunResults:
+    """Fit or train one model on the run's samples, predict validation and test, evaluate: its `RunResults`."""
+    started = time.perf_counter()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if model in BASELINE_MODELS:
+        outcome = _run_baseline(task, model, data, model_overrides)
+    else:
+        outcome = _run_neural(task, model, data, cfg, model_overrides, opts, folder, on_epoch)
+    return evaluate(task, model, seed, data.parts, data.labels, data.ddi_pairs, outcome, opts.n_boot,
+                    opts.threshold, time.perf_counter() - started)
