@@ -10,7 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.cli import app
-from flows.cli.ingest import ingest_app
+from flows.cli.ingest import _ALLOW_SHRINK, _MAX_SHRINK, ingest_app
+from flows.cli.locking import writes_warehouse
+from medtx.ingest import ShrinkGuard
 from medtx.store.db import open_warehouse
 from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
 from medtx.meds.export import DEFAULT_SHARD_ROWS
@@ -59,6 +61,7 @@ def export(
 
 
 @ingest_app.command("meds")
+@writes_warehouse("medtx ingest meds")
 def ingest(
     source: Path = typer.Option(..., "--source", help="MEDS dataset folder (data/, metadata/)."),
     dataset: str = typer.Option(None, "--dataset", help="Dataset name [a-z0-9_]+ (default: the folder name)."),
@@ -66,16 +69,20 @@ def ingest(
                               "(default: from metadata/dataset.json's etl_name)."),
     db: Path = _DB,
     prefect: bool = _PREFECT,
+    allow_shrink: bool = _ALLOW_SHRINK,
+    max_shrink: float = _MAX_SHRINK,
 ) -> None:
-    """Load a MEDS dataset into raw.* so every task builder and model runs on it."""
+    """Load a MEDS dataset into raw.* so every task builder and model runs on it (as one unit, under the
+    writer lock and the row-count guard, like `ingest mimic3`)."""
     settings = get_settings(db=db)
     try:
+        guard = ShrinkGuard(allow_shrink, max_shrink)
         if prefect:
             from flows.meds import meds_flow
 
-            r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db)
+            r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db, guard=guard)
         else:
-            r = ingest_meds(settings.db, source, dataset, codes)
+            r = ingest_meds(settings.db, source, dataset, codes, guard=guard)
     except _USER_ERRORS as exc:
         _fail("ingest", exc)
     table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -58,13 +59,13 @@ def find_shards(root: Path) -> list[Path]:
     for rel in META_FILES:
         if not (root / rel).is_file():
             raise MedsFormatError(f"{root / rel}: missing (rule: a MEDS dataset has {' and '.join(META_FILES)})")
-    shards = _walk_shards(root / "data") if (root / "data").is_dir() else []
+    shards = shard_files(root / "data") if (root / "data").is_dir() else []
     if not shards:
         raise MedsFormatError(f"{root / 'data'}: no parquet shard (rule: events live in data/**/*.parquet)")
     return shards
 
 
-def _walk_shards(data: Path) -> list[Path]:
+def shard_files(data: Path) -> list[Path]:
     """Every `*.parquet` under `data`, following symlinked folders and files (Path.rglob skips symlinked
     folders before Python 3.13: 100 -> 47 patients without a word); a dangling link or a cycle is an error."""
     found: list[Path] = []
@@ -123,7 +124,9 @@ def check_times(path: Path, schema: pa.Schema) -> None:
     lossy = pc.not_equal(pc.remainder(ints, 1000), 0)
     if pc.any(lossy).as_py():
         row = pc.index(lossy, True).as_py()
-        raise MedsFormatError(f"{path}: row {row + 1}: time {times[row]} has nanoseconds, MEDS times are microseconds "
+        ns = ints[row].as_py()
+        shown = f"{datetime(1970, 1, 1) + timedelta(seconds=ns // 10**9):%Y-%m-%d %H:%M:%S}.{ns % 10**9:09d}"
+        raise MedsFormatError(f"{path}: row {row + 1}: time {shown} has nanoseconds, MEDS times are microseconds "
                               f"(column 'time' is {kind}; rule: column types — meds refuses the lossy cast)")
 
 

@@ -27,9 +27,10 @@ KINDS = ("synth", "ingest", "reference", "codes", "samples", "train")
 MIMIC_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
 RAW_MIMIC = tuple(f"raw.{t}" for t in MIMIC_TABLES)
 CORE = codes_stage.WRITES
-# Tables every train step reads besides its task's: the split and the vocabularies (plus the synthetic
-# generator's oracle tables, SYNTH_ORACLE: the "is this dataset synthetic" rule and the oracle baseline read them).
-TRAIN_READS = ("samples.splits", "samples.vocab")
+# Tables every train step reads besides its task's: the split, the vocabularies and the leakage gate's record (a
+# blocked task's trainings refuse to start: medtx.tasks.leakage.require_pass), plus the synthetic generator's
+# oracle tables, SYNTH_ORACLE: the "is this dataset synthetic" rule and the oracle baseline read them.
+TRAIN_READS = ("samples.splits", "samples.vocab", "samples.leakage_gate")
 # The module(s) each kind's step function runs; a step's code key is their import closure (plus its task's
 # module), so an edit to the models redoes training but not ingest, and editing one task's builder redoes
 # that task's samples only.
@@ -135,7 +136,7 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
             steps.append(synth)
             needs = (synth.name,)
         if ds.kind == "meds":
-            steps.append(_meds_ingest_step(ds, source, scope))
+            steps.append(_meds_ingest_step(ds, source, scope, guard))
             continue
         files = () if ds.kind == "url" else (source,)
         tables = list(ds.tables or MIMIC_TABLES)
@@ -151,12 +152,20 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
     return steps
 
 
-def _meds_ingest_step(ds, source: str, scope: dict) -> Step:
-    """A MEDS folder loads in one step (one transaction over every raw table); its cache key covers each
-    shard and metadata file (the folder itself has no top-level files)."""
+def _meds_ingest_step(ds, source: str, scope: dict, guard: dict) -> Step:
+    """A MEDS folder loads in one step (one transaction over every raw table, under the same row-count guard
+    as a CSV dataset); its cache key covers each shard (symlinked folders included, as the import reads
+    them) and metadata file (the folder itself has no top-level files)."""
+    from medtx.meds.validate import MedsFormatError, shard_files
+
     root = Path(source)
-    files = tuple(str(p) for p in sorted([*root.glob("data/**/*.parquet"), *root.glob("metadata/*")]))
-    return Step(f"ingest.{ds.key}.meds", "ingest", {"source": source, "table": "meds", "codes": ds.codes}, ds.key,
+    try:
+        shards = shard_files(root / "data") if (root / "data").is_dir() else []
+    except MedsFormatError:  # a dangling link or a loop: the import says so; the key then covers the folder
+        shards = []
+    files = tuple(str(p) for p in sorted([*shards, *root.glob("metadata/*")]))
+    params = {"source": source, "table": "meds", "codes": ds.codes, **guard}
+    return Step(f"ingest.{ds.key}.meds", "ingest", params, ds.key,
                 writes=(*RAW_MIMIC, "raw.meds_splits", "raw.meds_codes"), files=files or (source,), scope=scope)
 
 

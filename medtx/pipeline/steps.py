@@ -40,12 +40,12 @@ def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
 
         with open_warehouse(db) as con:
             return {"rows": load_oracle(con, Path(p["source"]), dataset=spec["dataset"])}
+    guard = ShrinkGuard(p.get("allow_shrink", False), p.get("max_shrink", 0.5))
     if p.get("table") == "meds":
         from medtx.meds import ingest_meds
 
-        meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"))
+        meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"), guard=guard, command="medtx pipeline")
         return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
-    guard = ShrinkGuard(p.get("allow_shrink", False), p.get("max_shrink", 0.5))
     if p.get("table") == "mtsamples":
         results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard)]
     else:
