@@ -83,6 +83,10 @@ def test_export_validates_against_the_meds_schemas(round_trip):
         key = frame.select("subject_id", pl.col("time").is_not_null().alias("timed"), "time")
         assert key.equals(key.sort("subject_id", "timed", "time", nulls_last=False, maintain_order=True))
     assert len(seen) == result.subjects == 100
+    # data/<split>/<k>.parquet: each subject's shard sits in the folder of its MEDS split
+    given = dict(pl.read_parquet(result.out / meds.subject_splits_filepath).iter_rows())
+    assert all(name.split("/")[1] == given[sid] for sid, name in seen.items())
+    assert {name.split("/")[1] for name in result.shards} == {"train", "tuning", "held_out"}
     codes = pq.read_table(result.out / meds.code_metadata_filepath)
     meds.CodeMetadataSchema.validate(codes)
     codes = pl.from_arrow(codes)
@@ -98,14 +102,19 @@ def test_export_validates_against_the_meds_schemas(round_trip):
     meds.SubjectSplitSchema.validate(splits)
     assert set(splits.column("split").to_pylist()) == {"train", "tuning", "held_out"}
     assert splits.num_rows == 100
-    labels = pq.read_table(result.out / "labels" / "readmission.parquet")
-    meds.LabelSchema.validate(labels)
-    assert labels.num_rows == result.labels["readmission"] > 0
-    mortality = pq.read_table(result.out / "labels" / "mortality.parquet")  # a registry task, no label code
-    meds.LabelSchema.validate(mortality)
+    # labels/<task>/<split>/<k>.parquet: one folder per task, each label in the shard named like its subject's
+    label_files = {t: sorted((result.out / "labels" / t).rglob("*.parquet")) for t in ("readmission", "mortality")}
+    for task, files in label_files.items():
+        for path in files:
+            meds.LabelSchema.validate(pq.read_table(path))
+            shard = path.relative_to(result.out / "labels" / task).as_posix()
+            assert {seen[s] for s in pl.read_parquet(path)["subject_id"]} == {f"data/{shard}"}
+    labels = pl.concat([pl.read_parquet(f) for f in label_files["readmission"]])
+    assert labels.height == result.labels["readmission"] > 0
+    mortality = pl.concat([pl.read_parquet(f) for f in label_files["mortality"]])  # a registry task, no label code
     with duckdb.connect(str(round_trip[0]), read_only=True) as con:
-        assert mortality.num_rows == con.sql("SELECT count(*) FROM samples.admission_outcome WHERE task = "
-                                             "'mortality' AND dataset = 'mimic3_demo'").fetchall()[0][0] > 0
+        assert mortality.height == con.sql("SELECT count(*) FROM samples.admission_outcome WHERE task = "
+                                           "'mortality' AND dataset = 'mimic3_demo'").fetchall()[0][0] > 0
     meta = json.loads((result.out / meds.dataset_metadata_filepath).read_text())
     meds.DatasetMetadataSchema.validate(meta)
     assert meta["etl_name"] == "medtx" and meta["meds_version"] == "0.4.1"
@@ -113,13 +122,16 @@ def test_export_validates_against_the_meds_schemas(round_trip):
 
 def test_import_logs_mapped_and_unmapped_codes(round_trip):
     db, result, imported = round_trip
-    assert imported.events == imported.events_mapped == result.events
+    # every event is read; the only ones no medtx table takes are the AGE measurements (one per admission,
+    # derived from the birth, which is loaded)
+    assert imported.events == result.events and imported.events - imported.events_mapped == 129
     con = connect(db, read_only=True)
     try:
         log = dict(con.execute("SELECT table_name, rows_loaded FROM raw.ingest_log WHERE dataset = ?",
                                [COPY]).fetchall())
-        assert log["admissions"] == 129 and log["meds_events"] == result.events
+        assert log["admissions"] == 129 and log["meds_events"] == result.events - 129
         prefixes = dict(con.execute("SELECT prefix, n_rows FROM raw.meds_codes WHERE dataset = ?", [COPY]).fetchall())
+        assert prefixes["AGE"] == 129
         assert prefixes["DIAGNOSIS//ICD//9//"] == con.execute(
             "SELECT count(*) FROM raw.diagnoses_icd WHERE dataset = ?", [DEMO]).fetchall()[0][0]
     finally:
@@ -253,12 +265,12 @@ def _rewrite(path: Path, edit) -> None:
 
 
 def _tamper_type(root: Path) -> None:
-    _rewrite(root / "data" / "0.parquet", lambda f: f.with_columns(pl.col("subject_id").cast(pl.String)))
+    _rewrite(root / "data" / "train" / "0.parquet", lambda f: f.with_columns(pl.col("subject_id").cast(pl.String)))
 
 
 def _tamper_split_subject(root: Path) -> None:
-    moved = pl.read_parquet(root / "data" / "1.parquet").head(1)
-    _rewrite(root / "data" / "0.parquet", lambda f: pl.concat([f, moved]))
+    moved = pl.read_parquet(root / "data" / "train" / "1.parquet").head(1)
+    _rewrite(root / "data" / "train" / "0.parquet", lambda f: pl.concat([f, moved]))
 
 
 def _tamper_unsorted(root: Path) -> None:
@@ -270,22 +282,22 @@ def _tamper_unsorted(root: Path) -> None:
         order = list(range(f.height))
         order[first["i"]], order[later["i"]] = later["i"], first["i"]
         return f[order]
-    _rewrite(root / "data" / "0.parquet", swap)
+    _rewrite(root / "data" / "train" / "0.parquet", swap)
 
 
 def _tamper_not_contiguous(root: Path) -> None:
-    _rewrite(root / "data" / "0.parquet", lambda f: pl.concat([f.slice(1), f.head(1)]))
+    _rewrite(root / "data" / "train" / "0.parquet", lambda f: pl.concat([f.slice(1), f.head(1)]))
 
 
 MALFORMED = {
     "wrong column type": (_tamper_type, r"0\.parquet: column 'subject_id' is (large_)?string, MEDS needs int64 \(rule: column types\)"),
-    "subject in two shards": (_tamper_split_subject, r"data/1\.parquet: subject \d+ also appears in .*data/0\.parquet \(rule: each subject sits in exactly one shard\)"),
+    "subject in two shards": (_tamper_split_subject, r"data/train/1\.parquet: subject \d+ also appears in .*data/train/0\.parquet \(rule: each subject sits in exactly one shard\)"),
     "unsorted times": (_tamper_unsorted, r"0\.parquet: row \d+ \(subject \d+\) breaks the rule: a subject's events are sorted by time"),
     "not contiguous": (_tamper_not_contiguous, r"0\.parquet: row \d+ \(subject \d+\) breaks the rule: a subject's events are contiguous"),
     "extra column of the wrong type": (
-        lambda root: _rewrite(root / "data" / "0.parquet",
+        lambda root: _rewrite(root / "data" / "train" / "0.parquet",
                               lambda f: f.with_columns(pl.col("hadm_id").cast(pl.String) + pl.lit("x"))),
-        r"data/0\.parquet: cannot read the shard \(.*hadm_id\) \(rule: column types\)"),
+        r"data/train/0\.parquet: cannot read the shard \(.*hadm_id\) \(rule: column types\)"),
     "missing metadata": (lambda root: (root / "metadata" / "codes.parquet").unlink(),
                          r"codes\.parquet: missing \(rule: a MEDS dataset has metadata/dataset\.json and metadata/codes\.parquet\)"),
     "split named oddly": (lambda root: _rewrite(root / "metadata" / "subject_splits.parquet",
@@ -320,7 +332,7 @@ def test_failure_inside_the_write_transaction_rolls_everything_back(round_trip, 
     _rewrite(source / "metadata" / "subject_splits.parquet",
              lambda f: pl.concat([f, f.head(1).with_columns(
                  pl.when(pl.col("split") == "train").then(pl.lit("tuning")).otherwise(pl.lit("train")).alias("split"))]))
-    _rewrite(source / "data" / "0.parquet", lambda f: f.filter(~pl.col("code").str.starts_with("DIAGNOSIS")))
+    _rewrite(source / "data" / "train" / "0.parquet", lambda f: f.filter(~pl.col("code").str.starts_with("DIAGNOSIS")))
     before = _warehouse_state(db)
     with pytest.raises(MedsFormatError, match=r"subject_splits\.parquet: subject \d+ has more than one split"):
         ingest_meds(db, source, COPY)
@@ -359,7 +371,7 @@ def test_round_trip_of_a_synthetic_cohort_keeps_discharge_notes(tmp_path):
         export_meds(con, "synth_notes", tmp_path / "meds")
     finally:
         con.close()
-    notes = pl.read_parquet(tmp_path / "meds" / "data" / "0.parquet").filter(pl.col("code") == "NOTE//DISCHARGE_SUMMARY")
+    notes = pl.read_parquet(tmp_path / "meds" / "data" / "**" / "*.parquet").filter(pl.col("code") == "NOTE//DISCHARGE_SUMMARY")
     assert notes.height > 50 and notes["text_value"].null_count() == 0
     ingest_meds(db, tmp_path / "meds", "synth_notes_meds")
     con = connect(db)

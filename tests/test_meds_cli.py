@@ -32,10 +32,11 @@ def exported(demo_db, tmp_path_factory):  # noqa: F811
 
 def test_cli_export_then_ingest_and_one_line_failures(exported, tmp_path):
     db, out = exported
-    assert (out / "labels" / "readmission.parquet").is_file() and (out / "data" / "0.parquet").is_file()
+    assert (out / "labels" / "readmission" / "train" / "0.parquet").is_file()
+    assert (out / "data" / "train" / "0.parquet").is_file()
     cli = CliRunner()
     again = cli.invoke(app, ["export", "meds", "--dataset", DEMO, "--out", str(out), "--db", str(db)])
-    assert again.exit_code == 1 and "folder exists and is not empty" in again.output
+    assert again.exit_code == 2 and "folder exists and is not empty" in again.output
     result = cli.invoke(app, ["ingest", "meds", "--source", str(out), "--dataset", "demo_back", "--db", str(db)])
     assert result.exit_code == 0, result.output
     with duckdb.connect(str(db), read_only=True) as con:

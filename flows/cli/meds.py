@@ -1,4 +1,6 @@
-"""`medtx export meds` and `medtx ingest meds`: MEDS 0.4 datasets out of and into the warehouse."""
+"""`medtx export meds`, `medtx export predictions` and `medtx ingest meds`: MEDS 0.4 datasets out of and into
+the warehouse, and a run's test predictions in the meds-evaluation schema. An export refused for its input
+(a protected or foreign --out, an unknown dataset, run or task) prints one line and exits 2."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from flows.cli.locking import writes_warehouse
 from medtx.ingest import ShrinkGuard
 from medtx.store.db import open_warehouse
 from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
-from medtx.meds.export import DEFAULT_SHARD_ROWS
+from medtx.meds.export import DEFAULT_SHARD_ROWS, protected_paths
+from medtx.meds.predictions import export_predictions
 from medtx.meds.mapping import MappingError
 from medtx.settings import get_settings
 
@@ -31,15 +34,17 @@ _USER_ERRORS = (ExportError, MedsFormatError, MappingError, ValueError, FileNotF
 @export_app.command("meds")
 def export(
     dataset: str = typer.Option(..., "--dataset", help="Warehouse dataset to export (e.g. mimic3_demo)."),
-    out: Path = typer.Option(..., "--out", help="Folder to write the MEDS dataset into (new or empty)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the MEDS dataset into (new or empty; never "
+                             "the warehouse's folder, the models folder or a folder holding anything else)."),
     labels: list[str] = typer.Option(None, "--labels", help="Write this task's labels (repeatable): "
                                      "any binary EHR task of the registry (`medtx build-samples --help`)."),
     shard_rows: int = typer.Option(DEFAULT_SHARD_ROWS, "--shard-rows", min=1, help="Events per data shard."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out when it is a previous medtx MEDS "
+                                   "export (anything else is refused)."),
     db: Path = _DB,
     prefect: bool = _PREFECT,
 ) -> None:
-    """Export one dataset as MEDS 0.4: data shards, codes, splits, dataset.json (+ task labels)."""
+    """Export one dataset as MEDS 0.4: data/<split>/ shards, codes, splits, dataset.json (+ labels/<task>/)."""
     settings = get_settings(db=db)
     try:
         if prefect:
@@ -49,15 +54,36 @@ def export(
                           overwrite=overwrite, db=settings.db)
         else:
             with open_warehouse(settings.db) as con:
-                r = export_meds(con, dataset, out, shard_rows=shard_rows, labels=labels or [], overwrite=overwrite)
+                r = export_meds(con, dataset, out, shard_rows=shard_rows, labels=labels or [], overwrite=overwrite,
+                                protected=protected_paths(settings))
     except _USER_ERRORS as exc:
-        _fail("export", exc)
+        _fail("export", exc, code=2)
     table = Table(title=f"MEDS export of {dataset} -> {r.out}")
     for col in ("subjects", "events", "shards", "codes", "labels"):
         table.add_column(col, justify="right")
     table.add_row(f"{r.subjects:,}", f"{r.events:,}", str(len(r.shards)), f"{r.codes:,}",
                   ", ".join(f"{k}: {v:,}" for k, v in r.labels.items()) or "-")
     Console().print(table)
+
+
+@export_app.command("predictions")
+def predictions(
+    run: str = typer.Option(..., "--run", help="Run id (ml.runs; `medtx status` / the dashboard list them)."),
+    out: Path = typer.Option(..., "--out", help="Parquet file to write (meds-evaluation's prediction schema)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    db: Path = _DB,
+) -> None:
+    """Write a run's test predictions for meds-evaluation / MEDS-DEV: subject_id, prediction_time,
+    boolean_value, predicted_boolean_value, predicted_boolean_probability."""
+    settings = get_settings(db=db)
+    try:
+        with open_warehouse(settings.db, read_only=True) as con:
+            r = export_predictions(con, run, out, overwrite=overwrite, protected=protected_paths(settings))
+    except _USER_ERRORS as exc:
+        _fail("export", exc, code=2)
+    Console().print(f"{r.rows:,} test predictions ({r.positives:,} positive) of run {r.run_id} "
+                    f"({r.task}, {r.model}, {r.dataset}) -> {r.out}")
+
 
 
 @ingest_app.command("meds")
@@ -96,6 +122,6 @@ def ingest(
         _console.print("[yellow]codes no rule maps are counted by prefix in raw.meds_codes")
 
 
-def _fail(what: str, exc: Exception) -> None:
+def _fail(what: str, exc: Exception, code: int = 1) -> None:
     _console.print(f"[red]{what} failed:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
