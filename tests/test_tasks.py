@@ -25,7 +25,7 @@ FUROSEMIDE = "00517570425"
 
 
 def test_registry_discovers_one_module_per_task():
-    modules = sorted(p.stem for p in (REPO_ROOT / "medtx" / "tasks").glob("*.py") if p.stem not in ("__init__", "base"))
+    modules = sorted(p.stem for p in (REPO_ROOT / "medtx" / "tasks").glob("*.py") if p.stem not in ("__init__", "base", "clock", "leakage"))
     assert sorted(task_names()) == modules
     expected = {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"}
     assert expected <= set(modules)
@@ -55,10 +55,14 @@ def test_config_refuses_a_model_the_task_does_not_take(tmp_path):
 
 def test_task_names_live_only_in_their_own_module():
     """The issue's check: `git grep -il mortality -- medtx flows dashboard warehouse` lists only the task's
-    module (the generic sample table's migration names no task)."""
+    module (the generic sample table's migration names no task), and the synthetic generator's ground truth of
+    it (issue 33: the ORACLE_MORTALITY file, its loader and its raw table, as every synthetic task's oracle)."""
     out = subprocess.run(["git", "grep", "-il", "mortality", "--", "medtx", "flows", "dashboard", "warehouse"],
                          cwd=REPO_ROOT, capture_output=True, text=True, check=False).stdout.split()
-    assert out == ["medtx/tasks/mortality.py"]
+    ground_truth = {"medtx/synth/death.py", "medtx/synth/files.py", "medtx/synth/generate.py", "medtx/synth/oracle.py",
+                    "warehouse/migrations/0015_task_clock.sql"}
+    meds_vocabulary = {"medtx/meds/events.py", "medtx/meds/labels.py"}  # docstrings: the MEDS tools' own task names
+    assert "medtx/tasks/mortality.py" in out and set(out) <= {"medtx/tasks/mortality.py", *ground_truth, *meds_vocabulary}
 
 
 def test_model_names_live_only_in_their_own_file():
@@ -77,7 +81,7 @@ def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
     assert set(models_for("drug_rec")) == ehr | {"copy_last", "seq2seq"}
     assert set(models_for("next_visit")) == ehr | {"copy_last"}  # seq2seq: no separate diagnosis column
     assert set(models_for("readmission")) == ehr  # copy_last and seq2seq serve no binary task
-    assert set(models_for("mortality")) == ehr - {"behrt", "oracle"}  # the task's excluded_models
+    assert set(models_for("mortality")) == ehr - {"behrt"}  # the task's excluded_models
     assert set(models_for("faq")) == {"retrieval", "seq2seq"}
     assert "bert" in models_for("specialty") and "bert" not in models_for("drug_rec")
     assert MODEL_TASKS["retain"] == tuple(t.name for t in tasks_of_family("ehr"))
@@ -118,24 +122,35 @@ def test_per_task_trainer_defaults_come_from_the_task():
 
 
 # ------------------------------------------------------------------------------------------ mortality samples
-# Patient 1: admission 10 survived, admission 11 died (flag 1). Patient 2: admission 20 survived, no codes.
-# Patient 3: admission 30 has no flag (left out, counted, never guessed as a survivor).
+# Patient 1: admission 10 survived (5 days), admission 11 died on day 4 (flag 1) with furosemide started on its
+# first day and omeprazole on its fourth. Patient 2: admission 20 survived, no codes. Patient 3: admission 30 has
+# no flag (left out, counted, never guessed as a survivor). Patient 4: admission 40 lasted 1 day (under 48 h),
+# admission 41 lasted 3 days but the patient died 20 hours in (not alive at 48 h).
 
 
 @pytest.fixture
 def cohort(tmp_path):
     con = connect(tmp_path / "warehouse.duckdb")
-    insert_rows(con, "patients", [{"dataset": "c", "subject_id": s, "dob": "2050-01-01"} for s in (1, 2, 3)])
+    insert_rows(con, "patients", [{"dataset": "c", "subject_id": s, "dob": "2050-01-01",
+                                   "gender": "F" if s == 1 else None} for s in (1, 2, 3, 4)])
     insert_rows(con, "admissions", [
-        {"dataset": "c", "subject_id": s, "hadm_id": h, "admittime": a, "dischtime": a, "admission_type": "EMERGENCY",
-         "hospital_expire_flag": f}
-        for s, h, a, f in ((1, 10, "2100-01-01", 0), (1, 11, "2100-05-01", 1), (2, 20, "2101-01-01", 0),
-                           (3, 30, "2102-01-01", None))])
+        {"dataset": "c", "subject_id": s, "hadm_id": h, "admittime": a, "dischtime": d, "deathtime": death,
+         "admission_type": "EMERGENCY", "hospital_expire_flag": f}
+        for s, h, a, d, death, f in (
+            (1, 10, "2100-01-01 10:00", "2100-01-06 10:00", None, 0),
+            (1, 11, "2100-05-01 10:00", "2100-05-05 10:00", "2100-05-05 10:00", 1),
+            (2, 20, "2101-01-01 10:00", "2101-01-06 10:00", None, 0),
+            (3, 30, "2102-01-01 10:00", "2102-01-06 10:00", None, None),
+            (4, 40, "2103-01-01 10:00", "2103-01-02 10:00", None, 0),
+            (4, 41, "2103-06-01 10:00", "2103-06-04 10:00", "2103-06-02 06:00", 1))])
     insert_rows(con, "diagnoses_icd", [{"dataset": "c", "hadm_id": h, "seq_num": i + 1, "icd9_code": c}
                                        for h, codes in {10: ["4019"], 11: ["4280", "486"], 30: ["486"]}.items()
                                        for i, c in enumerate(codes)])
     insert_rows(con, "procedures_icd", [{"dataset": "c", "hadm_id": 11, "seq_num": 1, "icd9_code": "9904"}])
-    insert_rows(con, "prescriptions", [{"dataset": "c", "hadm_id": 11, "ndc": FUROSEMIDE, "drug": "x"}])
+    insert_rows(con, "prescriptions", [
+        {"dataset": "c", "subject_id": 1, "hadm_id": 11, "ndc": FUROSEMIDE, "drug": "x", "startdate": "2100-05-01"},
+        {"dataset": "c", "subject_id": 1, "hadm_id": 11, "ndc": "99999999999", "drug": "Omeprazole",
+         "startdate": "2100-05-04"}])
     from medtx.codes import map_codes
 
     map_codes(con, DATA, ["c"])
@@ -143,32 +158,44 @@ def cohort(tmp_path):
     con.close()
 
 
-def test_mortality_samples_from_the_admission_flag_and_its_own_codes(cohort):
+def test_mortality_at_48_hours_sees_only_what_is_known_then(cohort):
     # another admission-level task's rows in the shared table must survive a rebuild of this one
-    cohort.execute("INSERT INTO samples.admission_outcome VALUES ('c', 'other', 9, 99, NULL, [], [], [], true)")
+    cohort.execute("INSERT INTO samples.admission_outcome (dataset, task, subject_id, hadm_id, conditions, procedures, "
+                   "drugs, label) VALUES ('c', 'other', 9, 99, [], [], [], true)")
     counts = build_samples(cohort, DATA, ["mortality"], ["c"], seed=1, fractions=(0.34, 0.33, 0.33))
     assert counts == {("mortality", "c"): 3}
-    rows = cohort.sql("SELECT hadm_id, conditions, procedures, drugs, label FROM samples.admission_outcome "
-                      "WHERE task = 'mortality' ORDER BY hadm_id").fetchall()
-    drug = cohort.sql("SELECT atc3 FROM core.prescriptions_atc3 WHERE hadm_id = 11").fetchall()[0][0]
+    rows = cohort.sql("SELECT hadm_id, prediction_time::VARCHAR, conditions, procedures, drugs, static, label "
+                      "FROM samples.admission_outcome WHERE task = 'mortality' ORDER BY hadm_id").fetchall()
+    drugs = dict(cohort.sql("SELECT drug, atc3 FROM core.prescriptions_atc3 WHERE hadm_id = 11").fetchall())
+    early, late = drugs["x"], drugs["Omeprazole"]
+    assert early != late
+    static = ["AGE//50-59", "SEX//UNKNOWN", "ADMISSION_TYPE//EMERGENCY"]
     assert rows == [
-        (10, [["4019"]], [[]], [[]], False),
-        (11, [["4280", "486"]], [["9904"]], [[drug]], True),  # this admission's codes only, not admission 10's
-        (20, [[]], [[]], [[]], False),
+        # its own diagnoses are coded at its discharge, after the prediction time: none visible
+        (10, "2100-01-03 10:00:00", [[]], [[]], [[]], [["AGE//50-59", "SEX//F", "ADMISSION_TYPE//EMERGENCY"]], False),
+        # admission 10's codes (known at its discharge) are history; of its own stay only the drug started on
+        # day 1 (known at the end of that day, within 48 h); omeprazole (day 4), 4280/486 and 9904 are not
+        (11, "2100-05-03 10:00:00", [["4019"], []], [[], []], [[], [early]],
+         [["AGE//50-59", "SEX//F", "ADMISSION_TYPE//EMERGENCY"]], True),
+        (20, "2101-01-03 10:00:00", [[]], [[]], [[]], [static], False),
     ]
     assert cohort.sql("SELECT count(*) FROM samples.admission_outcome WHERE task = 'other'").fetchall()[0][0] == 1
     summary = dict(cohort.sql("SELECT metric, value FROM samples.task_summary WHERE task = 'mortality'").fetchall())
     assert summary["admissions_without_flag"] == 1 and summary["positives"] == 1
+    assert (summary["excluded_under_48h"], summary["excluded_died_by_48h"]) == (1, 1)  # admissions 40 and 41
     splits = cohort.sql("SELECT subject_id, split FROM samples.splits WHERE task = 'mortality'").fetchall()
     assert sorted(s for s, _ in splits) == [1, 2]  # patient-level: one split row per patient
     # a rebuild replaces, never duplicates
     build_samples(cohort, DATA, ["mortality"], ["c"], seed=1, fractions=(0.34, 0.33, 0.33))
     assert cohort.sql("SELECT count(*) FROM samples.admission_outcome").fetchall()[0][0] == 4
+    gate = cohort.sql("SELECT status, split_overlap, late_codes FROM samples.leakage_gate "
+                      "WHERE dataset = 'c' AND task = 'mortality'").fetchall()
+    assert gate == [("pass", 0, 0)]
 
 
 def test_mortality_without_any_flag_fails_naming_the_dataset(cohort):
     cohort.execute("UPDATE raw.admissions SET hospital_expire_flag = NULL")
-    with pytest.raises(EmptyCohortError, match="mortality: dataset 'c' has no admission with a hospital_expire_flag"):
+    with pytest.raises(EmptyCohortError, match="mortality: dataset 'c' has no admission of at least 48 hours"):
         build_samples(cohort, DATA, ["mortality"], ["c"])
 
 

@@ -38,7 +38,7 @@ def build_samples(
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     min_count: int = 1,
     k_folds: int = 5,
-    acknowledge: Mapping[str, Collection[str]] | None = None,
+    acknowledge: Mapping[str, Collection[str]] | Collection[str] | None = None,
 ) -> dict[tuple[str, str], int]:
     """Build the given tasks (default: all) for the given EHR datasets (default: every dataset in
     raw.admissions). Returns sample counts per (task, dataset).
@@ -47,8 +47,9 @@ def build_samples(
     everything, such a task is logged and skipped so the others still run.
 
     After each EHR task is built, the leakage gate (medtx.tasks.leakage) checks it and every task trained on its
-    samples, and records the verdict in samples.leakage_gate; `acknowledge` maps a task to the shortcuts the
-    config acknowledges (`leakage.acknowledge`). A blocked task is recorded, not raised here: its trainings
+    samples, and records the verdict in samples.leakage_gate. `acknowledge`: the shortcuts a person acknowledged
+    in the pipeline config (`tasks.<task>.samples.acknowledge`, docs/TASKS.md), `feature:token` strings, as a
+    list (for the tasks built here) or a mapping task -> list. A blocked task is recorded, not raised here: its trainings
     refuse to start (medtx.tasks.leakage.require_pass).
     """
     explicit = tasks is not None
@@ -58,6 +59,9 @@ def build_samples(
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; expected one of {list(known)}")
     chosen = [t for t in all_tasks() if t.name in tasks]
+    if acknowledge is not None and not isinstance(acknowledge, Mapping):
+        listed = (acknowledge,) if isinstance(acknowledge, str) else tuple(acknowledge)
+        acknowledge = {t.name: listed for t in chosen}
     ctx = BuildContext(None, Path(data_dir), seed, tuple(fractions), min_count, k_folds)
     counts: dict[tuple[str, str], int] = {}
     ehr = [t for t in chosen if t.family == "ehr"]

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import duckdb
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 Kind = Literal["multilabel", "binary", "multiclass", "generation"]
 Family = Literal["ehr", "text"]  # which runner trains it: EHR code sequences, or text (notes, FAQ)
@@ -25,8 +26,12 @@ EHR_VISIT_READS = (
     "raw.admissions", "raw.patients", "raw.diagnoses_icd", "raw.procedures_icd", "core.prescriptions_atc3",
     "ref.icd9_diagnoses", "ref.icd9_procedures",
     "raw.meds_splits",  # a dataset imported from MEDS keeps its own splits (medtx/samples/splits.py)
+    "raw.noteevents",  # the event-time view (medtx.tasks.clock) holds notes too
 )
 SAMPLE_EXTRAS = ("samples.splits", "samples.vocab", "samples.task_summary")
+# The leakage gate's record (medtx.tasks.leakage), written after an EHR task's samples are built.
+GATE_WRITES = ("samples.leakage_gate", "samples.leakage_shortcuts")
+EHR_SAMPLE_EXTRAS = (*SAMPLE_EXTRAS, *GATE_WRITES)
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class BuildContext:
     k_folds: int = 5
 
 
-Builder = Callable[[duckdb.DuckDBPyConnection, BuildContext], int]
+Builder = Callable[["duckdb.DuckDBPyConnection", BuildContext], int]
 
 
 @dataclass(frozen=True)

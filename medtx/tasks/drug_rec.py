@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
@@ -38,7 +41,7 @@ TASK = Task(
     # models: every EHR model serving a multi-label task (the default)
     build=build,
     reads=EHR_VISIT_READS,
-    writes=("samples.drug_rec", *SAMPLE_EXTRAS),
+    writes=("samples.drug_rec", *EHR_SAMPLE_EXTRAS),
     train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={
         # The last 2 visits, 64 codes per feature and no dropout on the attention weights: chosen on synth_10000

@@ -266,7 +266,7 @@ def _record(con: duckdb.DuckDBPyConnection, result: GateResult) -> None:
         con.execute(f"DELETE FROM {GATE_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"DELETE FROM {SHORTCUTS_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"""INSERT INTO {GATE_TABLE} (dataset, task, status, samples, split_overlap, late_codes, shortcuts,
-                        acknowledged, message, checked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)""",
+                        acknowledged, message, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)""",
                     [result.dataset, result.task, result.status, result.samples, result.split_overlap,
                      result.late_codes, len(result.shortcuts), sum(s.acknowledged for s in result.shortcuts),
                      result.message])

@@ -21,9 +21,12 @@ Split: by patient, like the other EHR tasks. Rows live in the generic samples.ad
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 NAME = "mortality"
 TABLE = "samples.admission_outcome"
@@ -108,7 +111,7 @@ TASK = Task(
     compared=(("auprc", "none"), ("rp80", "none")),
     build=build,
     reads=EHR_VISIT_READS,
-    writes=(TABLE, *SAMPLE_EXTRAS),
+    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
     shared_table=True,
     # Every EHR model serving a binary task but BEHRT (it needs per-visit ages); the oracle scores the synthetic
     # cohorts' ORACLE_MORTALITY (copy_last and seq2seq serve no binary task).

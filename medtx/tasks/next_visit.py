@@ -3,9 +3,12 @@ and rule in medtx/samples/next_visit.py)."""
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
@@ -39,7 +42,7 @@ TASK = Task(
     # the visit's diagnoses and procedures as separate columns)
     build=build,
     reads=EHR_VISIT_READS,
-    writes=("samples.next_visit", *SAMPLE_EXTRAS),
+    writes=("samples.next_visit", *EHR_SAMPLE_EXTRAS),
     # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5).
     model_defaults={"behrt": {"copy_recencies": (0,)}},
     prediction_time="dischtime",

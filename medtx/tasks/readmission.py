@@ -3,9 +3,12 @@ patient's history (the corrected ClinicalBERT rule; builder in medtx/samples/rea
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
+from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
@@ -33,8 +36,8 @@ TASK = Task(
     # models: every EHR model serving a binary task (the default; copy_last has no rule for a yes/no outcome
     # and seq2seq generates drug sets, so neither serves it)
     build=build,
-    reads=(*EHR_VISIT_READS, "raw.noteevents"),  # the discharge summaries, for the note-text view
-    writes=("samples.readmission", *SAMPLE_EXTRAS),
+    reads=EHR_VISIT_READS,  # raw.noteevents among them: the discharge summaries, for the note-text view
+    writes=("samples.readmission", *EHR_SAMPLE_EXTRAS),
     prediction_time="dischtime",
     clock="at discharge of the admission",
     observation_window="every admission of the patient up to and including this one",

@@ -126,6 +126,9 @@ def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> Text
     if task not in TEXT_TASKS:
         raise ValueError(f"unknown text task {task!r}; choose one of {TEXT_TASKS}")
     spec = get_task(task)
+    from medtx.tasks.leakage import require_pass
+
+    require_pass(con, task, dataset)  # a task split by patient trains only past the leakage gate
     if spec.split_unit == "text_group":
         # ORDER BY: a parallel scan returns rows in any order, and the order feeds the tokenizer and batches.
         frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)} "

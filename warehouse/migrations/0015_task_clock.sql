@@ -29,7 +29,7 @@ CREATE TABLE samples.leakage_gate (
     shortcuts     INTEGER NOT NULL,
     acknowledged  INTEGER NOT NULL,   -- shortcuts the config acknowledges (leakage.acknowledge)
     message       VARCHAR NOT NULL,   -- one line: the verdict and the first offending row or feature
-    checked_at    TIMESTAMP NOT NULL,
+    created_at    TIMESTAMP NOT NULL,   -- when the gate ran (a volatile column: not part of the table's fingerprint)
     PRIMARY KEY (dataset, task)
 );
 
