@@ -34,12 +34,9 @@ from typing import Any
 
 import duckdb
 
+from medtx.pipeline.packages import MANIFEST, RESULT_TABLES, publish_dir
 from medtx.store.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
-# Result tables a run writes, all keyed by run_id (ml.runs first: it names the runs of a package).
-RESULT_TABLES = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.label_metrics", "ml.confusion",
-                 "ml.predictions", "ml.attention")
-MANIFEST = "manifest.json"
 _TABLE = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
 
 
@@ -64,15 +61,7 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
         " ORDER BY ordinal_position", [schema, name]).fetchall()]
 
 
-def _publish_dir(tmp: Path, dest: Path) -> Path:
-    """Atomically move a finished folder into place; if another writer won the race, keep theirs."""
-    try:
-        os.replace(tmp, dest)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (dest / MANIFEST).exists():
-            raise
-    return dest
+_publish_dir = publish_dir  # the one atomic publish (medtx.pipeline.packages)
 
 
 def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping[str, Any], exchange: Path | str,
@@ -189,22 +178,23 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
                             [str(result_dir / f"{table}.parquet")])
             con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({marks_sql})",
                         [manifest["models_root"], str(models_dir), *run_ids])
-        _compare_with_reference(con, run_ids)
+        _analyse(con, run_ids)
     return run_ids
 
 
-def _compare_with_reference(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
-    """Paired comparisons need the other runs of the (task, dataset), which only the warehouse holds: the
-    worker computed the run's own intervals, the writer compares it with the reference baseline. A run whose
-    test samples differ from the reference's cannot be qualified: it is marked failed, as in finish_run."""
-    from medtx.evaluation.comparisons import compare_runs
+def _analyse(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """What a run's figures need beyond its own rows, computed by the writer: the patient-bootstrap intervals of
+    its test metrics (a worker without DuckDB stores the point estimates only), the paired comparisons with the
+    reference baseline (the other runs of the (task, dataset) live only here) and the rest of `analyse_run`.
+    A run whose figures cannot be qualified (e.g. other test samples than the reference's) is marked failed, as
+    in finish_run; the other runs of the package are still analysed."""
+    from medtx.evaluation.comparisons import analyse_run
     from medtx.training.records import fail_run
 
-    groups = con.execute(f"SELECT task, dataset, list(run_id) FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "
-                         "AND status = 'completed' GROUP BY task, dataset", run_ids).fetchall()
-    for task, dataset, members in groups:
+    completed = [r for (r,) in con.execute(f"SELECT run_id FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "
+                                           "AND status = 'completed' ORDER BY run_id", run_ids).fetchall()]
+    for run_id in completed:
         try:
-            compare_runs(con, task, dataset, list(members))
-        except ValueError as exc:
-            for run_id in members:
-                fail_run(con, run_id, f"test intervals/comparisons: {type(exc).__name__}: {exc}")
+            analyse_run(con, run_id)
+        except Exception as exc:
+            fail_run(con, run_id, f"test intervals/comparisons: {type(exc).__name__}: {exc}")

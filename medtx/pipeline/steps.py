@@ -125,8 +125,15 @@ def run_train_from_package(
 ) -> dict[str, Any]:
     """Worker side of a training step: train from a training package alone (never the warehouse) and publish a
     result package at `result_dir`, which the flow records (medtx.pipeline.exchange). Runs anywhere that mounts the
-    exchange folder: the flow's process, a local Dask worker, another machine."""
+    exchange folder: the flow's process, a local Dask worker, another machine. EHR runs go through the worker's
+    entry point (`medtx.worker.train_run`, what `python -m medtx.worker` calls: no DuckDB, no polars); text runs
+    still train against a scratch warehouse built from the package."""
+    from medtx import worker
     from medtx.pipeline.exchange import train_in_package
+
+    if worker.supports(spec["task"]):
+        return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
+                                torch_threads=torch_threads)
 
     def run(db: Path, models_root: Path) -> list[str]:
         paths = {"db": str(db), "models_dir": str(models_root)}

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from medtx.store.db import quote_ident, quote_table
+from medtx.store.hashing import code_version, file_sha256, text_hash  # noqa: F401  (pure: a worker hashes too)
 
 import medtx
 
@@ -22,18 +23,6 @@ import medtx
 VOLATILE_COLUMNS = frozenset(
     {"ingested_at", "loaded_at", "created_at", "updated_at", "applied_at", "ingest_id", "load_id"}
 )
-
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: Path | str) -> str:
-    """sha256 of a file's bytes, read in 1 MiB chunks (full MIMIC-III files are GBs)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def source_fingerprint(source: Path | str, prefix: str = "") -> str:
     """Fingerprint of a file, or of the files in a folder whose lower-case name starts with `prefix`
@@ -105,28 +94,6 @@ def tables_fingerprint(
         part = table_fingerprint(con, table, " AND ".join(clauses), params) if present else "absent"
         digest.update(f"{table}={part}\n".encode())
     return digest.hexdigest()[:16]
-
-
-def code_version(*packages: str) -> str:
-    """medtx version + a hash of the source files of the given subpackages (e.g. "ingest", "samples").
-
-    Hashing source, not a git sha, means uncommitted edits count and unrelated commits do not.
-    With no packages, the whole `medtx` package is hashed.
-    """
-    root = Path(medtx.__file__).parent
-    targets = [root / p for p in packages] if packages else [root]
-    digest = hashlib.sha256()
-    for target in targets:
-        files = [target.with_suffix(".py")] if not target.exists() else sorted(target.rglob("*.py"))
-        for path in files:
-            if path.exists():
-                digest.update(f"{path.relative_to(root.parent)}:{file_sha256(path)}\n".encode())
-    return f"{medtx.__version__}+{digest.hexdigest()[:12]}"
-
-
-def text_hash(*parts: object) -> str:
-    """Short stable hash of a few values (config fragments, keys)."""
-    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
 def import_closure(*modules: str) -> tuple[str, ...]:

@@ -3,9 +3,12 @@ pairs (builder in medtx/samples/faq.py; it reads the bundled CSV files, no wareh
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
 from medtx.tasks.base import BuildContext, Task
+
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -21,10 +20,12 @@ import pyarrow as pa
 
 from medtx.store.db import quote_ident, quote_table, transaction
 from medtx.store.run_owners import claim, heartbeat
-from medtx.training.results import (
+from medtx.training.results import (  # noqa: F401  (new_run_id, RunResults: re-exported)
     ATTENTION_COLUMNS,
     PREDICTION_COLUMNS,
     RunResults,
+    epoch_rows,
+    new_run_id,
     with_run_id,
 )
 from medtx.training.results import num as _num
@@ -38,11 +39,6 @@ RUN_TABLES = ("ml.comparisons", "ml.attention", "ml.predictions", "ml.confusion"
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)  # TIMESTAMP columns hold naive UTC
-
-
-def new_run_id(task: str, model: str, dataset: str | None, seed: int | None) -> str:
-    """Readable and unique: `drug_rec.transformer.synth_10000.s0.3f9a1c2b`."""
-    return f"{task}.{model}.{dataset or 'none'}.s{seed if seed is not None else 'x'}.{uuid.uuid4().hex[:8]}"
 
 
 def start_run(
@@ -159,13 +155,7 @@ def fail_run(con: duckdb.DuckDBPyConnection, run_id: str, error: str) -> None:
 
 def write_epochs(con: duckdb.DuckDBPyConnection, run_id: str, epoch: int, metrics: Mapping[str, float]) -> None:
     """One epoch's values, long form: `train_loss` -> (train, loss), `val_pr_auc_samples` -> (val, pr_auc_samples)."""
-    seconds = metrics.get("seconds")
-    rows = []
-    for key, value in metrics.items():
-        split, _, metric = key.partition("_")
-        if key == "seconds" or split not in ("train", "val"):
-            continue
-        rows.append((run_id, epoch, split, metric, None if value is None else float(value), seconds))
+    rows = epoch_rows(run_id, epoch, metrics)
     with _write(con):
         heartbeat(con, "ml.runs", run_id)  # the owner is alive: it just finished an epoch
         con.execute("DELETE FROM ml.epochs WHERE run_id = ? AND epoch = ?", [run_id, epoch])

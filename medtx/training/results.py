@@ -8,6 +8,7 @@ the worker (medtx.worker) writes the same rows as Parquet into a result package 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,24 @@ def with_run_id(frame: Any, table: str, run_id: str, columns: Sequence[str], opt
         else:
             out[c] = pa.nulls(n, type=_TYPES.get(c, pa.string()))
     return pa.table(out)
+
+
+def new_run_id(task: str, model: str, dataset: str | None, seed: int | None) -> str:
+    """Readable and unique: `drug_rec.transformer.synth_10000.s0.3f9a1c2b`."""
+    return f"{task}.{model}.{dataset or 'none'}.s{seed if seed is not None else 'x'}.{uuid.uuid4().hex[:8]}"
+
+
+def epoch_rows(run_id: str, epoch: int, metrics: Mapping[str, float]) -> list[tuple]:
+    """One epoch's values as ml.epochs rows (run_id, epoch, split, metric, value, seconds), long form:
+    `train_loss` -> (train, loss), `val_pr_auc_samples` -> (val, pr_auc_samples)."""
+    seconds = metrics.get("seconds")
+    rows = []
+    for key, value in metrics.items():
+        split, _, metric = key.partition("_")
+        if key == "seconds" or split not in ("train", "val"):
+            continue
+        rows.append((run_id, epoch, split, metric, None if value is None else float(value), seconds))
+    return rows
 
 
 def num(value: float | None) -> float | None:

@@ -1,0 +1,181 @@
+"""A training worker that needs only torch, numpy, pyarrow and scikit-learn: `python -m medtx.worker`.
+
+It reads a training package (Parquet tables + manifest, written by the flow: medtx.pipeline.exchange), trains the
+runs it is given, and writes one result package per run (medtx.pipeline.packages), which the flow records into the
+warehouse (`medtx record-results`, or the pipeline itself). It never opens the warehouse, and its whole import
+closure has no polars, DuckDB, Prefect, Dash or pydantic (an import-linter contract in pyproject.toml; a test runs
+it where importing those raises), so it runs on a GPU machine whose image lacks them.
+
+    python -m medtx.worker PACKAGE --run transformer --run gru:1 --out results/ --device cuda
+    python -m medtx.worker PACKAGE --runs runs.json --out results/      # [{"model", "seed", "overrides"}, ...]
+
+The pipeline's own workers (its thread, its training processes, Dask workers) call `train_run`, the function
+`main` calls for each run. The EHR tasks train here; the text tasks' runs still need the warehouse and go
+through medtx.pipeline.steps (see `supports`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("medtx.worker")
+
+EXIT_BAD_INPUT = 2
+
+
+def supports(task: str) -> bool:
+    """Whether the worker trains this task's runs (the EHR family) from a package alone."""
+    from medtx.tasks import get_task
+
+    return get_task(task).family == "ehr"
+
+
+def run_name(spec: dict[str, Any]) -> str:
+    """The result package's folder name of a run: `<task>.<dataset>.<model>.s<seed>` (a pipeline step's)."""
+    p = spec["params"]
+    return f"{spec['task']}.{spec['dataset']}.{spec.get('label') or p['model']}.s{p['seed']}"
+
+
+def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str, *, device: str = "auto",
+              pipeline_run_id: str | None = None, torch_threads: int | None = None) -> dict[str, Any]:
+    """Train one run (`spec`: {"dataset", "task", "params": {"model", "seed", "overrides"}}) from the training
+    package and publish its result package at `result_dir` — also when the training failed, so the failed run
+    reaches the warehouse; the error is raised after. Returns {"run_ids", "result"}."""
+    import torch
+
+    from medtx.pipeline.packages import now, read_training_package, run_tables, write_result_package
+    from medtx.store.hashing import code_version
+    from medtx.training.ehr_run import (ExperimentOptions, ehr_samples_from_tables, is_synthetic_tables,
+                                        train_config, train_ehr)
+    from medtx.training.results import epoch_rows, new_run_id
+    from medtx.training.trainer import resolve_device
+
+    manifest, tables = read_training_package(package)
+    dataset, task, p = spec["dataset"], spec["task"], spec["params"]
+    model, seed, overrides = p["model"], int(p["seed"]), dict(p.get("overrides") or {})
+    if not supports(task):
+        raise ValueError(f"task {task!r} is a text task: the worker trains EHR tasks from packages; "
+                         "train it with `medtx train` or the pipeline")
+    scope = manifest.get("scope", {})
+    if scope.get("dataset") not in (None, dataset):
+        raise ValueError(f"{package}: the package holds dataset {scope.get('dataset')!r}, the run asks for {dataset!r}")
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    run_id = new_run_id(task, model, dataset, seed)
+    run = {"run_id": run_id, "task": task, "model": model, "status": "running", "seed": seed,
+           "config": json.dumps({"overrides": overrides}), "data_fingerprint": f"package {manifest.get('key')}",
+           "code_version": code_version(), "dataset": dataset, "is_synthetic": is_synthetic_tables(tables, dataset),
+           "started_at": now(), "pipeline_run_id": pipeline_run_id}
+    epochs: list[tuple] = []
+    error: BaseException | None = None
+    results = None
+    with tempfile.TemporaryDirectory(prefix="medtx-worker-") as work:
+        models_root = Path(work) / "models"
+        try:
+            run["device"] = str(resolve_device(device))
+            cfg, model_overrides = train_config(task, model, seed, overrides, device=device)
+            opts = ExperimentOptions(models_dir=models_root, pipeline_run_id=pipeline_run_id, run_id=run_id)
+            data = ehr_samples_from_tables(tables, dataset, task, model)
+            results = train_ehr(task, model, seed, cfg, model_overrides, opts, data, models_root / run_id,
+                                lambda epoch, metrics: epochs.extend(epoch_rows(run_id, epoch, metrics)))
+            run.update(status="completed", finished_at=now())
+        except Exception as exc:  # published as the failed run, then raised
+            error = exc
+            run.update(status="failed", finished_at=now(),
+                       error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"[:4000])
+        write_result_package(result_dir, [run_tables(run, results, epochs)], models_root,
+                             None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error
+    return {"run_ids": [run_id], "result": str(result_dir)}
+
+
+def _parse_runs(args: argparse.Namespace, scope: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run specs from --run MODEL[:SEED] (with --overrides) and/or --runs FILE.json."""
+    specs = []
+    base = json.loads(args.overrides) if args.overrides else {}
+    if not isinstance(base, dict):
+        raise ValueError(f"--overrides must be a JSON object, got {args.overrides!r}")
+    for text in args.run or []:
+        model, _, seed = text.partition(":")
+        if not model or (seed and not seed.lstrip("-").isdigit()):
+            raise ValueError(f"--run {text!r}: expected MODEL or MODEL:SEED, e.g. transformer:0")
+        specs.append({"params": {"model": model, "seed": int(seed or 0), "overrides": dict(base)}})
+    if args.runs:
+        listed = json.loads(Path(args.runs).read_text())
+        if not isinstance(listed, list) or not all(isinstance(r, dict) and "model" in r for r in listed):
+            raise ValueError(f"--runs {args.runs}: expected a JSON list of objects with a 'model' key")
+        for r in listed:
+            specs.append({"label": r.get("label"), "params": {
+                "model": r["model"], "seed": int(r.get("seed", 0)), "overrides": {**base, **r.get("overrides", {})}}})
+    if not specs:
+        raise ValueError("no run given: pass --run MODEL[:SEED] or --runs FILE.json")
+    for s in specs:
+        s.update(dataset=scope.get("dataset"), task=scope.get("task"))
+    return specs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m medtx.worker",
+        description="Train EHR runs from a training package and write one result package per run. Needs torch, "
+                    "numpy, pyarrow and scikit-learn only; the flow records the result packages "
+                    "(`medtx record-results OUT`).")
+    parser.add_argument("package", type=Path, help="training package folder (manifest.json + <table>.parquet), "
+                                                   "written by the flow (`medtx export-package`)")
+    parser.add_argument("--run", action="append", metavar="MODEL[:SEED]",
+                        help="a run to train (repeatable), e.g. transformer or gru:1 (seed 0 by default)")
+    parser.add_argument("--runs", metavar="FILE.json",
+                        help='runs as a JSON list: [{"model": "gru", "seed": 0, "overrides": {"epochs": 3}}, ...]')
+    parser.add_argument("--overrides", metavar="JSON", help='trainer/model overrides for every run, e.g. \'{"epochs": 1}\'')
+    parser.add_argument("--out", type=Path, required=True, help="folder that receives one result package per run")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--pipeline-run-id", help="recorded on each run (the pipeline run it belongs to)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train every run given; print one JSON line per run. Exit 0 when all completed, 1 when a training
+    failed (its failed run is in its result package), 2 for bad input (one line naming what)."""
+    from medtx.pipeline.packages import PackageError, read_training_package
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        manifest, _ = read_training_package(args.package)
+        specs = _parse_runs(args, manifest.get("scope", {}))
+        if not supports(specs[0]["task"]):
+            raise ValueError(f"{args.package}: task {specs[0]['task']!r} is a text task; the worker trains EHR tasks")
+    except (PackageError, ValueError, OSError) as exc:
+        print(f"medtx.worker: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    failed = 0
+    for spec in specs:
+        started = time.perf_counter()
+        result_dir = args.out / run_name(spec)
+        try:
+            out = train_run(args.package, spec, result_dir, device=args.device, pipeline_run_id=args.pipeline_run_id,
+                            torch_threads=args.threads)
+            status, run_ids, error = "completed", out["run_ids"], None
+        except Exception as exc:
+            failed += 1
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            manifest_path = result_dir / "manifest.json"
+            run_ids = json.loads(manifest_path.read_text())["run_ids"] if manifest_path.exists() else []
+        print(json.dumps({"run": run_name(spec), "status": status, "run_ids": run_ids, "result": str(result_dir),
+                          "seconds": round(time.perf_counter() - started, 2), "error": error}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
