@@ -153,7 +153,8 @@ def test_mtsamples_cut_mid_quote_is_refused(db: Path, tmp_path: Path) -> None:
     with gzip.open(cut, "wt", newline="") as fh:
         fh.write(notes[:at])
     code, out = run("mtsamples", "--db", str(db), "--source", str(cut))
-    assert code == 1 and "cut.csv.gz: raw.mtsamples [mtsamples] would shrink from 4,999 to 870 rows" in out
+    # issue 34: a cut file is refused for being cut (no line end at its end), before any row-count guard
+    assert code == 1 and "cut.csv.gz: the file ends in the middle of line" in out, out
     assert counts(db) == BASE
 
 

@@ -64,13 +64,14 @@ def read_header(path: Path, label: str) -> Header:
         raise IngestError(f"{label}: the file is empty (0 bytes, no header row)")
     compression = "gzip" if magic == _GZIP_MAGIC else "none"
     try:
-        raw = gzip.open(path, "rb") if compression == "gzip" else open(path, "rb")
-        with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
-            row = next(csv.reader(text), None)
+        # The first line only: decoding a buffered chunk would blame the header for a bad byte in row 10.
+        with gzip.open(path, "rb") if compression == "gzip" else open(path, "rb") as raw:
+            first = raw.readline(_MAX_LINE_SIZE)
+        row = next(csv.reader(io.StringIO(first.decode("utf-8-sig"), newline="")), None)
     except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
         raise IngestError(f"{label}: unreadable gzip ({exc})") from exc
     except UnicodeDecodeError as exc:
-        raise IngestError(f"{label}: the header is not UTF-8 text ({exc})") from exc
+        raise IngestError(f"{label}: the header (line 1) is not UTF-8 text ({exc})") from exc
     except csv.Error as exc:
         raise IngestError(f"{label}: the header row is not valid CSV ({exc})") from exc
     if not row or not any(name.strip() for name in row):

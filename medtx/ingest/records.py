@@ -27,6 +27,8 @@ class RecordScan:
 
     lines: int  # physical lines, the header line included; a last line without '\n' counts
     blank_lines: int  # lines holding nothing (or only '\r'): DuckDB skips them without a reject
+    size: int = 0  # decompressed bytes
+    ends_with_newline: bool = True  # False: the last line has no line end (a whole CSV ends with one)
     line_of: dict[int, int] = field(default_factory=dict)  # byte offset -> 1-based physical line number
     start_of: dict[int, int] = field(default_factory=dict)  # byte offset -> where that line's record starts
 
@@ -70,7 +72,8 @@ def scan_records(path: Path, compression: str, offsets: Iterable[int] = ()) -> R
         lines += 1  # a final line without a line end is still a line
     for offset in wanted:  # past the end (should not happen): point at the last line
         line_of[offset], start_of[offset] = lines, offset
-    return RecordScan(lines, blank, line_of, start_of)
+    return RecordScan(lines, blank, size=pos, ends_with_newline=not last or last == b"\n", line_of=line_of,
+                      start_of=start_of)
 
 
 def read_lines_at(path: Path, compression: str, offsets: Iterable[int]) -> dict[int, str]:

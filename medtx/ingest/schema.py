@@ -17,6 +17,8 @@ class Column:
     name: str
     type: str
     required: bool = False  # a file without it is refused; optional columns absent from a file load as NULL
+    multiline: bool = False  # free text that may hold line breaks; in any other column a line break is a
+    # merged record (a quote opened in one record and closed in a later one), and the ingest fails
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,12 @@ class TableSpec:
         return next((c for c in self.columns if c.name == name), None)
 
 
-def _cols(spec: str, required: set[str]) -> tuple[Column, ...]:
+def _cols(spec: str, required: set[str], multiline: frozenset[str] = frozenset()) -> tuple[Column, ...]:
     """'name TYPE, name TYPE' -> Columns; keeps the specs below readable as one line per table."""
     out = []
     for item in spec.split(","):
         name, type_ = item.split()
-        out.append(Column(name, type_, name in required))
+        out.append(Column(name, type_, name in required, name in multiline))
     return tuple(out)
 
 
@@ -109,6 +111,7 @@ NOTEEVENTS = TableSpec(
         "row_id BIGINT, subject_id BIGINT, hadm_id BIGINT, chartdate TIMESTAMP, charttime TIMESTAMP,"
         " storetime TIMESTAMP, category VARCHAR, description VARCHAR, cgid BIGINT, iserror VARCHAR, text VARCHAR",
         {"subject_id", "hadm_id", "category", "text"},
+        frozenset({"description", "text"}),
     ),
 )
 MTSAMPLES = TableSpec(
@@ -118,6 +121,7 @@ MTSAMPLES = TableSpec(
         "note_id BIGINT, description VARCHAR, medical_specialty VARCHAR, sample_name VARCHAR,"
         " transcription VARCHAR, keywords VARCHAR",
         {"note_id", "medical_specialty", "transcription"},
+        frozenset({"description", "sample_name", "transcription", "keywords"}),
     ),
     has_dataset=False,
 )
