@@ -55,7 +55,7 @@ from medtx.models.layers import (
     multilabel_loss,
 )
 from medtx.models.registry import (
-    BuildContext,
+    ModelContext,
     EHRModelBundle,
     MaskedLM,
     ModelSpec,
@@ -239,7 +239,7 @@ def copy_targets(features: tuple[str, ...], vocabs: dict[str, Any], labels: Labe
     return targets
 
 
-def build(ctx: BuildContext) -> EHRModelBundle:
+def build(ctx: ModelContext) -> EHRModelBundle:
     index = behrt_codec(ctx.task, ctx.vocabs, ctx.labels, 1).index
     fixed = {"vocab_size": len(index), "n_labels": len(ctx.labels), "n_codes": index.n_codes,
              "mask_id": index.special(MASK)}

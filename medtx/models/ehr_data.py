@@ -37,29 +37,13 @@ CLS, SEP, MASK, BOS, EOS = "[CLS]", "[SEP]", "[MASK]", "<bos>", "<eos>"
 SPECIALS = (PAD, UNK, CLS, SEP, MASK, BOS, EOS)
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    """Which sample table columns a task's models read (a view of its medtx.tasks declaration)."""
-
-    table: str  # samples.<table>
-    features: tuple[str, ...]  # nested-list columns [visit][code], oldest visit first, current visit last
-    label_column: str
-    binary: bool  # one sigmoid output instead of one per label
-    label_name: str = "positive"  # the single label name of a binary task
-    shared: bool = False  # the table holds several tasks' rows (filter on its `task` column)
-
-
-def _spec(task: Task) -> TaskSpec:
-    return TaskSpec(task.table, task.features, task.label_column, task.binary, task.label_name, task.shared_table)
-
-
-TASKS: dict[str, TaskSpec] = {t.name: _spec(t) for t in tasks_of_family("ehr")}
-
-
-def task_spec(task: str) -> TaskSpec:
-    if task not in TASKS:
-        raise ValueError(f"unknown EHR task {task!r}; expected one of {sorted(TASKS)}")
-    return TASKS[task]
+def task_spec(task: str) -> Task:
+    """The EHR task called `task` (its record says which sample columns its models read); an unknown or
+    non-EHR task is an error naming the EHR tasks."""
+    ehr = {t.name: t for t in tasks_of_family("ehr")}
+    if task not in ehr:
+        raise ValueError(f"unknown EHR task {task!r}; expected one of {sorted(ehr)}")
+    return ehr[task]
 
 
 # ----------------------------------------------------------------------------------------------- vocabularies
@@ -162,7 +146,7 @@ class LabelSpace:
         return out
 
 
-def _rows(frame: frames.Frame, spec: TaskSpec, extra: Sequence[str] = ()) -> Iterable[dict]:
+def _rows(frame: frames.Frame, spec: Task, extra: Sequence[str] = ()) -> Iterable[dict]:
     """Row dicts with the columns a codec needs; a missing column is a clear error naming it."""
     needed = ["subject_id", "hadm_id", *spec.features, spec.label_column, *extra]
     have = frames.columns(frame)
@@ -172,7 +156,7 @@ def _rows(frame: frames.Frame, spec: TaskSpec, extra: Sequence[str] = ()) -> Ite
     return frames.rows(frame, needed)
 
 
-def _base_item(row: dict, labels: LabelSpace, spec: TaskSpec) -> dict:
+def _base_item(row: dict, labels: LabelSpace, spec: Task) -> dict:
     return {"sample_id": str(row["hadm_id"]), "subject_id": int(row["subject_id"]),
             "hadm_id": int(row["hadm_id"]), "target": labels.target(row[spec.label_column])}
 
@@ -263,7 +247,7 @@ class HistoryCodec:
     joint: CodeIndex | None = None  # all features' codes in one id space: the joint sequence's ids
 
     @property
-    def spec(self) -> TaskSpec:
+    def spec(self) -> Task:
         return task_spec(self.task)
 
     @property
@@ -371,7 +355,7 @@ class BehrtCodec:
     max_len: int = 128
 
     @property
-    def spec(self) -> TaskSpec:
+    def spec(self) -> Task:
         return task_spec(self.task)
 
     def _visits(self, row: dict) -> tuple[list[list[tuple[str, str]]], list[int] | None]:

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from medtx.models.checkpoint import load_weights, saved_model_config
-from medtx.models.ehr_data import LabelSpace, TaskSpec, task_spec
+from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
 from medtx.tasks import Task, get_task, tasks_of_family
@@ -74,11 +74,11 @@ class EHRModelBundle:
 
 
 @dataclass(frozen=True)
-class BuildContext:
+class ModelContext:
     """What a neural EHR model's `build` gets: the task, its training vocabularies and label space."""
 
     task: str
-    spec: TaskSpec
+    spec: Task
     vocabs: dict[str, Any]
     labels: LabelSpace
     overrides: dict[str, Any]  # the model's defaults for this task, then the caller's overrides
@@ -90,7 +90,7 @@ class ModelSpec:
     family: str  # one of FAMILIES
     kinds: tuple[str, ...]  # task kinds served (KINDS)
     config: type | None = None  # the config dataclass (None: the family's own, e.g. text models' TextConfig)
-    build: Callable[[BuildContext], EHRModelBundle] | None = None  # neural EHR models
+    build: Callable[[ModelContext], EHRModelBundle] | None = None  # neural EHR models
     defaults: Mapping[str, Any] = field(default_factory=dict)  # for every task
     kind_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # task kind -> defaults
     # Per-task defaults live with the tasks (`Task.model_defaults`); a model that shares another's per-task
@@ -260,7 +260,7 @@ def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: A
     task_info = task_spec(task)
     labels = LabelSpace.from_vocab(label_vocab, task_info.binary, task_info.label_name)
     merged = {**model_defaults(name, task, ehr_task_kind(task)), **(overrides or {})}
-    return spec.build(BuildContext(task, task_info, vocabs, labels, merged))
+    return spec.build(ModelContext(task, task_info, vocabs, labels, merged))
 
 
 def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any, folder: Path,

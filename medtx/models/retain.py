@@ -31,7 +31,7 @@ from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
 from medtx.models.recurrent import real_steps, reverse_index, run_recurrent, time_gather
 from medtx.models.registry import (
-    BuildContext,
+    ModelContext,
     EHRModelBundle,
     ModelSpec,
     chunked_init,
@@ -136,7 +136,7 @@ class RetainModel(nn.Module):
         self.head.bias.copy_(initial_output_bias(batches, None, lambda batch: batch).to(self.head.bias.dtype))
 
 
-def build(ctx: BuildContext) -> EHRModelBundle:
+def build(ctx: ModelContext) -> EHRModelBundle:
     sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
     fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.spec.features}
     config = make_config(RetainConfig, fixed, ctx.overrides)

@@ -26,7 +26,7 @@ from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
 from medtx.models.recurrent import last_outputs, run_recurrent
-from medtx.models.registry import (BuildContext, EHRModelBundle, ModelSpec, chunked_init, make_config, register_model,
+from medtx.models.registry import (ModelContext, EHRModelBundle, ModelSpec, chunked_init, make_config, register_model,
                                    sigmoid_proba)
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
@@ -85,7 +85,7 @@ class RNNModel(nn.Module):
 
 
 def _builder(cell: str):
-    def build(ctx: BuildContext) -> EHRModelBundle:
+    def build(ctx: ModelContext) -> EHRModelBundle:
         sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
         fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.spec.features, "cell": cell}
         config = make_config(RNNConfig, fixed, ctx.overrides)

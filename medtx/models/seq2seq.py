@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from medtx.models.base import ModelOutput
 from medtx.models.ehr_data import N_TARGET_SPECIALS, SEQ2SEQ_SOURCE, seq2seq_codec
 from medtx.models.layers import Dropout, Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
-from medtx.models.registry import BuildContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
+from medtx.models.registry import ModelContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
 
 
 @dataclass
@@ -250,7 +250,7 @@ class Seq2SeqForDrugRec(nn.Module):
 # ----------------------------------------------------------------------------------------------- registry
 
 
-def build(ctx: BuildContext) -> EHRModelBundle:
+def build(ctx: ModelContext) -> EHRModelBundle:
     """ICD -> ATC-3 generation: the visit's diagnoses and procedures in, its label set out."""
     labels = ctx.labels
     index = seq2seq_codec(ctx.task, ctx.vocabs, labels, 1, 1).index

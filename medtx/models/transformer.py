@@ -77,7 +77,7 @@ from medtx.models.layers import (
     multilabel_loss,
 )
 from medtx.models.registry import (
-    BuildContext,
+    ModelContext,
     EHRModelBundle,
     ModelSpec,
     chunked_init,
@@ -235,9 +235,9 @@ def copy_targets(vocabs: dict[str, Any], labels: LabelSpace, copy_feature: str |
     return [labels.index.get(token, -1) for token in CodeIndex(vocabs, [copy_feature]).labels]
 
 
-def history_builder(model_cls: type, config_cls: type) -> Callable[[BuildContext], EHRModelBundle]:
+def history_builder(model_cls: type, config_cls: type) -> Callable[[ModelContext], EHRModelBundle]:
     """`build` for a model over per-feature code histories (medtx.models.ehr_data.HistoryCodec)."""
-    def build(ctx: BuildContext) -> EHRModelBundle:
+    def build(ctx: ModelContext) -> EHRModelBundle:
         sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
         fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.spec.features}
         config = make_config(config_cls, fixed, ctx.overrides)

@@ -84,7 +84,7 @@ class TextSourceConfig(_Strict):
     source: str
 
 
-class ModelSpec(_Strict):
+class ModelEntry(_Strict):
     """One model to train and evaluate for a task; `overrides` go to the model/trainer config."""
 
     model: str
@@ -103,7 +103,7 @@ class ModelSpec(_Strict):
 class TaskConfig(_Strict):
     """The models of one task and, for EHR tasks, the datasets they run on (default: all)."""
 
-    models: list[ModelSpec]
+    models: list[ModelEntry]
     datasets: list[str] | None = None
     samples: dict[str, Any] = Field(default_factory=dict)  # options for the sample builder
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 from medtx.codes import mapping as codes_stage
 from medtx.codes.reference import WRITES as REFERENCE
 from medtx.store.fingerprint import import_closure
-from medtx.pipeline.config import ModelSpec, PipelineConfig, resolve_devices
+from medtx.pipeline.config import ModelEntry, PipelineConfig, resolve_devices
 from medtx.synth.oracle import WRITES as SYNTH_ORACLE
 from medtx.tasks import Task, get_task
 
@@ -203,7 +203,7 @@ def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> li
     return list(steps.values())
 
 
-def _runs_on(spec: ModelSpec, dataset: str, cfg: PipelineConfig) -> bool:
+def _runs_on(spec: ModelEntry, dataset: str, cfg: PipelineConfig) -> bool:
     """A model spec runs on a dataset unless it names others; the oracle needs a synthetic cohort."""
     if spec.datasets is not None and dataset not in spec.datasets:
         return False

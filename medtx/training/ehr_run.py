@@ -105,8 +105,8 @@ def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: str) -> di
     filtered on and dropped)."""
     spec = task_spec(task)
     samples = _table(tables, f"samples.{spec.table}")
-    samples = _where(samples, dataset=dataset, **({"task": task} if spec.shared else {}))
-    if spec.shared and "task" in samples.column_names:
+    samples = _where(samples, dataset=dataset, **({"task": task} if spec.shared_table else {}))
+    if spec.shared_table and "task" in samples.column_names:
         samples = samples.drop_columns(["task"])
     splits = _where(_table(tables, "samples.splits"), dataset=dataset, task=task)
     subjects = splits.column("subject_id").combine_chunks()

@@ -60,7 +60,7 @@ def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: str, mo
     """The tables an EHR run reads, restricted to its dataset and task, read through one connection."""
     spec = task_spec(task)
     tables = {f"samples.{spec.table}": _scoped(con, f"samples.{spec.table}", dataset=dataset,
-                                               **({"task": task} if spec.shared else {})),
+                                               **({"task": task} if spec.shared_table else {})),
               "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task),
               "samples.vocab": _scoped(con, "samples.vocab", dataset=dataset, task=task)}
     if "ref.ddi_atc3" in get_task(task).train_reads:
@@ -74,7 +74,7 @@ def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) 
     """The task's sample rows joined with the stored patient split, per split, in (subject, hadm) order."""
     spec = task_spec(task)
     tables = {f"samples.{spec.table}": _scoped(con, f"samples.{spec.table}", dataset=dataset,
-                                               **({"task": task} if spec.shared else {})),
+                                               **({"task": task} if spec.shared_table else {})),
               "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task)}
     return split_samples(tables, dataset, task)
 
