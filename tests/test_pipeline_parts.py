@@ -176,7 +176,8 @@ def test_snapshot_is_atomic_and_readable_while_a_writer_holds_the_warehouse(tmp_
 
 
 def test_cache_is_valid_only_while_the_output_rows_are_unchanged(tmp_path: Path, tmp_db: Path) -> None:
-    cfg_path = _write(tmp_path / "c.yaml", f"datasets: [{{source: {DATA / 'mimic3_demo'}}}]\n")
+    cfg_path = _write(tmp_path / "c.yaml", f"datasets: [{{source: {DATA / 'mimic3_demo'}}}]\n"
+                      "tasks: {drug_rec: {models: [{model: logreg}]}}\n")  # a config with no task is refused
     step = build_plan(load_config(cfg_path), tmp_path, DATA)["codes.mimic3_demo"]
     con = connect(tmp_db)
     con.execute("INSERT INTO core.mapping_coverage (dataset, kind, route, n_rows) VALUES ('mimic3_demo', 'route', 'ndc', 5)")
@@ -204,6 +205,7 @@ def test_serve_builds_a_scheduled_and_an_on_demand_deployment(tmp_path: Path) ->
 
     cfg_path = _write(tmp_path / "c.yaml", """
         datasets: [{source: synth:10}]
+        tasks: {drug_rec: {models: [{model: logreg}]}}
         schedule: {cron: "30 1 * * 1", timezone: Europe/Paris}
         runner: {kind: dask, address: "tcp://127.0.0.1:8786"}
         """)

@@ -236,7 +236,7 @@ def test_config_errors_are_one_line_each_exit_2_before_any_server(tmp_path: Path
     assert all(line.startswith(f"config error: {config}: ") for line in lines), lines
     text = "\n".join(lines)
     assert "tasks.drug_rec.models[0].model = 'transfomer': unknown for task drug_rec; allowed: most_frequent" in text
-    assert "tasks.drug_rec.models[1].overrides.epochs = -3: must be an integer >= 1" in text
+    assert "tasks.drug_rec.models[1].overrides.epochs = -3: must be an integer in [1, 100000]" in text
     assert "tasks.drug_rec.models[1].overrides.hiden = 8: not a setting of gru; allowed:" in text
     assert "datasets[1].source = 'no_such_folder': folder" in text
     assert "mtsamples.source = 'missing.csv': file" in text

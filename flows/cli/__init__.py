@@ -6,7 +6,9 @@ pipeline.py, dashboard.py); this file only assembles them. Every command takes `
 
 from __future__ import annotations
 
+import errno
 import importlib
+import importlib.abc
 import logging
 import os
 import sys
@@ -42,8 +44,11 @@ def _prefect_defaults(argv: list[str]) -> None:
 
     db = _db_argument(argv)
     os.environ.setdefault("PREFECT_HOME", str(get_settings(db=db).prefect_home))
-    # Prefect's server cannot create its sqlite file when the folder (e.g. a new --db root) is missing.
-    Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
+    # Prefect's server cannot create its sqlite file when the folder (e.g. a new --db root) is missing; it is
+    # created when Prefect is first imported, not before: `status`, `dashboard`, `pipeline --check` and a config
+    # error never import Prefect, so they leave no folder behind and work on a read-only warehouse folder.
+    if not any(isinstance(f, _PrefectHomeOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PrefectHomeOnImport())
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "medtx")
@@ -53,11 +58,78 @@ def _prefect_defaults(argv: list[str]) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+class _PrefectHomeOnImport(importlib.abc.MetaPathFinder):
+    """Creates PREFECT_HOME (with its parents) just before `prefect` is first imported, then steps aside."""
+
+    def find_spec(self, name: str, path: object, target: object = None) -> None:
+        if name == "prefect":
+            sys.meta_path.remove(self)
+            Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
+        # None: the normal finders import it
+
+
+def environment_problems() -> list[str]:
+    """MEDTX_* settings read from the environment that cannot be used (checked before any command runs)."""
+    from medtx.store.writer_lock import lock_wait_s
+
+    problems = []
+    try:
+        lock_wait_s()
+    except ValueError as exc:
+        problems.append(str(exc))
+    return problems
+
+
+# Errors of the machine, not of medtx: one line naming the file, exit 2 (never a traceback).
+_RESOURCE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                    errno.EFBIG: "file too large (the file size limit was reached)",
+                    errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                    errno.EPERM: "operation not permitted"}
+
+
+def resource_error(exc: BaseException) -> str | None:
+    """One line for an exception caused by a full disk, a size limit or a read-only/unwritable folder (found
+    anywhere in its chain: DuckDB and Prefect wrap the OSError), else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
+            where = exc.filename or ""
+            return f"{_RESOURCE_ERRNOS[exc.errno]}{': ' + str(where) if where else ''}"
+        text = str(exc)
+        if "No space left on device" in text or "Disk quota exceeded" in text:  # DuckDB's IOException
+            return f"no space left on device: {' '.join(text.split())[:300]}"
+        if "File too large" in text:
+            return f"file too large (the file size limit was reached): {' '.join(text.split())[:300]}"
+        if "Read-only file system" in text:
+            return f"read-only file system: {' '.join(text.split())[:300]}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 for _name in _COMMAND_MODULES:  # each module registers its commands on `app`
     importlib.import_module(f"flows.cli.{_name}")
 
 
 def main() -> None:
+    import signal
+
     _prefect_defaults(sys.argv[1:])
+    problems = environment_problems()
+    if problems:
+        for line in problems:
+            print(f"medtx: {line}", file=sys.stderr)
+        raise SystemExit(2)
+    # A full disk, or a file size limit: the write fails with EFBIG (and the medtx message) instead of SIGXFSZ
+    # killing the process without a word.
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except Exception as exc:
+        line = resource_error(exc)
+        if line is None:
+            raise
+        print(f"medtx: {line}; stopped", file=sys.stderr)
+        raise SystemExit(2) from None

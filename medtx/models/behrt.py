@@ -36,13 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
+from medtx.models.bounds import DropoutRate, Fraction, FFWidth, Heads, Layers, Length, Width, check_heads
 from medtx.models.ehr_data import MASK, CodeIndex, LabelSpace, behrt_codec, vocab_tokens
 from medtx.models.layers import (
     Dropout,
@@ -74,22 +75,27 @@ class BehrtConfig:
     n_labels: int
     n_codes: int = 0  # ids [2, n_codes) are real codes: MLM's random replacements come from there
     mask_id: int = 0  # id of [MASK] (set from the codec's index)
-    d_model: int = 64  # BEHRT used 288; 64 keeps CPU training to minutes
-    n_heads: int = 4
-    n_layers: int = 2
-    d_ff: int = 128
-    dropout: float = 0.1
-    attention_dropout: float | None = None  # on the attention weights; None = `dropout` (BERT's)
-    n_ages: int = 128  # age ids: 0 = unknown/pad, age + 1 (samples cap ages at 90)
-    n_positions: int = 64  # visit positions (sinusoidal table size; larger numbers are clamped)
-    max_len: int = 128  # tokens per patient sequence (oldest visits dropped first)
-    mlm_prob: float = 0.15  # share of code tokens selected for MLM (BERT/BEHRT)
-    pooling: str = "cls"  # "cls" (BEHRT: [CLS] -> tanh pooler) | "mean" | "label_attention", see module doc
+    # field types: bounds checked at config load (medtx.models.bounds)
+    d_model: Width = 64  # BEHRT used 288; 64 keeps CPU training to minutes
+    n_heads: Heads = 4
+    n_layers: Layers = 2
+    d_ff: FFWidth = 128
+    dropout: DropoutRate = 0.1
+    attention_dropout: DropoutRate | None = None  # on the attention weights; None = `dropout` (BERT's)
+    n_ages: Length = 128  # age ids: 0 = unknown/pad, age + 1 (samples cap ages at 90)
+    n_positions: Length = 64  # visit positions (sinusoidal table size; larger numbers are clamped)
+    max_len: Length = 128  # tokens per patient sequence (oldest visits dropped first)
+    mlm_prob: Fraction = 0.15  # share of code tokens selected for MLM (BERT/BEHRT)
+    # "cls" (BEHRT: [CLS] -> tanh pooler) | "mean" | "label_attention", see module doc
+    pooling: Literal["cls", "mean", "label_attention"] = "cls"
     init_bias: bool = False  # init_from_train sets the output bias to each label's training log-odds
     # Copy gate (see module doc): the feature whose codes name labels (None = the task's only feature,
     # e.g. next_visit "visits"), and the visit recencies it reads (0 = current visit); () = off.
     copy_feature: str | None = None
     copy_recencies: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_heads(self.d_model, self.n_heads)
 
 
 POOLINGS = ("cls", "mean", "label_attention")

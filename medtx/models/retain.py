@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
+from medtx.models.bounds import DropoutRate, Length, Width
 from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
 from medtx.models.recurrent import real_steps, reverse_index, run_recurrent, time_gather
@@ -46,11 +47,12 @@ class RetainConfig:
     n_labels: int
     vocab_sizes: dict[str, int] = field(default_factory=dict)  # feature -> embedding rows
     features: tuple[str, ...] = ("conditions", "procedures", "drugs_hist")
-    d_model: int = 64  # visit embedding size (the paper's m)
-    hidden: int = 64  # size of each GRU (the paper's p and q)
-    dropout: float = 0.2  # on the visit embeddings and on the context (the paper's two dropouts)
-    max_visits: int = 20  # most recent visits kept
-    max_codes: int = 128  # most recent codes kept per feature (the codec shared with the Transformer)
+    # field types: bounds checked at config load (medtx.models.bounds)
+    d_model: Width = 64  # visit embedding size (the paper's m)
+    hidden: Width = 64  # size of each GRU (the paper's p and q)
+    dropout: DropoutRate = 0.2  # on the visit embeddings and on the context (the paper's two dropouts)
+    max_visits: Length = 20  # most recent visits kept
+    max_codes: Length = 128  # most recent codes kept per feature (the codec shared with the Transformer)
 
 
 class RetainModel(nn.Module):

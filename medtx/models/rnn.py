@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
+from medtx.models.bounds import DropoutRate, Layers, Length, Width
 from medtx.models.ehr_data import history_codec
 from medtx.models.layers import Dropout, initial_output_bias, multilabel_loss, visit_embeddings
 from medtx.models.recurrent import last_outputs, run_recurrent
@@ -37,13 +39,13 @@ class RNNConfig:
     n_labels: int
     vocab_sizes: dict[str, int] = field(default_factory=dict)  # feature -> embedding rows
     features: tuple[str, ...] = ("conditions", "procedures", "drugs_hist")
-    cell: str = "gru"  # rnn | gru | lstm
-    d_model: int = 64  # code embedding size
-    hidden: int = 64
-    n_layers: int = 1
-    dropout: float = 0.2
-    max_visits: int = 20  # most recent visits kept
-    max_codes: int = 128  # most recent codes kept per feature (shared codec with the Transformer)
+    cell: Literal["rnn", "gru", "lstm"] = "gru"  # field types: bounds checked at config load (medtx.models.bounds)
+    d_model: Width = 64  # code embedding size
+    hidden: Width = 64
+    n_layers: Layers = 1
+    dropout: DropoutRate = 0.2
+    max_visits: Length = 20  # most recent visits kept
+    max_codes: Length = 128  # most recent codes kept per feature (shared codec with the Transformer)
 
 
 class VisitRNN(nn.Module):

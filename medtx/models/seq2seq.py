@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
+from medtx.models.bounds import BatchSize, DropoutRate, FFWidth, Heads, Layers, Length, Width, check_heads
 from medtx.models.ehr_data import N_TARGET_SPECIALS, SEQ2SEQ_SOURCE, seq2seq_codec
 from medtx.models.layers import Dropout, Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
 from medtx.models.registry import ModelContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
@@ -40,17 +41,21 @@ class Seq2SeqConfig:
     pad_id: int = 0  # padding id in both vocabularies
     bos_id: int = 1  # target start token
     eos_id: int = 2  # target end token
-    d_model: int = 64
-    n_heads: int = 4
-    n_encoder_layers: int = 2
-    n_decoder_layers: int = 2
-    d_ff: int = 128
-    dropout: float = 0.1
-    max_positions: int = 512  # sinusoidal table size (source and target)
-    max_decode_len: int = 48  # generated tokens before giving up on <eos>
-    beam_size: int = 1  # 1 = greedy; used by `generate_labels`
-    max_src: int = 96  # source tokens kept by the drug_rec codec
-    max_tgt: int = 48  # target tokens kept by the drug_rec codec (incl. <bos>/<eos>)
+    # field types: bounds checked at config load (medtx.models.bounds)
+    d_model: Width = 64
+    n_heads: Heads = 4
+    n_encoder_layers: Layers = 2
+    n_decoder_layers: Layers = 2
+    d_ff: FFWidth = 128
+    dropout: DropoutRate = 0.1
+    max_positions: Length = 512  # sinusoidal table size (source and target)
+    max_decode_len: Length = 48  # generated tokens before giving up on <eos>
+    beam_size: BatchSize = 1  # 1 = greedy; used by `generate_labels`
+    max_src: Length = 96  # source tokens kept by the drug_rec codec
+    max_tgt: Length = 48  # target tokens kept by the drug_rec codec (incl. <bos>/<eos>)
+
+    def __post_init__(self) -> None:
+        check_heads(self.d_model, self.n_heads)
 
 
 class DecoderLayer(nn.Module):

@@ -59,12 +59,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
+from medtx.models.bounds import DropoutRate, FFWidth, Heads, Layers, Length, Width, check_heads
 from medtx.models.ehr_data import JOINT, CodeIndex, LabelSpace, history_codec
 from medtx.models.layers import (
     Dropout,
@@ -88,7 +89,7 @@ from medtx.models.registry import (
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig:  # field types: bounds checked at config load (medtx.models.bounds)
     n_labels: int  # output logits: label vocabulary size (1 for binary readmission)
     vocab_sizes: dict[str, int] = field(default_factory=dict)  # feature -> embedding rows (pad + unk + codes)
     features: tuple[str, ...] = ("conditions", "procedures", "drugs_hist")
@@ -96,15 +97,15 @@ class TransformerConfig:
     # validation (~2,400 training samples, 1,701 diagnosis codes), label-attention pooling, max_visits 2,
     # weight decay 0.1: d_model 64 / 2 layers peaked 0.767 val PR-AUC and overfit from epoch ~6;
     # 32 / 1 layer / dropout 0.1 peaked 0.770 (epoch 11). Smaller still (16) learned too slowly.
-    d_model: int = 32
-    n_heads: int = 4
-    n_layers: int = 1
-    d_ff: int = 64  # feed-forward width (2 x d_model)
-    dropout: float = 0.1
-    attention_dropout: float | None = None  # on the attention weights; None = `dropout`
-    max_visits: int = 20  # keep the most recent visits of a long history
-    max_codes: int = 128  # per feature, most recent codes kept after flattening (attention is O(L^2))
-    pooling: str = "label_attention"  # "label_attention" (one attention-pooled view per label) | "mean"
+    d_model: Width = 32
+    n_heads: Heads = 4
+    n_layers: Layers = 1
+    d_ff: FFWidth = 64  # feed-forward width (2 x d_model)
+    dropout: DropoutRate = 0.1
+    attention_dropout: DropoutRate | None = None  # on the attention weights; None = `dropout`
+    max_visits: Length = 20  # keep the most recent visits of a long history
+    max_codes: Length = 128  # per feature, most recent codes kept after flattening (attention is O(L^2))
+    pooling: Literal["label_attention", "mean"] = "label_attention"  # one attention-pooled view per label | mean
     # Copy gate (COGNet-style, see the module docstring): the feature whose codes name labels (drug_rec:
     # "drugs_hist"), None = off; and which visits count, as recency (0 = current visit, 1 = the previous one).
     copy_feature: str | None = None
@@ -113,6 +114,9 @@ class TransformerConfig:
     # visit (medtx.models.ehr_data.joint_history), instead of one encoder per feature. Off by default (PyHealth's
     # layout); drug_rec turns it on.
     joint_sequence: bool = False
+
+    def __post_init__(self) -> None:
+        check_heads(self.d_model, self.n_heads)
 
 
 POOLINGS = ("label_attention", "mean")

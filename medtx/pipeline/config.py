@@ -11,10 +11,10 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from medtx.tasks import all_tasks, get_task
 
@@ -26,6 +26,30 @@ ALL_TASKS = EHR_TASKS + TEXT_TASKS
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
 _SYNTH = re.compile(r"^synth:(\d+)$")
+# synth:N bounds: a cohort is generated in memory (full MIMIC-III has 46,520 patients; 10,000 is the largest
+# benchmarked). Seeds: what numpy's generators take.
+MAX_SYNTH_PATIENTS = 1_000_000
+MAX_SEED = 2**32 - 1
+Seed = Annotated[StrictInt, Field(ge=0, le=MAX_SEED)]
+# A training device: cpu, cuda, cuda:N, or auto (every visible GPU, else the CPU; only alone).
+DEVICE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
+
+
+def _distinct_seeds(seeds: list[int] | None) -> list[int] | None:
+    if seeds is not None:
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        if twice:
+            raise ValueError(f"seed(s) {twice} appear more than once (each seed is one run); allowed: distinct "
+                             f"integers in [0, {MAX_SEED}]")
+    return seeds
+
+
+def _distinct_names(names: list[str] | None) -> list[str] | None:
+    if names is not None:
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"dataset(s) {twice} listed more than once; allowed: each dataset once")
+    return names
 
 
 class _Strict(BaseModel):
@@ -36,11 +60,11 @@ class _Strict(BaseModel):
 class DatasetConfig(_Strict):
     """One MIMIC-III-format EHR cohort: a local folder, a base URL, or `synth:N` generated patients."""
 
-    source: str
+    source: str  # a folder, an http(s) URL or synth:N (a blank one is refused by _valid_source)
     name: str | None = None  # dataset key in the warehouse; derived from the source when omitted
     tables: list[str] | None = None  # ingest only these MIMIC tables (default: all the ingest stage knows)
     notes: bool = True  # synth only: also generate discharge notes (for readmission_notes)
-    seed: int = 0  # synth only: generator seed
+    seed: Seed = 0  # synth only: generator seed
     format: Literal["mimic3", "meds"] = "mimic3"  # meds: a MEDS 0.4 folder, loaded by `medtx ingest meds`
     codes: str | None = None  # meds only: code mapping (shipped name `medtx`/`mimic4` or YAML file)
 
@@ -74,14 +98,26 @@ class DatasetConfig(_Strict):
     @classmethod
     def _valid_name(cls, value: str | None) -> str | None:
         if value is not None and not _NAME.match(value):
-            raise ValueError(f"dataset name {value!r} must match [a-z0-9_]+")
+            raise ValueError("is not a dataset name; allowed: lower-case letters, digits and _ ([a-z0-9_]+)")
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _valid_source(cls, value: str) -> str:
+        allowed = f"a folder, an http(s) URL or synth:N with N from 1 to {MAX_SYNTH_PATIENTS:,}"
+        if not value.strip():
+            raise ValueError(f"is blank; allowed: {allowed}")
+        if value.startswith("synth:"):
+            match = _SYNTH.match(value)
+            if match is None or not 1 <= int(match[1]) <= MAX_SYNTH_PATIENTS:
+                raise ValueError(f"is not a cohort size medtx generates; allowed: {allowed}")
         return value
 
 
 class TextSourceConfig(_Strict):
     """The MTSamples CSV(.gz) file or URL."""
 
-    source: str
+    source: Annotated[str, Field(min_length=1)]
 
 
 class ModelEntry(_Strict):
@@ -90,10 +126,13 @@ class ModelEntry(_Strict):
     model: str
     name: str | None = None  # label for this spec when one model appears twice with different overrides
     overrides: dict[str, Any] = Field(default_factory=dict)
-    seeds: list[int] | None = None  # default: the config's top-level seeds
+    seeds: Annotated[list[Seed], Field(min_length=1)] | None = None  # default: the config's top-level seeds
     # EHR tasks: only these datasets (default: the task's datasets; `oracle` runs on synth datasets only,
     # the only ones with a known generating process)
-    datasets: list[str] | None = None
+    datasets: Annotated[list[str], Field(min_length=1)] | None = None
+
+    _seeds = field_validator("seeds")(_distinct_seeds)
+    _datasets = field_validator("datasets")(_distinct_names)
 
     @property
     def label(self) -> str:
@@ -103,16 +142,18 @@ class ModelEntry(_Strict):
 class TaskConfig(_Strict):
     """The models of one task and, for EHR tasks, the datasets they run on (default: all)."""
 
-    models: list[ModelEntry]
-    datasets: list[str] | None = None
+    models: Annotated[list[ModelEntry], Field(min_length=1)]
+    datasets: Annotated[list[str], Field(min_length=1)] | None = None
     samples: dict[str, Any] = Field(default_factory=dict)  # options for the sample builder
+
+    _datasets = field_validator("datasets")(_distinct_names)
 
     @model_validator(mode="after")
     def _unique_labels(self) -> TaskConfig:
         labels = [m.label for m in self.models]
         duplicated = sorted({x for x in labels if labels.count(x) > 1})
         if duplicated:
-            raise ValueError(f"model specs {duplicated} appear twice: give each a distinct `name`")
+            raise ValueError(f"model specs {duplicated} appear twice; allowed: each once, or a distinct `name` on each")
         return self
 
 
@@ -160,8 +201,31 @@ class RunnerConfig(_Strict):
 
 
 class ScheduleConfig(_Strict):
-    cron: str = "0 3 * * *"
-    timezone: str = "UTC"
+    cron: str = "0 3 * * *"  # five fields: minute hour day-of-month month day-of-week
+    timezone: str = "UTC"  # an IANA name (Europe/Paris)
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        import datetime
+
+        import cronsim  # a cron parser without Prefect (medtx is a library; importing Prefect makes its home)
+
+        try:
+            cronsim.CronSim(value, datetime.datetime(2026, 1, 1))
+        except cronsim.CronSimError:
+            raise ValueError("is not a cron expression; allowed: five fields (minute hour day-of-month month "
+                             "day-of-week), e.g. '0 3 * * *'") from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        import zoneinfo
+
+        if value not in zoneinfo.available_timezones():
+            raise ValueError("is not a time zone; allowed: an IANA name, e.g. UTC or Europe/Paris")
+        return value
 
 
 class PipelineConfig(_Strict):
@@ -172,36 +236,48 @@ class PipelineConfig(_Strict):
     mtsamples: TextSourceConfig | None = None  # the FAQ task always reads the bundled mental-health FAQ
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     tasks: dict[str, TaskConfig] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [42])
+    seeds: Annotated[list[Seed], Field(min_length=1)] = Field(default_factory=lambda: [42])
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    # Training devices: "cpu", "cuda", "cuda:1", or "auto" (every visible GPU, else the CPU).
-    devices: list[str] = Field(default_factory=lambda: ["cpu"])
+    # Training devices: "cpu", "cuda", "cuda:1", or "auto" (every visible GPU, else the CPU). Whether the
+    # device exists on this machine is checked for a run (medtx.pipeline.checks.device_problems).
+    devices: Annotated[list[Annotated[str, Field(pattern=DEVICE.pattern)]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["cpu"])
     base_dir: Path = Field(default=Path("."), exclude=True)  # folder relative sources resolve against
+
+    _seeds = field_validator("seeds")(_distinct_seeds)
+
+    @field_validator("devices")
+    @classmethod
+    def _auto_alone(cls, devices: list[str]) -> list[str]:
+        if "auto" in devices and len(devices) > 1:
+            raise ValueError("`auto` already means every visible GPU; allowed: [auto] alone, or named devices")
+        return devices
 
     @field_validator("tasks")
     @classmethod
     def _known_tasks(cls, tasks: dict[str, TaskConfig]) -> dict[str, TaskConfig]:
         unknown = sorted(set(tasks) - set(ALL_TASKS))
         if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; known: {list(ALL_TASKS)}")
+            raise ValueError(f"unknown task(s) {unknown}; allowed: {', '.join(ALL_TASKS)}")
         return tasks
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
         keys = [d.key for d in self.datasets]
         if len(set(keys)) != len(keys):
-            raise ValueError(f"dataset names {keys} are not unique: set `name` on one of them")
+            raise ValueError(f"datasets: names {keys} are not unique; allowed: distinct names (set `name` on one)")
         for task, tc in self.tasks.items():
             named = set(tc.datasets or []).union(*(m.datasets or [] for m in tc.models))
             missing = sorted(named - set(keys))
             if missing:
-                raise ValueError(f"tasks.{task}.datasets names unknown dataset(s) {missing}; known: {keys}")
+                raise ValueError(f"tasks.{task}.datasets names unknown dataset(s) {missing}; allowed: {', '.join(keys)}")
             task_def = get_task(task)
             # Which models a task takes is checked in load_config (medtx.pipeline.checks.model_problems): one
             # line per wrong model with its key path, beside every other problem of the file.
             if "raw.mtsamples" in task_def.reads and self.mtsamples is None:
-                raise ValueError(f"tasks.{task} needs an `mtsamples` source")
+                raise ValueError(f"tasks.{task} reads MTSamples and the config has no `mtsamples` source; allowed: "
+                                 "`mtsamples: {source: FILE.csv(.gz) | URL}`")
         return self
 
     def resolve(self, source: str) -> str:
@@ -230,32 +306,80 @@ class ConfigError(ValueError):
         self.lines = lines
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key written twice in one mapping is an error (PyYAML keeps the
+    last one silently: `epochs: 5` then `epochs: 50` trained 50 epochs without a word)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; its keys may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if isinstance(key, list | dict):
+            continue  # unhashable: the schema refuses it with its key path
+        if key in seen:
+            raise ConfigError([f"{loader.name}: line {line}: key {key!r} appears twice in one mapping "
+                               f"(lines {seen[key]} and {line}); allowed: each key once"])
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document of a config file, or ConfigError with one line: not UTF-8 (the byte offset and line),
+    not YAML, or a key written twice in one mapping."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError([f"{path}: line {line}: byte {exc.start} ({data[exc.start]:#04x}) is not UTF-8; "
+                           "allowed: a UTF-8 text file"]) from None
+    loader = _UniqueKeyLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except ConfigError:
+        raise
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {' '.join(str(exc).split())}"]) from None
+    finally:
+        loader.dispose()
+
+
 def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
     """Read and validate a pipeline YAML config: its schema, models, override keys and ranges
     (medtx.pipeline.checks); with `sources` (a run, not a plan listing) also that local sources exist.
     Every problem is one line naming the file and the key path; all of them are raised at once."""
     from pydantic import ValidationError
 
-    from medtx.pipeline.checks import model_problems, schema_lines, source_problems
+    from medtx.pipeline.checks import (device_problems, model_problems, plan_problems, schema_lines, shown,
+                                       source_problems)
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"pipeline config {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {' '.join(str(exc).split())}"]) from exc
+    raw = read_yaml(path)
+    if raw is None:
+        raise ConfigError([f"{path}: the config is empty; allowed: a mapping with `tasks` (and `datasets` for "
+                           "EHR tasks), as in config/default.yaml"])
     if not isinstance(raw, dict):
-        raise ConfigError([f"{path}: top level must be a mapping, got {type(raw).__name__}"])
+        raise ConfigError([f"{path}: (top level) = {type(raw).__name__}: must be a mapping; allowed keys: "
+                           f"{', '.join(k for k, f in PipelineConfig.model_fields.items() if not f.exclude)}"])
     # `x-...` keys hold YAML anchors shared by several entries (as in docker-compose files).
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     try:
-        cfg = PipelineConfig(**raw, base_dir=path.resolve().parent)
+        cfg = PipelineConfig.model_validate({**raw, "base_dir": path.resolve().parent})
     except ValidationError as exc:
         raise ConfigError(schema_lines(path, exc, PipelineConfig)) from None
-    problems = model_problems(cfg) + (source_problems(cfg) if sources else [])
+    problems = plan_problems(cfg) + model_problems(cfg) + (source_problems(cfg) + device_problems(cfg) if sources else [])
     if problems:
-        raise ConfigError([f"{path}: {key} = {value!r}: {why}" for key, value, why in problems])
+        raise ConfigError([f"{path}: {key} = {shown(value)}: {why}" for key, value, why in problems])
     return cfg
 
 

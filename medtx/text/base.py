@@ -3,39 +3,43 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import polars as pl
+from pydantic import Field
 
 from medtx.metrics.bootstrap import N_BOOT
+from medtx.models.bounds import (BatchSize, Count, Decay, Device, DropoutRate, Epochs, Heads, Layers, LearningRate,
+                                 Length, Patience, Positive, PositiveFloat, Width, FieldProblem, check_heads)
 
 
 @dataclass
 class TextConfig:
     """Everything a text run needs; `overrides` (CLI/YAML) replace any field. Defaults fit 2 CPU cores."""
 
-    # trainer
-    epochs: int = 10
-    batch_size: int = 16
-    lr: float = 5e-4
-    patience: int = 3
-    weight_decay: float = 0.01
-    device: str = "auto"
-    num_threads: int | None = None  # torch CPU threads; 1 avoids thread oversubscription on a shared, loaded CPU
+    # trainer (field types: bounds checked at config load, medtx.models.bounds)
+    epochs: Epochs = 10
+    batch_size: BatchSize = 16
+    lr: LearningRate = 5e-4
+    patience: Patience = 3
+    weight_decay: Decay = 0.01
+    device: Device = "auto"
+    num_threads: Positive | None = None  # torch CPU threads; 1 avoids thread oversubscription on a shared, loaded CPU
     # class weighting of the CE loss: "none", "sqrt" (1/sqrt(freq), mean 1) or "balanced" (1/freq)
-    class_weighting: str = "sqrt"
+    class_weighting: Literal["none", "sqrt", "balanced"] = "sqrt"
     dedupe: bool = True  # one row per (text group, label): exact duplicate notes count once
     # WordPiece tokenizer (bilstm, bert_scratch), trained on the training split only
-    vocab_size: int = 8000
+    vocab_size: Annotated[int, Field(ge=16, le=1_000_000)] = 8000
     # BiLSTM: head truncation to the first bilstm_max_len tokens
-    bilstm_max_len: int = 512
-    embed_dim: int = 128
-    hidden_dim: int = 128
-    dropout: float = 0.3
+    bilstm_max_len: Length = 512
+    embed_dim: Width = 128
+    hidden_dim: Width = 128
+    dropout: DropoutRate = 0.3
     # BERT chunking: windows of max_len tokens overlapping by stride; first max_chunks windows per note
-    max_len: int = 128
-    stride: int = 32
-    max_chunks: int | None = 4
-    pooling: str = "mean"  # mean | max over chunk [CLS] vectors; clinicalbert for readmission_notes
+    max_len: Length = 128
+    stride: Count = 32
+    max_chunks: Positive | None = 4
+    pooling: Literal["mean", "max", "clinicalbert"] = "mean"  # over chunk [CLS] vectors; clinicalbert: readmission_notes
     # pretrained encoders on CPU: freeze the encoder and train only the head on note vectors (mean-pooled
     # token states, averaged over the note's chunks) computed once and cached — a linear probe, not fine-tuning
     freeze_encoder: bool = False
@@ -48,25 +52,31 @@ class TextConfig:
     # LP-FT (Kumar et al. 2022): first train a linear probe on the initial note vectors for up to this many
     # epochs (lr 1e-3, batch 32, patience 10, validation-selected) and start fine-tuning from its head, so a
     # few fine-tuning epochs need not also learn a 40-class head from scratch. 0 = random head.
-    probe_init_epochs: int = 0
+    probe_init_epochs: Count = 0
     # bert: a local checkpoint folder or a Hub id (online only)
     bert_path: str | None = None
     # bert_scratch: encoder size and MLM pre-training (once per data+config, cached, seed mlm_seed)
-    hidden: int = 128
-    layers: int = 2
-    heads: int = 2
-    mlm_epochs: int = 3
-    mlm_lr: float = 1e-3
-    mlm_batch_size: int = 32
-    mlm_seed: int = 0
-    mlm_max_windows: int | None = None  # first N windows of 128 tokens per training note (None = all)
+    hidden: Width = 128
+    layers: Layers = 2
+    heads: Heads = 2
+    mlm_epochs: Count = 3
+    mlm_lr: LearningRate = 1e-3
+    mlm_batch_size: BatchSize = 32
+    mlm_seed: Count = 0
+    mlm_max_windows: Positive | None = None  # first N windows of 128 tokens per training note (None = all)
     # tfidf_logreg
-    tfidf_C: float = 10.0
-    tfidf_max_features: int = 50_000
+    tfidf_C: PositiveFloat = 10.0
+    tfidf_max_features: Positive = 50_000
     # showcase attention: the first n test notes, at most attention_max_tokens tokens per axis
-    n_showcase: int = 3
-    attention_max_tokens: int = 64
-    n_boot: int = N_BOOT
+    n_showcase: Count = 3
+    attention_max_tokens: Positive = 64
+    n_boot: Positive = N_BOOT
+
+    def __post_init__(self) -> None:
+        check_heads(self.hidden, self.heads, "hidden", "heads")
+        if isinstance(self.stride, int) and isinstance(self.max_len, int) and self.stride >= self.max_len:
+            raise FieldProblem(("stride", "max_len"), f"stride = {self.stride} is not below max_len = "
+                                                      f"{self.max_len}; allowed stride: 0 to {self.max_len - 1}")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -30,6 +30,8 @@ from medtx.store.db import quote_ident, quote_table
 from medtx.store.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
+from medtx.models.bounds import BatchSize, DropoutRate, Device, Epochs, Heads, Layers, LearningRate, Length, Patience
+from medtx.models.bounds import Positive, Width, check_heads
 from medtx.tasks import Task, tasks_of_kind
 from medtx.training.skeleton import RunPlan, execute_run
 from medtx.training import records
@@ -57,19 +59,23 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 
 @dataclass
 class FAQConfig:
-    embedding: str = "tfidf"  # retrieval: tfidf | minilm
-    max_src: int = 32  # question words kept
-    max_answer: int = 64  # answer words generated/trained (answers are cut here; F1 is against the full answer)
-    d_model: int = 64
-    n_heads: int = 4
-    layers: int = 2
-    dropout: float = 0.1
-    epochs: int = 60
-    batch_size: int = 16
-    lr: float = 1e-3
-    patience: int = 10
-    device: str = "auto"
-    n_boot: int = N_BOOT
+    # field types: bounds checked at config load (medtx.models.bounds)
+    embedding: Literal["tfidf", "minilm"] = "tfidf"  # retrieval
+    max_src: Length = 32  # question words kept
+    max_answer: Length = 64  # answer words generated/trained (answers are cut here; F1 is against the full answer)
+    d_model: Width = 64
+    n_heads: Heads = 4
+    layers: Layers = 2
+    dropout: DropoutRate = 0.1
+    epochs: Epochs = 60
+    batch_size: BatchSize = 16
+    lr: LearningRate = 1e-3
+    patience: Patience = 10
+    device: Device = "auto"
+    n_boot: Positive = N_BOOT
+
+    def __post_init__(self) -> None:
+        check_heads(self.d_model, self.n_heads)
 
 
 def words(text: str) -> list[str]:

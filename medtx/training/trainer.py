@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 # Checkpoint I/O belongs to the models layer; re-exported here for the trainer's callers.
+from medtx.models.bounds import BatchSize, Count, Decay, Device, Epochs, LearningRate, Patience, Positive, PositiveFloat
 from medtx.models.checkpoint import jsonable, load_weights, replace_file, save_checkpoint, weights_epoch  # noqa: F401
 from medtx.models.encoded import EncodedSet, bucket_pool, length_buckets, sequential_batches, shuffled_batches
 
@@ -45,17 +46,18 @@ ScoreFn = Callable[[np.ndarray, np.ndarray], dict[str, float]]
 
 @dataclass
 class TrainConfig:
-    epochs: int = 30  # upper bound; early stopping usually ends sooner
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.01  # AdamW decoupled decay
-    patience: int = 5  # epochs without validation improvement before stopping
+    # Field types carry the bounds a pipeline config is checked against at load (medtx.models.bounds).
+    epochs: Epochs = 30  # upper bound; early stopping usually ends sooner
+    batch_size: BatchSize = 64
+    lr: LearningRate = 1e-3
+    weight_decay: Decay = 0.01  # AdamW decoupled decay
+    patience: Patience = 5  # epochs without validation improvement before stopping
     monitor: str = "loss"  # "loss" (minimise val loss) or a key of score()'s dict (maximise)
-    seed: int = 0  # training seed (init, shuffling, dropout); the data split has its own fixed seed
-    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    grad_clip: float | None = 1.0  # max global grad norm; None disables
-    num_threads: int | None = None  # torch CPU threads; None keeps torch's default
-    eval_batch_size: int | None = None  # defaults to 2 x batch_size (no gradients kept)
+    seed: Count = 0  # training seed (init, shuffling, dropout); the data split has its own fixed seed
+    device: Device = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    grad_clip: PositiveFloat | None = 1.0  # max global grad norm; None disables
+    num_threads: Positive | None = None  # torch CPU threads; None keeps torch's default
+    eval_batch_size: BatchSize | None = None  # defaults to 2 x batch_size (no gradients kept)
     progress: bool | None = None  # tqdm bar; None = only when stderr is a terminal
     # Training batches from an EncodedSet: shuffled, then sorted by length within pools of up to this many batches
     # (less padding), at least 8 pools per epoch (`encoded.bucket_pool`: fewer than 2 batches per pool, as on
@@ -64,7 +66,7 @@ class TrainConfig:
     # PR-AUC on all six EHR models measured (-0.0007 to -0.010; benchmarks/README.md, round 1), and only drug_rec's
     # transformer was validated with the pool rule, so only it buckets by default (`Task.train_defaults`; round 5).
     # Elsewhere an opt-in (`--set length_buckets=16`).
-    length_buckets: int = 0
+    length_buckets: Count = 0
 
 
 @dataclass
