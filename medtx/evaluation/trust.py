@@ -1,0 +1,240 @@
+"""Would a clinician trust it? Subgroups, calibration and operating points of one recorded run -> ml.subgroups,
+ml.subgroup_gaps, ml.calibration, ml.reliability, ml.operating_points, ml.decision_curve (migration 0018).
+
+When: right after a run's intervals and comparisons (`medtx.evaluation.comparisons.analyse_run`, called by
+records.finish_run), for every binary and multi-label EHR run; other runs get none. Everything is recomputed
+from what the warehouse stores: the run's test predictions (ml.predictions), its validation predictions
+(ml.val_predictions: the only data recalibration and operating-point thresholds are fitted on), the reference
+baseline's test predictions (the paired verdicts per group) and the demographics of the test admissions
+(raw.patients / raw.admissions, grouped by medtx.evaluation.groups). The patient-resample count matrix is the
+one the run's overall intervals use (same size, same seed), so a group's interval is a column subset of it.
+
+Runs whose predictions were stored truncated (very large label spaces) get subgroups but no calibration or
+recalibration (missing cells would read as confident negatives); that is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+from medtx.evaluation import calibration as cal
+from medtx.evaluation import operating as op
+from medtx.evaluation.groups import sample_groups
+from medtx.evaluation.subgroups import CITL, GAP_METHOD, gap_metrics, largest_gaps, subgroup_results
+from medtx.evaluation.uncertainty import RunData, load_run_data
+from medtx.metrics import intervals as iv
+from medtx.store.db import transaction
+from medtx.tasks import Task, get_task
+
+log = logging.getLogger("medtx.evaluation.trust")
+
+TABLES = ("ml.subgroups", "ml.subgroup_gaps", "ml.calibration", "ml.reliability", "ml.operating_points",
+          "ml.decision_curve")
+KINDS = ("binary", "multilabel")
+# The ranking metric recomputed after each recalibration map (a monotone map leaves it; isotonic ties may not).
+RANKING_AFTER = {"binary": ("auroc", "none"), "multilabel": ("pr_auc_samples", "visit")}
+
+
+def applies(task: Task | None) -> bool:
+    return task is not None and task.family == "ehr" and task.kind in KINDS
+
+
+def subgroup_metrics(task: Task) -> list[tuple[str, str]]:
+    """The metrics reported per group: a binary task's headline metrics, a multi-label task's compared ones; then
+    calibration-in-the-large (observed minus expected rate), which shows a group whose risk the model misjudges."""
+    if task.kind == "binary":
+        return [*((m, "none") for m in task.metrics), CITL]
+    return [*task.compared, CITL]
+
+
+@dataclass
+class TrustResult:
+    groups: list
+    gaps: list
+    calibration: list[tuple]  # (method, metric, value, lo, hi, ci_method, params, n_fit)
+    reliability: list[tuple]  # (method, *reliability row)
+    operating: list[tuple]
+    decision: list[tuple]
+    reference_run_id: str | None
+    seconds: float = 0.0
+
+
+def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | None]:
+    found = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()
+    if not found:
+        raise ValueError(f"trust: no ml.runs row for run {run_id!r}")
+    return found[0]
+
+
+def load_val_arrays(con: duckdb.DuckDBPyConnection, run_id: str, labels: list[str] | None
+                    ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(y, p) of the run's validation predictions: 1-D for binary (labels None), (samples, labels) in `labels`
+    order for multi-label; None when the run stored none."""
+    frame = con.sql("SELECT sample_id, label, prob, y_true FROM ml.val_predictions WHERE run_id = ?",
+                    params=[run_id]).pl()
+    if frame.height == 0:
+        return None
+    samples, s_idx = np.unique(frame["sample_id"].to_numpy(), return_inverse=True)
+    if labels is None:
+        y, p = np.zeros(len(samples)), np.zeros(len(samples))
+        y[s_idx] = frame["y_true"].fill_null(False).to_numpy()
+        p[s_idx] = frame["prob"].fill_null(0.0).to_numpy()
+        return y, p
+    position = {name: j for j, name in enumerate(labels)}
+    l_idx = np.array([position.get(str(x), -1) for x in frame["label"].to_list()])
+    keep = l_idx >= 0
+    y, p = np.zeros((len(samples), len(labels))), np.zeros((len(samples), len(labels)))
+    y[s_idx[keep], l_idx[keep]] = frame["y_true"].fill_null(False).to_numpy()[keep]
+    p[s_idx[keep], l_idx[keep]] = frame["prob"].fill_null(0.0).to_numpy()[keep]
+    return y, p
+
+
+def _test_labels(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    return [str(r) for r, in con.execute("SELECT DISTINCT label FROM ml.predictions WHERE run_id = ? ORDER BY label",
+                                         [run_id]).fetchall()]
+
+
+def _aligned_reference(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None, run_id: str,
+                       data: RunData) -> tuple[str | None, RunData | None]:
+    from medtx.evaluation.comparisons import reference_run
+
+    ref_id = reference_run(con, task, dataset)
+    if ref_id is None or ref_id == run_id:
+        return ref_id if ref_id == run_id else None, None
+    ref = load_run_data(con, ref_id)
+    if ref is None or len(ref.sample_ids) != len(data.sample_ids) or not np.array_equal(ref.sample_ids, data.sample_ids):
+        log.warning("trust: run %s and its reference %s predicted different test samples; no per-group verdicts",
+                    run_id, ref_id)
+        return None, None
+    return ref_id, ref
+
+
+def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0
+                  ) -> TrustResult | None:
+    """Every figure of the run (nothing written); None when the run is not a binary/multi-label EHR run or
+    stored no test predictions."""
+    started = time.perf_counter()
+    task_name, dataset = _run_info(con, run_id)
+    try:
+        task = get_task(task_name)
+    except ValueError:
+        return None
+    if not applies(task):
+        return None
+    data = load_run_data(con, run_id)
+    if data is None:
+        return None
+    n_units, inverse = iv.unit_index(data.units)
+    counts = iv.resample_counts(n_units, n_boot, seed)
+    binary = task.kind == "binary"
+
+    # subgroups
+    hadm = np.array([int(s) for s in data.sample_ids], dtype=np.int64)
+    groups = sample_groups(con, dataset, hadm)
+    ref_id, ref = _aligned_reference(con, task_name, dataset, run_id, data)
+    metrics = subgroup_metrics(task)
+    data.stats(inverse, n_units)  # per-visit rows computed once; group subsets reuse them
+    group_rows, boot = subgroup_results(data, ref, groups, metrics, counts, inverse)
+    gaps = largest_gaps(boot, gap_metrics(metrics, task.kind))
+
+    # calibration, before and after recalibration fitted on validation
+    y, p = data.arrays["y"].astype(np.float64), data.arrays["p"]
+    calibration_rows: list[tuple] = []
+    reliability_rows: list[tuple] = []
+    operating_rows: list[tuple] = []
+    decision_rows: list[tuple] = []
+    val = load_val_arrays(con, run_id, None if binary else _test_labels(con, run_id))
+    if data.truncated:
+        log.info("trust: run %s stored truncated predictions; no calibration figures", run_id)
+    else:
+        variants: list[tuple[str, np.ndarray, str | None, int | None]] = [("none", p, None, None)]
+        if val is None:
+            log.warning("trust: run %s stored no validation predictions; no recalibration or operating points", run_id)
+        else:
+            fitted, skipped = cal.fit_recalibrators(task.kind, *val)
+            for method, why in skipped.items():
+                log.info("trust: run %s: no %s recalibration: %s", run_id, method, why)
+            variants += [(r.method, r.apply(p), json.dumps(r.params), r.n_fit) for r in fitted]
+        rank_metric = RANKING_AFTER[task.kind]
+        for method, q, params, n_fit in variants:
+            figures = cal.calibration_figures(y, q, inverse, counts)
+            if method != "none":
+                mapped = RunData(data.sample_ids, data.units, {**data.arrays, "p": q}, data.kind, data.truncated,
+                                 {k: v for k, v in data.extra.items() if k != "_rows"})
+                stat = mapped.stats(inverse, n_units)[rank_metric]
+                value, lo, hi = iv.interval(stat, counts)
+                figures[rank_metric[0]] = (value, lo, hi, iv.CI_METHOD)
+            for metric, (value, lo, hi, method_ci) in figures.items():
+                calibration_rows.append((method, metric, value, lo, hi, method_ci, params, n_fit))
+            reliability_rows += [(method, *row) for row in cal.reliability(y, q, inverse, counts)]
+        if binary and val is not None:
+            operating_rows = op.operating_points(val[0], val[1], y, p, inverse, counts)
+            decision_rows = op.decision_curve(y, p, inverse, counts)
+    return TrustResult(group_rows, gaps, calibration_rows, reliability_rows, operating_rows, decision_rows, ref_id,
+                       time.perf_counter() - started)
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def write_trust(con: duckdb.DuckDBPyConnection, run_id: str, result: TrustResult | None, n_boot: int = iv.N_BOOT
+                ) -> None:
+    """Replace the run's rows in the trust tables (one transaction); None clears them."""
+    with transaction(con):
+        for table in TABLES:
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        if result is None:
+            return
+        ref = result.reference_run_id
+        if result.groups:
+            con.executemany(
+                "INSERT INTO ml.subgroups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, g.attribute, g.group, g.metric, g.averaging, g.n_patients, g.n_samples, g.n_positives,
+                  g.too_small, _num(g.value), _num(g.ci_low), _num(g.ci_high), ref if ref != run_id else None,
+                  _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot) for g in result.groups])
+        if result.gaps:
+            con.executemany(
+                "INSERT INTO ml.subgroup_gaps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, g.attribute, g.metric, g.averaging, g.group_high, g.group_low, g.gap, _num(g.ci_low),
+                  _num(g.ci_high), GAP_METHOD, g.detected, g.largest, g.n_groups) for g in result.gaps])
+        if result.calibration:
+            con.executemany("INSERT INTO ml.calibration VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(run_id, m, metric, _num(v), _num(lo), _num(hi), ci, params, n_fit)
+                             for m, metric, v, lo, hi, ci, params, n_fit in result.calibration])
+        if result.reliability:
+            con.executemany("INSERT INTO ml.reliability VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(run_id, m, b, _num(pl_), _num(ph), n, _num(mp), _num(o), _num(lo), _num(hi))
+                             for m, b, pl_, ph, n, mp, o, lo, hi in result.reliability])
+        if result.operating:
+            con.executemany("INSERT INTO ml.operating_points VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(run_id, t, th, m, _num(v), _num(lo), _num(hi), _num(vv))
+                             for t, th, m, v, lo, hi, vv in result.operating])
+        if result.decision:
+            con.executemany("INSERT INTO ml.decision_curve VALUES (?, ?, ?, ?, ?, ?)",
+                            [(run_id, t, _num(nb), _num(lo), _num(hi), _num(ta)) for t, nb, lo, hi, ta in result.decision])
+
+
+def analyse_trust(con: duckdb.DuckDBPyConnection, run_id: str) -> TrustResult | None:
+    """Compute and store the run's trust figures; then bring other runs' per-group verdicts of the same (task,
+    dataset) up to date when the reference baseline changed since they were computed."""
+    result = compute_trust(con, run_id)
+    write_trust(con, run_id, result)
+    if result is not None:
+        log.info("trust: run %s: %d group rows, %d gaps, %d calibration rows in %.2f s", run_id, len(result.groups),
+                 len(result.gaps), len(result.calibration), result.seconds)
+        task, dataset = _run_info(con, run_id)
+        stale = [r for r, in con.execute(
+            "SELECT DISTINCT s.run_id FROM ml.subgroups s JOIN ml.runs r USING (run_id) WHERE r.task = ? "
+            "AND r.dataset IS NOT DISTINCT FROM ? AND s.run_id <> ? AND s.run_id <> ? "
+            "AND s.reference_run_id IS DISTINCT FROM ?",
+            [task, dataset, run_id, result.reference_run_id or "", result.reference_run_id]).fetchall()]
+        for other in stale:  # the reference changed: their per-group verdicts named the old one
+            write_trust(con, other, compute_trust(con, other))
+    return result
