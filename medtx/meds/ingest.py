@@ -113,7 +113,7 @@ def _write(writer, root: Path, source: str, dataset: str, shards: list[Path], sc
     digest = _digest(shards)
     with writer.replacing(dataset, guard, {"*": str(root)}):
         rows = tables.write_raw(con, dataset, mapping)
-        n_splits = _write_splits(con, dataset, splits)
+        n_splits = _replace_splits(con, dataset, splits)
         mapped, unmapped = tables.write_accounting(con, dataset)
         for table, n in {**rows, "meds_events": mapped}.items():
             write_log(con, IngestResult(dataset, table, source, str(root / "data"), digest, None, n,
@@ -166,7 +166,7 @@ def _read_splits(root: Path) -> list[tuple[str, pa.Table]]:
     return out
 
 
-def _write_splits(con: duckdb.DuckDBPyConnection, dataset: str, splits) -> int:
+def _replace_splits(con: duckdb.DuckDBPyConnection, dataset: str, splits) -> int:
     """Replace the dataset's raw.meds_splits; returns the subjects with a dataset-wide split."""
     con.execute("DELETE FROM raw.meds_splits WHERE dataset = ?", [dataset])
     n = 0
