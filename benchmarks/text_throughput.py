@@ -61,7 +61,8 @@ def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cp
     from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, scratch_config
     from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
     from medtx.text.data import SequenceCollate, chunk_collate_for, encode_items
-    from medtx.text.experiment import MODEL_DEFAULTS, TextConfig
+    from medtx.models.registry import get_spec
+    from medtx.text.experiment import TextConfig
     from medtx.text.tokenize import load_tokenizer, train_wordpiece
 
     texts = _notes(200)
@@ -93,7 +94,7 @@ def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cp
         from medtx.models.bert_text import lower_states, minilm_dir
 
         tok = load_tokenizer(minilm_dir())
-        chunks = MODEL_DEFAULTS["minilm"]["max_chunks"]
+        chunks = get_spec("minilm", "text").defaults["max_chunks"]
         measure("minilm", lambda: BertTextClassifier(load_encoder("minilm"), BertTextConfig(40)), tok,
                 chunk_collate_for(tok, max_len=cfg.max_len, stride=cfg.stride, max_chunks=chunks))
         # The CPU recipe of the RESULTS row: one 128-token window, every layer trained (full fine-tuning) ...

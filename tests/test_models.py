@@ -25,8 +25,8 @@ from medtx.models.ehr_data import (
     split_flat_codes,
 )
 from medtx.models.registry import (
-    EHR_NEURAL_MODELS,
-    MODEL_TASKS,
+    ehr_neural_models,
+    model_tasks,
     build_ehr_model,
     load_ehr_model,
     required_features,
@@ -207,7 +207,7 @@ def overfit(bundle, batch: dict, steps: int, lr: float = 1e-2) -> tuple[float, f
     return first, last
 
 
-@pytest.mark.parametrize("name", EHR_NEURAL_MODELS)
+@pytest.mark.parametrize("name", ehr_neural_models())
 def test_each_model_overfits_a_handful_of_drug_rec_samples(name):
     bundle = bundle_for(name)
     batch = batch_of(bundle, drug_rec_frame())
@@ -252,7 +252,7 @@ def test_attention_shapes_and_rows_sum_to_one_over_real_keys(name):
         assert float(out.attentions["decoder_self"][0].triu(1).abs().sum()) == 0.0
 
 
-@pytest.mark.parametrize("name", EHR_NEURAL_MODELS)
+@pytest.mark.parametrize("name", ehr_neural_models())
 def test_padding_does_not_change_outputs(name):
     bundle = bundle_for(name)
     frame = drug_rec_frame()
@@ -403,7 +403,7 @@ def test_registry_rejects_bad_names_tasks_and_overrides():
         bundle_for("transformer", d_modle=8)
     with pytest.raises(ValueError, match="cannot be overridden"):
         bundle_for("transformer", n_labels=3)
-    assert set(MODEL_TASKS) == set(EHR_NEURAL_MODELS)
+    assert set(model_tasks()) == set(ehr_neural_models())
 
 
 def test_checkpoint_roundtrip_through_the_trainer_and_vocab_mismatch(tmp_path):
@@ -716,7 +716,7 @@ def test_behrt_checkpoint_from_before_the_head_options_loads_as_the_cls_model(tm
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", EHR_NEURAL_MODELS)
+@pytest.mark.parametrize("name", ehr_neural_models())
 def test_models_train_under_cuda_bf16_autocast(name):
     from medtx.training.trainer import autocast_for
 
@@ -742,7 +742,7 @@ def test_every_model_reads_the_real_demo_sample_tables(demo_db):  # noqa: F811
     from medtx.samples.vocab import load_vocab
 
     with open_warehouse(demo_db, read_only=True) as con:
-        for name, tasks in MODEL_TASKS.items():
+        for name, tasks in model_tasks().items():
             for task in tasks:
                 frame = con.sql(f"SELECT * FROM samples.{task_spec(task).table} WHERE dataset = 'mimic3_demo'").pl()
                 assert frame.height > 0, task

@@ -74,7 +74,7 @@ def test_model_names_live_only_in_their_own_file():
 
 
 def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
-    from medtx.models.registry import MODEL_TASKS, models_for
+    from medtx.models.registry import model_tasks, models_for
 
     ehr = {"most_frequent", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm",
            "retain"}
@@ -84,8 +84,8 @@ def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
     assert set(models_for("mortality")) == ehr - {"behrt"}  # the task's excluded_models
     assert set(models_for("faq")) == {"retrieval", "seq2seq"}
     assert "bert" in models_for("specialty") and "bert" not in models_for("drug_rec")
-    assert MODEL_TASKS["retain"] == tuple(t.name for t in tasks_of_family("ehr"))
-    assert "mortality" not in MODEL_TASKS["behrt"] and MODEL_TASKS["seq2seq"] == ("drug_rec",)
+    assert model_tasks()["retain"] == tuple(t.name for t in tasks_of_family("ehr"))
+    assert "mortality" not in model_tasks()["behrt"] and model_tasks()["seq2seq"] == ("drug_rec",)
 
 
 def test_config_refuses_a_model_of_another_kind(tmp_path):

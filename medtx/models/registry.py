@@ -4,7 +4,7 @@ A model file calls `register_model(ModelSpec(...))` at import time: its name, fa
 it), the task kinds it serves, its config dataclass, its defaults, and (neural EHR models) how to build it.
 Adding a model is adding one file to medtx/models: `specs()` imports every module of the package once.
 
-Views: `EHR_NEURAL_MODELS`, `MODEL_TASKS` (neural EHR model -> tasks it serves), `model_names(family, kind)`,
+Views: `ehr_neural_models()`, `model_tasks()` (neural EHR model -> tasks it serves), `model_names(family, kind)`,
 `model_defaults(model, task_name, task_kind)`. The neural EHR entry point:
 
     vocabs = {f: load_vocab(con, dataset, task, f) for f in required_features(name, task)}
@@ -180,13 +180,14 @@ def model_defaults(model: str, task_name: str, task_kind: str, family: str = "eh
     return {**spec.defaults, **spec.kind_defaults.get(task_kind, {}), **task_own}
 
 
-def __getattr__(name: str) -> Any:
-    """Views computed on first use (so model files can import this module while it discovers them)."""
-    if name == "EHR_NEURAL_MODELS":
-        return model_names("ehr")
-    if name == "MODEL_TASKS":
-        return {s.name: ehr_models_tasks(s) for s in specs("ehr")}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def ehr_neural_models() -> tuple[str, ...]:
+    """The neural EHR models, in table order."""
+    return model_names("ehr")
+
+
+def model_tasks() -> dict[str, tuple[str, ...]]:
+    """Neural EHR model -> the EHR tasks it serves."""
+    return {s.name: ehr_models_tasks(s) for s in specs("ehr")}
 
 
 def ehr_models_tasks(spec: ModelSpec) -> tuple[str, ...]:

@@ -49,19 +49,6 @@ def text_models() -> tuple[str, ...]:
     return model_names("text_baseline") + model_names("text")
 
 
-def __getattr__(name: str) -> Any:
-    """Views of the model registry (medtx.models.registry): the text models, and each one's defaults."""
-    from medtx.models.registry import model_names, specs
-
-    if name == "TEXT_MODELS":
-        return text_models()
-    if name == "NEURAL_MODELS":
-        return model_names("text")
-    if name == "MODEL_DEFAULTS":
-        return {s.name: dict(s.defaults) for s in specs("text")}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: str | None = None) -> TextConfig:
     """Defaults < the model's registered defaults < overrides; unknown keys are an error naming them."""
     from medtx.models.registry import model_defaults, model_names

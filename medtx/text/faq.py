@@ -41,18 +41,6 @@ log = logging.getLogger("medtx.text")
 MODEL_FAMILY = "faq"  # the model registry's family of question-answering models (medtx.models.registry)
 
 
-def __getattr__(name: str) -> Any:
-    """FAQ_MODELS: a view of the model registry (the models of family MODEL_FAMILY); DATASET: the FAQ task's
-    corpus (its `dataset`, medtx.tasks)."""
-    if name == "FAQ_MODELS":
-        from medtx.models.registry import model_names
-
-        return model_names(MODEL_FAMILY)
-    if name == "DATASET":
-        return faq_task().dataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3, matching Seq2SeqConfig pad/bos/eos defaults
 _WORD = re.compile(r"\w+|[^\w\s]")
 

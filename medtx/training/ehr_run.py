@@ -143,14 +143,14 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
     """The run's samples per split, vocabularies (those the model needs), DDI pairs (tasks that read them) and
     oracle rows (the oracle baseline), from the tables of its training step (see the module docstring)."""
     from medtx.models.registry import (
-        EHR_NEURAL_MODELS,
+        ehr_neural_models,
         label_feature,
         required_features,
     )
 
     parts = split_samples(tables, dataset, task)
     vocab = _table(tables, "samples.vocab")
-    features = required_features(model, task) if model in EHR_NEURAL_MODELS else ()
+    features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
     label = label_feature(task)
     label_vocab = vocab_from_table(vocab, dataset, task, label) if label else None

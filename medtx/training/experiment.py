@@ -84,12 +84,12 @@ def load_task_vocabs(con: duckdb.DuckDBPyConnection, dataset: str, task: str, mo
     """The training vocabularies a model needs (none for baselines) and the task's label vocabulary
     (None for the binary readmission task), from samples.vocab."""
     from medtx.models.registry import (
-        EHR_NEURAL_MODELS,
+        ehr_neural_models,
         label_feature,
         required_features,
     )
 
-    features = required_features(model, task) if model in EHR_NEURAL_MODELS else ()
+    features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: load_vocab(con, dataset, task, f) for f in features}
     label = label_feature(task)
     return vocabs, (load_vocab(con, dataset, task, label) if label else None)
