@@ -35,7 +35,7 @@ CI_METHOD = "patient_bootstrap_percentile"
 # `BIASED` metrics, and for any other whose estimate lies outside its own percentile interval (`outside`).
 WITHHELD = "_withheld_biased"
 # The binned ECE: resampling noise only adds miscalibration, so its resamples sit above the estimate. Simulated
-# (benchmarks/ece_coverage.py: 500 patients x 2 visits, 100 splits): the percentile interval covered a calibrated
+# (benchmarks/archive/ece_coverage.py: 500 patients x 2 visits, 100 splits): the percentile interval covered a calibrated
 # model's true ECE (0) in 0 of 100 splits, a mildly miscalibrated one's (p^1.2, ECE 0.045) in 43, a strongly
 # miscalibrated one's (p^2, 0.167) in 94; on real runs 15 of 24 intervals lay wholly above their estimate.
 BIASED = ("ece",)

@@ -253,7 +253,7 @@ class LabelAttentionPooling(nn.Module):
     Computed as logit_a = bias_a + sum_f sum_l weights[a, l] * <weight[f, a], state_l> (the same sum, reordered):
     two GEMMs per feature give every token's score and value for every label ([B, L, labels] each), and the
     softmax runs over the token axis, so no [B, labels, d] pooled tensor and no batched matmul are made (issue
-    #18: 1.25x faster on CPU, benchmarks/attention_kernels.py). Two GEMMs rather than one over the stacked
+    #18: 1.25x faster on CPU, benchmarks/archive/attention_kernels.py). Two GEMMs rather than one over the stacked
     [2 * labels, d] projection: no split of the product, whose backward copied the [B, L, 2 * labels] gradient
     back together (5-9% less head time; training at batch 32 gives the same weights bit for bit, and some
     evaluation shapes differ in the last float digits; round 6). `written_out` is the definition, for tests.

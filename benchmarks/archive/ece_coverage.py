@@ -6,7 +6,7 @@ Simulated test splits of N patients x 2 visits, probabilities uniform on [0, 1],
 interval is what `medtx.evaluation.uncertainty.record_intervals` would compute. Prints coverage and how often the estimate lies
 outside its own interval.
 
-    .venv/bin/python benchmarks/ece_coverage.py [--patients 500] [--splits 100] [--resamples 500]
+    .venv/bin/python benchmarks/archive/ece_coverage.py [--patients 500] [--splits 100] [--resamples 500]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ in its own subprocess, alternating for `--rounds` rounds. Printed per run: the f
 there), the rest of the first epoch, the last epoch's samples/s; then the ratio of the steady-state samples/s
 and the compile time against the training time it would have to save.
 
-    .venv/bin/python benchmarks/train_compile.py --db W.duckdb --dataset synth_10000 [--threads 2] [--epochs 3]
+    .venv/bin/python benchmarks/archive/train_compile.py --db W.duckdb --dataset synth_10000 [--threads 2] [--epochs 3]
 
 Validation is left out on both sides: this measures the training step only.
 """
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def worker(db: str, dataset: str, threads: int, epochs: int, compiled: bool) -> dict:

@@ -1,6 +1,6 @@
 """Recurrent layers, packed against padded (issue #18): forward + backward time per batch, side by side.
 
-    .venv/bin/python benchmarks/recurrent_kernels.py [--threads 1] [--rounds 3] [--batch 32]
+    .venv/bin/python benchmarks/archive/recurrent_kernels.py [--threads 1] [--rounds 3] [--batch 32]
 
 For each module shape (the EHR visit GRU / LSTM, the text BiLSTM) and sequence length T, runs
 `medtx.models.recurrent.run_recurrent` over the same batch with `packed=True` (a PackedSequence: torch's generic

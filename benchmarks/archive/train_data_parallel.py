@@ -9,7 +9,7 @@ trainer's own optimizer, gradient clipping and validation (on rank 0, every epoc
 benchmarks/train_vs_pyhealth.py). Printed: samples/s of each, the ratio, and each one's best validation PR-AUC.
 The two runs are alternated `--rounds` times.
 
-    .venv/bin/python benchmarks/train_data_parallel.py --db W.duckdb --dataset synth_10000 [--epochs 3] [--rounds 2]
+    .venv/bin/python benchmarks/archive/train_data_parallel.py --db W.duckdb --dataset synth_10000 [--epochs 3] [--rounds 2]
         [--set key=value ...]
 
 W holds drug_rec samples (see benchmarks/train_vs_pyhealth.py for building one).
@@ -30,9 +30,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.drug_rec_setup import encoded_drug_rec  # noqa: E402
+from benchmarks.archive.drug_rec_setup import encoded_drug_rec  # noqa: E402
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: dict) -> None:

@@ -7,7 +7,7 @@ A map for optimisation work (issue #18), not a ratio: run it before and after a 
 for benchmarks/train_vs_pyhealth.py (`medtx synth mimic3`, `ingest mimic3`, `map-codes`, `build-samples --task
 drug_rec`).
 
-    .venv/bin/python benchmarks/train_step_phases.py --db W.duckdb --dataset synth_10000 [--threads 1] [--epochs 3] \\
+    .venv/bin/python benchmarks/archive/train_step_phases.py --db W.duckdb --dataset synth_10000 [--threads 1] [--epochs 3] \\
         [--stacked] [--padding-cost] [--set joint_sequence=False]
 
 Since round 7 (2026-11-25) drug_rec's transformer reads one joint sequence with one encoder, so the encoder parts
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.drug_rec_setup import encoded_drug_rec  # noqa: E402
+from benchmarks.archive.drug_rec_setup import encoded_drug_rec  # noqa: E402
 from medtx.models.layers import multilabel_loss  # noqa: E402
 from medtx.training.ehr_evaluation import validation_score  # noqa: E402
 from medtx.training.experiment import task_train_defaults  # noqa: E402

@@ -3,8 +3,8 @@ from the warehouse, the model, encoding every split and collating it once (`Enco
 
 Time two checkouts side by side from outside, whole process included, e.g.
 
-    farm-bench --vs 'env PYTHONPATH=/path/to/old .venv/bin/python benchmarks/run_setup.py --db W --dataset D' \\
-        -- env PYTHONPATH=. .venv/bin/python benchmarks/run_setup.py --db W --dataset D
+    farm-bench --vs 'env PYTHONPATH=/path/to/old .venv/bin/python benchmarks/archive/run_setup.py --db W --dataset D' \\
+        -- env PYTHONPATH=. .venv/bin/python benchmarks/archive/run_setup.py --db W --dataset D
 """
 
 from __future__ import annotations

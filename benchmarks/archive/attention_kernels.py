@@ -12,7 +12,7 @@
 Each variant runs `--repeats` times in turn (interleaved), `--steps` steps each; printed: ms per step, best and
 worst repeat.
 
-    .venv/bin/python benchmarks/attention_kernels.py [--threads 1] [--steps 100] [--repeats 3]
+    .venv/bin/python benchmarks/archive/attention_kernels.py [--threads 1] [--steps 100] [--repeats 3]
 """
 
 from __future__ import annotations
