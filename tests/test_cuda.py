@@ -1,0 +1,56 @@
+"""The CUDA checks (marked `gpu`, skipped without CUDA). They import torch, pyarrow and medtx's model path only,
+never polars or DuckDB, so `benchmarks/gpu/run.sh` runs them on a GPU machine whose image lacks those."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+import torch
+
+from medtx.models.registry import build_ehr_model, model_names, required_features
+from medtx.models.vocab import Vocab
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}
+TINY_RNN = {"d_model": 16, "hidden": 16, "dropout": 0.0}
+TINY_S2S = {"d_model": 16, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 32, "dropout": 0.0}
+CONDS, PROCS, DRUGS = [f"c{i}" for i in range(20)], [f"p{i}" for i in range(10)], [f"D{i}" for i in range(8)]
+TOKENS = {"conditions": CONDS, "procedures": PROCS, "drugs_hist": DRUGS}
+
+
+def _tiny(name: str) -> dict:
+    return TINY_S2S if name == "seq2seq" else TINY_RNN if name in ("rnn", "gru", "lstm", "retain") else TINY
+
+
+def _frame(n: int = 8, seed: int = 0) -> pa.Table:
+    rng = random.Random(seed)
+    rows = []
+    for s in range(n):
+        visits = rng.randint(1, 3)
+        rows.append({"subject_id": s, "hadm_id": 100 + s,
+                     "conditions": [rng.sample(CONDS, rng.randint(1, 4)) for _ in range(visits)],
+                     "procedures": [rng.sample(PROCS, rng.randint(1, 2)) for _ in range(visits)],
+                     "drugs_hist": [rng.sample(DRUGS, 2) for _ in range(visits - 1)] + [[]],
+                     "drugs": sorted(rng.sample(DRUGS, rng.randint(1, 3)))})
+    return pa.Table.from_pylist(rows)
+
+
+@pytest.mark.parametrize("name", model_names("ehr"))
+def test_models_train_under_cuda_bf16_autocast(name):
+    from medtx.training.trainer import autocast_for
+
+    device = torch.device("cuda")
+    vocabs = {f: Vocab(["<pad>", "<unk>", *TOKENS[f]]) for f in required_features(name, "drug_rec")}
+    bundle = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name))
+    bundle.model.to(device)
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+             for k, v in bundle.collate(bundle.encode(_frame())).items()}
+    with autocast_for(device):
+        out = bundle.model(batch, output_attentions=True)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and out.logits.shape == batch["labels"].shape
+    for layers in (out.attentions or {}).values():
+        assert torch.isfinite(layers[0]).all()
