@@ -176,15 +176,23 @@ def source_problems(cfg: Any) -> list[tuple[str, Any, str]]:
     return out
 
 
+def task_choices() -> tuple[str, ...]:
+    """Every task a config may name (the task registry): those that run once per EHR dataset first, then those
+    bound to one fixed corpus (MTSamples, the FAQ)."""
+    from medtx.tasks import all_tasks
+
+    return tuple(t.name for t in sorted(all_tasks(), key=lambda t: t.dataset is not None))
+
+
 def plan_problems(cfg: Any) -> list[tuple[str, Any, str]]:
     """A config that would run nothing, or EHR tasks with no dataset to run on."""
-    from medtx.pipeline.config import ALL_TASKS, EHR_TASKS
+    from medtx.tasks import get_task
 
     if not cfg.tasks:
-        return [("tasks", {}, f"no task to run; allowed: a mapping of one or more of {', '.join(ALL_TASKS)} "
+        return [("tasks", {}, f"no task to run; allowed: a mapping of one or more of {', '.join(task_choices())} "
                              "to their models")]
     out = []
-    ehr = [t for t in cfg.tasks if t in EHR_TASKS]
+    ehr = [t for t in cfg.tasks if get_task(t).dataset is None]
     if ehr and not cfg.datasets:
         out.append(("datasets", [], f"tasks {', '.join(ehr)} run on EHR datasets and none is listed; allowed: a "
                                     "list of at least 1 {source: FOLDER | URL | synth:N}"))

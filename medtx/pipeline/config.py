@@ -16,13 +16,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-from medtx.tasks import all_tasks, get_task
-
-# Views of the task registry (medtx/tasks/): tasks that run once per EHR dataset, and those bound to one
-# fixed corpus (MTSamples, the FAQ).
-EHR_TASKS = tuple(t.name for t in all_tasks() if t.dataset is None)
-TEXT_TASKS = tuple(t.name for t in all_tasks() if t.dataset is not None)
-ALL_TASKS = EHR_TASKS + TEXT_TASKS
+from medtx.pipeline.checks import task_choices
+from medtx.tasks import get_task
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
 _SYNTH = re.compile(r"^synth:(\d+)$")
@@ -257,9 +252,9 @@ class PipelineConfig(_Strict):
     @field_validator("tasks")
     @classmethod
     def _known_tasks(cls, tasks: dict[str, TaskConfig]) -> dict[str, TaskConfig]:
-        unknown = sorted(set(tasks) - set(ALL_TASKS))
+        unknown = sorted(set(tasks) - set(task_choices()))
         if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; allowed: {', '.join(ALL_TASKS)}")
+            raise ValueError(f"unknown task(s) {unknown}; allowed: {', '.join(task_choices())}")
         return tasks
 
     @model_validator(mode="after")
