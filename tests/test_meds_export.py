@@ -209,3 +209,46 @@ def test_overwrite_replaces_only_a_previous_medtx_export(exported, tmp_path):
     assert not [p for p in result.out.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
     r = cli.invoke(app, ["export", "meds", "--dataset", DEMO, "--out", str(result.out), "--db", str(db)])
     assert r.exit_code == 2 and "not empty" in r.output
+
+
+# ---- predictions in the meds-evaluation schema ----------------------------------------------------------------
+
+def test_export_predictions_writes_the_meds_evaluation_schema_and_refuses_bad_input(exported, tmp_path):
+    from medtx.training.experiment import run_ehr_experiment
+
+    db, result = exported
+    run_id = run_ehr_experiment(db, DEMO, "mortality", "logreg", seed=0)
+    out = tmp_path / "preds" / "mortality.parquet"
+    cli = CliRunner()
+    r = cli.invoke(app, ["export", "predictions", "--run", run_id, "--out", str(out), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    preds = pq.read_table(out)
+    meds.LabelSchema.validate(preds.select(["subject_id", "prediction_time", "boolean_value"]))
+    assert [(f.name, str(f.type)) for f in preds.schema] == [
+        ("subject_id", "int64"), ("prediction_time", "timestamp[us]"), ("boolean_value", "bool"),
+        ("predicted_boolean_value", "bool"), ("predicted_boolean_probability", "float")]
+    with duckdb.connect(str(db), read_only=True) as con:
+        stored = con.execute("SELECT p.subject_id, s.prediction_time, p.y_true, p.predicted, CAST(p.prob AS FLOAT) "
+                             "FROM ml.predictions p JOIN samples.admission_outcome s USING (hadm_id) "
+                             "WHERE p.run_id = ? AND s.task = 'mortality' AND s.dataset = ? ORDER BY ALL",
+                             [run_id, DEMO]).fetchall()
+    assert sorted(pl.from_arrow(preds).rows()) == stored and len(stored) > 5
+    # the prediction times are the labels' own: every prediction meets its label
+    con = connect(db)
+    try:
+        fresh = export_meds(con, DEMO, tmp_path / "fresh", labels=["mortality"])
+    finally:
+        con.close()
+    labels = _labels(fresh.out, "mortality")
+    assert pl.from_arrow(preds).join(labels, on=["subject_id", "prediction_time", "boolean_value"]).height == len(stored)
+    for args, message in (
+        (["--run", run_id, "--out", str(out)], "file exists"),
+        (["--run", run_id, "--out", str(tmp_path / "preds")], "must be named"),
+        (["--run", run_id, "--out", str(db)], "must be named"),
+        (["--run", "nope", "--out", str(tmp_path / "x.parquet")], "no such run"),
+    ):
+        r = cli.invoke(app, ["export", "predictions", *args, "--db", str(db)])
+        assert r.exit_code == 2 and message in r.output, (args, r.output)
+    assert not (tmp_path / "x.parquet").exists() and db.is_file()
+    r = cli.invoke(app, ["export", "predictions", "--run", run_id, "--out", str(out), "--overwrite", "--db", str(db)])
+    assert r.exit_code == 0 and not [p for p in out.parent.iterdir() if p.name.startswith(".")]
