@@ -51,8 +51,9 @@ def test_train_goes_through_a_training_package_and_a_result_package(home: Path, 
     exchange = home / "exchange"
     [package] = list((exchange / "packages").glob("*/manifest.json"))
     assert "samples.drug_rec" in json.loads(package.read_text())["tables"]
-    [result] = list((exchange / "results").glob("cli-*/*/manifest.json"))
-    run_ids = json.loads(result.read_text())["run_ids"]
+    assert not list((exchange / "results").rglob("manifest.json"))  # recorded, then deleted (issue 34)
+    with duckdb.connect(str(db), read_only=True) as con:
+        run_ids = [r for (r,) in con.sql("SELECT run_id FROM ml.runs").fetchall()]
     assert len(run_ids) == 1 and run_ids[0] in out
     with duckdb.connect(str(db), read_only=True) as con:
         paths = [Path(p) for (p,) in con.execute("SELECT path FROM ml.models WHERE run_id = ?", run_ids).fetchall()]

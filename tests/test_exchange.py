@@ -47,14 +47,15 @@ def test_result_package_is_recorded_once(demo_copy: Path, tmp_path: Path) -> Non
     before = _count(demo_copy, "SELECT count(*) FROM ml.runs")
     models = tmp_path / "models"
     for _ in range(2):
-        assert record_result_package(demo_copy, result["result"], models) == result["run_ids"]
+        assert record_result_package(demo_copy, result["result"], models, cleanup=False) == result["run_ids"]
     (run_id,) = result["run_ids"]
     assert _count(demo_copy, "SELECT count(*) FROM ml.runs") == before + 1
     assert _count(demo_copy, f"SELECT count(*) FROM ml.runs WHERE run_id = '{run_id}' AND status = 'completed'") == 1
     n_pred = _count(demo_copy, f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'")
     assert n_pred > 0
-    record_result_package(demo_copy, result["result"], models)
+    record_result_package(demo_copy, result["result"], models)  # cleanup (the default): recorded, then deleted
     assert _count(demo_copy, f"SELECT count(*) FROM ml.predictions WHERE run_id = '{run_id}'") == n_pred
+    assert not Path(result["result"]).exists() and not Path(result["result"]).parent.exists()
     with duckdb.connect(str(demo_copy), read_only=True) as con:
         paths = [Path(p) for (p,) in con.sql(f"SELECT path FROM ml.models WHERE run_id = '{run_id}'").fetchall()]
     assert paths and all(p.is_relative_to(models) and p.exists() for p in paths)

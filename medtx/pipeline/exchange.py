@@ -15,6 +15,11 @@ the warehouse. Instead:
 3. the flow records the result package into the warehouse in one transaction, idempotently: a run already
    recorded with the same content is left as it is.
 
+The exchange folder is untrusted input (medtx.pipeline.integrity): every package's manifest lists the sha256 of
+each of its files, checked before use. A damaged training package (a cut file, a missing or garbage manifest) is
+rebuilt, never reused; a result package is recorded only when its files match, its run ids are plain names, and
+every row it holds belongs to a run its manifest names — then it is deleted.
+
 The exchange location is a folder (local by default). An object store slots in by syncing these folders
 (packages are immutable, content-addressed; results are write-once), e.g. with fsspec or `aws s3 sync`.
 """
@@ -23,20 +28,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from medtx.pipeline.integrity import PackageDamaged, check_package, file_digests, safe_name
 from medtx.pipeline.packages import MANIFEST, RESULT_TABLES, publish_dir
 from medtx.store.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
+log = logging.getLogger("medtx.pipeline")
 _TABLE = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
 
 
@@ -67,10 +76,16 @@ _publish_dir = publish_dir  # the one atomic publish (medtx.pipeline.packages)
 def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping[str, Any], exchange: Path | str,
                             key: str) -> Path:
     """Write the tables a training step reads (rows of its dataset/task where the table has those columns)
-    to `<exchange>/packages/<key>/`; reuse the folder when it already exists."""
+    to `<exchange>/packages/<key>/`; reuse the folder when it already exists and every file matches its
+    manifest's hashes, else discard it (logged) and write it again."""
     dest = Path(exchange) / "packages" / key
-    if (dest / MANIFEST).exists():
-        return dest
+    if dest.exists() or dest.is_symlink():
+        try:
+            check_package(dest)
+            return dest
+        except PackageDamaged as exc:
+            log.warning("%s; rebuilding the training package %s", exc, dest)
+            _discard(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=dest.parent))
     tables: dict[str, int] = {}
@@ -83,14 +98,25 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
             select_sql = f"SELECT * FROM {quote_table(_checked(table))} WHERE {where_sql}"
             tables[table] = con.execute(f"SELECT count(*) FROM ({select_sql})").fetchall()[0][0]
             con.execute(f"COPY ({select_sql}) TO {sql_literal(tmp / f'{table}.parquet')} (FORMAT parquet)")
-    (tmp / MANIFEST).write_text(json.dumps({"key": key, "tables": tables, "scope": dict(scope)}, indent=1))
+    manifest = {"key": key, "tables": tables, "scope": dict(scope), "files": file_digests(tmp)}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
+
+
+def _discard(folder: Path) -> None:
+    """Move a damaged package out of the way (one rename, so no reader sees half of it), then delete it."""
+    if folder.is_symlink() or not folder.is_dir():
+        folder.unlink(missing_ok=True)
+        return
+    aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
+    os.replace(folder, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def scratch_warehouse(package: Path, folder: Path) -> Path:
     """A private warehouse in `folder` with the full schema, every table outside the package dropped, and
     the package's tables loaded: what a worker trains against."""
-    manifest = json.loads((package / MANIFEST).read_text())
+    manifest = check_package(package)
     db = folder / "scratch.duckdb"
     con = connect(db)
     try:
@@ -141,7 +167,8 @@ def train_in_package(package: Path | str, result_dir: Path | str, run: Callable[
         _export_results(db, run_ids, models_root, tmp)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
                     "worker": {"host": socket.gethostname(), "pid": os.getpid()},
-                    "error": None if error is None else f"{type(error).__name__}: {error}"}
+                    "error": None if error is None else f"{type(error).__name__}: {error}",
+                    "files": file_digests(tmp)}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         if result_dir.exists():  # a retry of the same step: the newer result replaces the older one
             shutil.rmtree(result_dir)
@@ -151,14 +178,17 @@ def train_in_package(package: Path | str, result_dir: Path | str, run: Callable[
     return {"run_ids": run_ids, "result": str(result_dir)}
 
 
-def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Path | str) -> list[str]:
-    """Flow side: copy the package's checkpoints under `models_dir` and insert its rows into the warehouse in
-    one transaction. Idempotent: runs already recorded in the same final state are left untouched; a run
-    recorded in another state is replaced as a whole."""
+def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Path | str, *,
+                          cleanup: bool = True) -> list[str]:
+    """Flow side: check the package (check_result_package), copy its checkpoints under `models_dir` and insert
+    its rows into the warehouse in one transaction, then (`cleanup`) delete it. Idempotent: runs already
+    recorded in the same final state are left untouched; a run recorded in another state is replaced as a whole.
+    A package that fails a check raises PackageDamaged, is left in place for a person and writes nothing."""
     result_dir, models_dir = Path(result_dir), Path(models_dir)
-    manifest = json.loads((result_dir / MANIFEST).read_text())
+    manifest = check_result_package(result_dir, models_dir)
     run_ids: list[str] = manifest["run_ids"]
     if not run_ids:
+        _remove_result(result_dir, cleanup)
         return []
     marks_sql = param_marks(len(run_ids))
     with open_warehouse(db, wait_s=120) as con:
@@ -166,6 +196,7 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
                            "WHERE r.status = i.status AND r.finished_at IS NOT DISTINCT FROM i.finished_at",
                            [str(result_dir / "ml.runs.parquet")]).fetchall()
         if same[0][0] == len(run_ids):
+            _remove_result(result_dir, cleanup)
             return run_ids
         for run_id in run_ids:
             if (result_dir / "models" / run_id).exists():
@@ -179,7 +210,60 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
             con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({marks_sql})",
                         [manifest["models_root"], str(models_dir), *run_ids])
         _analyse(con, run_ids)
+    _remove_result(result_dir, cleanup)
     return run_ids
+
+
+def check_result_package(result_dir: Path, models_dir: Path) -> dict[str, Any]:
+    """The manifest of a result package that may be recorded, else PackageDamaged (one line): every file matches
+    its hash; the run ids are plain names (a run id `../../x` would copy checkpoints outside `models_dir`); every
+    row of every result table, and every checkpoint folder, belongs to a run the manifest names (a package may
+    not write another run's rows); every checkpoint path lands inside its own run's folder."""
+    manifest = check_package(result_dir)
+    run_ids = manifest.get("run_ids")
+    if not isinstance(run_ids, list):
+        raise PackageDamaged(f"{result_dir / MANIFEST}: 'run_ids' is {run_ids!r}, not a list of run ids")
+    for run_id in run_ids:
+        safe_name(run_id, f"run id in {result_dir / MANIFEST}:")
+    root = manifest.get("models_root")
+    if not isinstance(root, str) or not root:
+        raise PackageDamaged(f"{result_dir / MANIFEST}: 'models_root' is {root!r}, not a folder path")
+    if (result_dir / "models").is_dir():
+        for child in sorted((result_dir / "models").iterdir()):
+            if child.name not in run_ids:
+                raise PackageDamaged(f"{child}: checkpoints of a run the manifest does not name")
+    with duckdb.connect() as con:  # in memory: the package is read before the warehouse is opened
+        for table in RESULT_TABLES:
+            path = result_dir / f"{table}.parquet"
+            if not path.is_file():
+                raise PackageDamaged(f"{path}: missing (a result package holds every result table)")
+            foreign = con.execute("SELECT run_id, count(*) FROM read_parquet(?) WHERE run_id IS NULL "
+                                  "OR NOT list_contains(?::VARCHAR[], run_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1",
+                                  [str(path), run_ids]).fetchall()
+            if foreign:
+                other, n = foreign[0]
+                raise PackageDamaged(f"{path}: {n:,} row(s) of run {other!r}, which the package's manifest does not "
+                                     f"name ({', '.join(run_ids) or 'none'}); nothing was recorded")
+        paths = con.execute("SELECT run_id, path FROM read_parquet(?) WHERE path IS NOT NULL",
+                            [str(result_dir / "ml.models.parquet")]).fetchall()
+    for run_id, path in paths:
+        moved = Path(os.path.normpath(str(path).replace(root, str(models_dir), 1)))
+        if not path.startswith(root) or not moved.is_relative_to(Path(os.path.normpath(models_dir)) / run_id):
+            raise PackageDamaged(f"{result_dir / 'ml.models.parquet'}: checkpoint path {path!r} of run {run_id} is "
+                                 f"not inside its own folder under {root}")
+    return manifest
+
+
+def _remove_result(result_dir: Path, cleanup: bool) -> None:
+    """A recorded result package is deleted (23 MB per tiny run were kept forever), and its run's folder with
+    its last package."""
+    if not cleanup:
+        return
+    shutil.rmtree(result_dir, ignore_errors=True)
+    try:
+        result_dir.parent.rmdir()  # results/<pipeline run>/ once its last step's package is gone
+    except OSError:
+        pass
 
 
 def _analyse(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:

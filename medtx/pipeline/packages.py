@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from medtx.pipeline.integrity import PackageDamaged, file_digests, verify
+
 from medtx.training.results import (
     ATTENTION_COLUMNS,
     PREDICTION_COLUMNS,
@@ -87,6 +89,10 @@ def read_training_package(package: Path | str) -> tuple[dict[str, Any], dict[str
         names = list(manifest["tables"])
     except (ValueError, KeyError, TypeError) as exc:
         raise PackageError(f"{manifest_path}: unreadable manifest ({type(exc).__name__}: {exc})") from None
+    try:  # the exchange folder is untrusted: every file must match the manifest's sha256 before it is read
+        verify(package, manifest)
+    except PackageDamaged as exc:
+        raise PackageError(str(exc)) from None
     tables = {}
     for name in names:
         path = package / f"{name}.parquet"
@@ -182,7 +188,8 @@ def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Tab
             if (models_root / run_id).exists():
                 shutil.copytree(models_root / run_id, tmp / "models" / run_id)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
-                    "worker": {"host": socket.gethostname(), "pid": os.getpid()}, "error": error}
+                    "worker": {"host": socket.gethostname(), "pid": os.getpid()}, "error": error,
+                    "files": file_digests(tmp)}  # checked by the flow before it records (medtx.pipeline.integrity)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
