@@ -14,6 +14,7 @@ from rich.table import Table
 from flows.cli import app
 from medtx.settings import get_settings
 from medtx.synth import dataset_name, generate_mimic3
+from medtx.synth.shift import RiskShift
 
 synth_app = typer.Typer(help="Generate synthetic cohorts (always labelled synthetic).", no_args_is_help=True)
 app.add_typer(synth_app, name="synth")
@@ -31,18 +32,30 @@ def mimic3(
     plant_death_code: bool = typer.Option(
         False, "--plant-death-code", help="Plant a known leak: diagnosis V667 (palliative care) at discharge of most "
         "stays that end in death, as real MIMIC-III has (medtx/synth/death.py); for testing the leakage gate."),
+    risk_shift: str = typer.Option(
+        None, "--risk-shift", help="Plant a subgroup shift: one group's 30-day readmission log-odds move, e.g. "
+        "'sex=female:1.0' or 'age_band=>=80:-0.8' (medtx/synth/shift.py); the readmission oracle knows it."),
     prefect: bool = typer.Option(False, "--prefect", help="Run as the Prefect flow `synth`."),
 ) -> None:
     """Write PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS) as .csv.gz,
     with ORACLE_*.csv.gz ground truth and a README saying the data are synthetic."""
     out = out or get_settings().cache_dir / "synth" / dataset_name(patients)
+    try:
+        shift = RiskShift.parse(risk_shift) if risk_shift else None
+    except ValueError as exc:
+        _console.print(f"--risk-shift: {exc}")
+        raise typer.Exit(2) from None
+    if prefect and shift is not None:
+        _console.print("--risk-shift: not available with --prefect; run without it")
+        raise typer.Exit(2)
     if prefect:
         from flows.synth import synth
 
         summary = synth(out, patients, seed, notes, plant_death_code)
     else:
         with _console.status(f"generating {patients:,} synthetic patients..."):
-            summary = generate_mimic3(out, patients, seed=seed, notes=notes, plant_death_code=plant_death_code)
+            summary = generate_mimic3(out, patients, seed=seed, notes=notes, plant_death_code=plant_death_code,
+                                      risk_shift=shift)
     table = Table(title=f"synthetic cohort ({summary.seconds:.1f} s, seed {seed})")
     table.add_column("file")
     table.add_column("rows", justify="right")

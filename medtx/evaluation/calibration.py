@@ -143,7 +143,7 @@ def calibration_figures(y: np.ndarray, p: np.ndarray, inverse: np.ndarray, count
     for metric, stat in calibration_stats(y, p, inverse, n_units).items():
         value, lo, hi = iv.interval(stat, counts)
         method = iv.CI_METHOD + (SLOPE_BINNED if metric == "slope" and binned else "")
-        if metric in iv.BIASED or iv.outside(value, lo, hi):
+        if metric in iv.BIASED or iv.outside(value, lo, hi) or not np.isfinite(value):
             lo, hi, method = float("nan"), float("nan"), method + iv.WITHHELD
         out[metric] = (value, lo, hi, method)
     return out

@@ -19,6 +19,7 @@ import polars as pl
 
 from medtx.synth.death import LEAK_CODE, LEAK_STREAM, DeathModel
 from medtx.synth.death import plant_death_code as plant_code
+from medtx.synth.shift import RiskShift
 from medtx.synth.files import MIMIC_TABLES, ORACLE_TABLES, Writers, with_row_id
 from medtx.synth.params import PARAMS_PATH, load_params
 from medtx.synth.model import Model, presence_prob
@@ -49,6 +50,7 @@ class SynthSummary:
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     plant_death_code: bool = False
+    risk_shift: str | None = None  # medtx.synth.shift.RiskShift.describe() of a planted subgroup shift
 
 
 def dataset_name(n_patients: int) -> str:
@@ -140,8 +142,10 @@ class Generator:
             "dob": _midnight(first_admit - (ages * YEAR).astype(np.int64)),
         }
 
-    def simulate_chunk(self, rng: np.random.Generator, subject_ids: np.ndarray, hadm_start: int) -> dict:
-        """All visits of these patients, visit number by visit number (vectorised over patients)."""
+    def simulate_chunk(self, rng: np.random.Generator, subject_ids: np.ndarray, hadm_start: int,
+                       risk_shift: RiskShift | None = None) -> dict:
+        """All visits of these patients, visit number by visit number (vectorised over patients); `risk_shift`
+        shifts one group's early-readmission log-odds (medtx.synth.shift), and the oracle with it."""
         m, vis = self.model, self.params["visits"]
         readm = vis["readmission"]
         n = len(subject_ids)
@@ -176,6 +180,8 @@ class Generator:
             admit = clock[active] // 60 * 60
             disch = admit + (los * DAY).astype(np.int64) // 60 * 60
             early_p = m.early_readmission_prob(dx)
+            if risk_shift is not None:
+                early_p = risk_shift.apply(early_p, pat["female"][active], age)
             early = (rng.random(k) < early_p) & (types[active, t + 1] != self.elective)
             lo, hi = readm["early_gap_days"]
             late_gap = 31.0 + np.minimum(np.exp(rng.normal(readm["late_gap_log_mean"], readm["late_gap_log_sd"], k)),
@@ -389,17 +395,19 @@ The generating process is known, so the files below hold the exact probabilities
   (0 for in-hospital deaths);
 - `ORACLE_MORTALITY.csv.gz(hadm_id, prob)`: P(death in this admission | age, admission type, earlier admissions'
   diagnoses, admission number): what is known 48 hours after admission (medtx/synth/death.py).
-{"- planted leak: diagnosis " + LEAK_CODE + " at discharge of most stays that end in death (medtx/synth/death.py)" + chr(10) if summary.plant_death_code else ""}Rows with prob < {ORACLE_MIN_PROB:g} are left out (read a missing label as probability ~0).
+{"- planted subgroup shift: 30-day readmission log-odds " + summary.risk_shift + " (medtx/synth/shift.py); the readmission oracle includes it" + chr(10) if summary.risk_shift else ""}{"- planted leak: diagnosis " + LEAK_CODE + " at discharge of most stays that end in death (medtx/synth/death.py)" + chr(10) if summary.plant_death_code else ""}Rows with prob < {ORACLE_MIN_PROB:g} are left out (read a missing label as probability ~0).
 Drug rows with NDC `0` or an NDC that the bundled mapping cannot map never carry a label.
 """
 
 
 def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool = False,
-                    params_path: Path = PARAMS_PATH, plant_death_code: bool = False) -> SynthSummary:
+                    params_path: Path = PARAMS_PATH, plant_death_code: bool = False,
+                    risk_shift: RiskShift | None = None) -> SynthSummary:
     """Write a synthetic MIMIC-III cohort of `n_patients` into `out_dir` (created), with oracle files and README.
 
     Deterministic: the same (n_patients, seed, notes, plant_death_code, parameter file) gives byte-identical files.
     `plant_death_code`: plant a discharge-time diagnosis tied to death (medtx.synth.death), a known leak.
+    `risk_shift`: one group's readmission risk follows shifted log-odds (medtx.synth.shift); the oracle knows it.
     """
     if n_patients < 1:
         raise ValueError(f"n_patients must be >= 1, got {n_patients}")
@@ -417,7 +425,7 @@ def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool =
         for chunk, first in enumerate(range(0, n_patients, CHUNK_PATIENTS)):
             subjects = SUBJECT_ID_START + np.arange(first, min(first + CHUNK_PATIENTS, n_patients))
             rng = np.random.default_rng([seed, chunk])
-            frames = gen.simulate_chunk(rng, subjects, hadm_next)
+            frames = gen.simulate_chunk(rng, subjects, hadm_next, risk_shift)
             if plant_death_code:
                 frames["DIAGNOSES_ICD"] = plant_code(np.random.default_rng([seed, chunk, LEAK_STREAM]),
                                                      frames["ADMISSIONS"], frames["DIAGNOSES_ICD"])
@@ -432,7 +440,8 @@ def generate_mimic3(out_dir: Path, n_patients: int, seed: int = 0, notes: bool =
         rows = {name: f.rows for name, f in w.files.items()}
     summary = SynthSummary(out_dir=out_dir, dataset=dataset_name(n_patients), n_patients=n_patients, seed=seed,
                            notes=notes, rows=rows, seconds=round(time.perf_counter() - started, 3),
-                           plant_death_code=plant_death_code)
+                           plant_death_code=plant_death_code,
+                           risk_shift=risk_shift.describe() if risk_shift is not None else None)
     params_sha = hashlib.sha256(Path(params_path).read_bytes()).hexdigest()
     (out_dir / "README.md").write_text(_readme(summary, params_sha))
     log.info("synthetic cohort %s: %d patients, %d admissions, %d prescriptions in %.1f s -> %s", summary.dataset,

@@ -225,6 +225,9 @@ def evaluate(task: str, model: str, seed: int, parts: dict[str, Frame], labels: 
         label_metrics={} if labels.binary else
         {"test": label_metric_rows(y_test, outcome.p_test, threshold, labels.names)},
         predictions=prediction_frame(parts["test"], y_test, outcome.p_test, threshold, labels.names),
+        # validation predictions: what recalibration and operating points are fitted on (medtx.evaluation.trust)
+        val_predictions=prediction_frame(parts["val"], y_val, outcome.p_val, threshold, labels.names).drop_columns(
+            ["predicted"]),
         attention=outcome.attention, checkpoints=outcome.checkpoints,
         summary={"threshold": threshold, "threshold_source": source, "collapsed": collapsed,
                  "collapse_reason": reason, "n_params": outcome.n_params, "best_epoch": outcome.best_epoch,

@@ -23,6 +23,7 @@ from medtx.store.run_owners import claim, heartbeat
 from medtx.training.results import (  # noqa: F401  (new_run_id, RunResults: re-exported)
     ATTENTION_COLUMNS,
     PREDICTION_COLUMNS,
+    VAL_PREDICTION_COLUMNS,
     RunResults,
     epoch_rows,
     new_run_id,
@@ -33,8 +34,9 @@ from medtx.training.results import num as _num
 log = logging.getLogger("medtx.training")
 
 # Every ml table keyed by run_id, in the order a run's rows are deleted.
-RUN_TABLES = ("ml.comparisons", "ml.attention", "ml.predictions", "ml.confusion", "ml.label_metrics", "ml.metrics",
-              "ml.epochs", "ml.models", "ml.runs")
+RUN_TABLES = ("ml.comparisons", "ml.subgroups", "ml.subgroup_gaps", "ml.calibration", "ml.reliability",
+              "ml.operating_points", "ml.decision_curve", "ml.attention", "ml.predictions", "ml.val_predictions",
+              "ml.confusion", "ml.label_metrics", "ml.metrics", "ml.epochs", "ml.models", "ml.runs")
 
 
 def _now() -> datetime:
@@ -100,6 +102,8 @@ def record_results(con: duckdb.DuckDBPyConnection, run_id: str, results: RunResu
         for split, rows in results.confusion.items():
             write_confusion(con, run_id, split, list(rows))
         write_predictions(con, run_id, results.predictions)
+        if results.val_predictions is not None:
+            write_val_predictions(con, run_id, results.val_predictions)
         if results.attention is not None and len(results.attention):
             write_attention(con, run_id, results.attention)
         for kind, (path, epoch, *monitored) in results.checkpoints.items():
@@ -205,6 +209,13 @@ def write_predictions(con: duckdb.DuckDBPyConnection, run_id: str, frame) -> Non
     rows = with_run_id(frame, "ml.predictions", run_id, PREDICTION_COLUMNS,
                        optional=("subject_id", "hadm_id", "text", "y_true", "predicted"))
     _insert_frame(con, "ml.predictions", run_id, rows)
+
+
+def write_val_predictions(con: duckdb.DuckDBPyConnection, run_id: str, frame) -> None:
+    """Replace the run's validation predictions (ml.val_predictions; Arrow or polars)."""
+    rows = with_run_id(frame, "ml.val_predictions", run_id, VAL_PREDICTION_COLUMNS,
+                       optional=("subject_id", "hadm_id"))
+    _insert_frame(con, "ml.val_predictions", run_id, rows)
 
 
 def write_attention(con: duckdb.DuckDBPyConnection, run_id: str, frame) -> None:

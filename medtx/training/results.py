@@ -19,6 +19,8 @@ import pyarrow as pa
 from medtx.models.frames import Frame
 
 PREDICTION_COLUMNS = ("run_id", "sample_id", "subject_id", "hadm_id", "label", "prob", "y_true", "predicted", "text")
+# ml.val_predictions (migration 0018): what recalibration and operating-point thresholds are fitted on.
+VAL_PREDICTION_COLUMNS = ("run_id", "sample_id", "subject_id", "hadm_id", "label", "prob", "y_true")
 ATTENTION_COLUMNS = ("run_id", "sample_id", "module", "layer", "head", "query_pos", "key_pos", "weight",
                      "query_token", "key_token")
 # ml.predictions / ml.attention column types (warehouse/migrations/0005_ml.sql) for columns a frame may lack.
@@ -40,6 +42,7 @@ class RunResults:
     # kind -> (path, epoch) or (path, epoch, monitored metric, its value)
     checkpoints: Mapping[str, tuple] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)  # finish_run fields
+    val_predictions: Frame | None = None  # validation predictions (EHR binary/multi-label runs), long form
 
 
 def with_run_id(frame: Any, table: str, run_id: str, columns: Sequence[str], optional: Sequence[str] = ()
