@@ -52,6 +52,23 @@ def invalid(message: str) -> dbc.Alert:
     return dbc.Alert(message, color="warning", className="mb-2 invalid-parameter")
 
 
+GATE_COLORS = {"pass": "success", "suspect": "warning", "blocked": "danger"}
+
+
+def gate_alert(gate: dict | None, *, id: str) -> dbc.Alert:
+    """The leakage gate's verdict of a task on a dataset (medtx.tasks.leakage) as one line: blocked (trainings
+    refused), suspect (a single feature gives the label away and no person acknowledged it: verdicts are
+    suspect), pass, or no record."""
+    if gate is None:
+        return dbc.Alert("Leakage gate: no record for this task and dataset (not gated, or samples built before it).",
+                         color="secondary", className="py-2 small", id=id)
+    status = gate["status"]
+    lead = {"pass": "Leakage gate: pass.", "suspect": "Leakage gate: SUSPECT - verdicts below are suspect.",
+            "blocked": "Leakage gate: BLOCKED - trainings of this task are refused."}[status]
+    return dbc.Alert([html.Strong(lead), " ", gate["message"]], color=GATE_COLORS[status], className="py-2 small",
+                     id=id)
+
+
 def card(title: str, body: object, *, id: str | None = None) -> dbc.Card:
     return dbc.Card(
         [dbc.CardHeader(title, className="fw-semibold"), dbc.CardBody(body)],

@@ -418,3 +418,41 @@ def test_seed_grouping_gives_a_verdict_only_when_every_seed_agrees():
     assert agree[0]["m_x_lo"] is None  # a per-seed interval does not describe the mean over seeds
     split = ci.group_seeds([row(0, 0.70, "better"), row(1, 0.72, "no_detectable_difference")], ["m_x"])
     assert split[0]["verdict"] == "seeds_disagree" and "no verdict" in split[0]["verdict_text"]
+
+
+def test_the_leakage_gate_shows_on_overview_leaderboard_and_run_detail(warehouse):
+    """Issue 33: the gate's verdict per (task, dataset), recorded when the samples were built, reaches the
+    overview's gate table, the leaderboard's alert and the run page (drug_rec on the demo: pass)."""
+    _, snap = warehouse
+    gates = queries.leakage_gates(snap, DATASET)
+    row = gates.filter(task="drug_rec").row(0, named=True)
+    assert (row["status"], row["split_overlap"], row["late_codes"]) == ("pass", 0, 0)
+    assert row["message"].startswith(f"leakage gate pass drug_rec/{DATASET}")
+    client = create_app(snap).server.test_client()
+    overview = json.dumps(_dash_post(client, "overview-body.children", [
+        {"id": "overview-dataset", "property": "value", "value": DATASET},
+        {"id": "snapshot-version", "property": "data", "value": "v1"}]).get_json())
+    assert "gate-table" in overview and f"leakage gate pass drug_rec/{DATASET}" in overview
+    outputs = [("leaderboard-grid", "rowData"), ("leaderboard-grid", "columnDefs"), ("lb-note", "children"),
+               ("lb-size-alert", "children"), ("lb-forest", "children")]
+    inputs = [{"id": "lb-task", "property": "value", "value": "drug_rec"},
+              {"id": "lb-dataset", "property": "value", "value": DATASET},
+              {"id": "lb-averaging", "property": "value", "value": "visit"},
+              {"id": "lb-group", "property": "value", "value": []},
+              {"id": "snapshot-version", "property": "data", "value": "v1"}]
+    board = json.dumps(client.post("/_dash-update-component", json={
+        "output": ".." + "...".join(f"{c}.{p}" for c, p in outputs) + "..",
+        "outputs": [{"id": c, "property": p} for c, p in outputs], "inputs": inputs, "state": [],
+        "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs]}).get_json())
+    assert "lb-gate" in board and "Leakage gate: pass." in board
+    run_id = queries.explorer_runs(snap, queries.EHR_TASKS).filter(model="logreg").row(0, named=True)["run_id"]
+    page = json.dumps(_dash_post(client, "run-body.children", [
+        {"id": "run-select", "property": "value", "value": run_id},
+        {"id": "snapshot-version", "property": "data", "value": "v1"}]).get_json())
+    assert "run-gate" in page and f"leakage gate pass drug_rec/{DATASET}" in page
+    # a text task split by text group is not gated: its run page shows no gate line
+    text_run = queries.runs_index(snap).filter(task="specialty").row(0, named=True)["run_id"]
+    text_page = json.dumps(_dash_post(client, "run-body.children", [
+        {"id": "run-select", "property": "value", "value": text_run},
+        {"id": "snapshot-version", "property": "data", "value": "v1"}]).get_json())
+    assert "run-gate" not in text_page

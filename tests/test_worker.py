@@ -19,7 +19,8 @@ from medtx.training.ehr_run import ehr_samples_from_tables
 from medtx.training.experiment import ExperimentOptions, load_ehr_samples, run_ehr_experiment
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
-READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "ref.ddi_atc3", "raw.synth_oracle_drug_rec")
+READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "samples.leakage_gate", "ref.ddi_atc3",
+         "raw.synth_oracle_drug_rec")
 SCOPE = {"dataset": "mimic3_demo", "task": "drug_rec"}
 BLOCKED = ("polars", "duckdb", "prefect", "dash", "dask", "flows", "dashboard")
 ROOT = Path(__file__).resolve().parents[1]

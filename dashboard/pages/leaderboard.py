@@ -147,10 +147,13 @@ def register(app: Dash, snapshot: Path) -> None:
             "(best non-neural baseline on validation) on the headline metric · yellow = collapsed, red = failed"
         )
         n_units = max((r.get("n_test_patients") or 0 for r in rows), default=0)
-        alert = dbc.Alert(
+        small = dbc.Alert(
             f"Too small to compare models: at most {n_units} test patients (groups) in this dataset; a comparison "
             "needs at least 30. Intervals are shown, verdicts are not.", color="warning", className="py-2",
             id="lb-too-small") if rows and ci.too_small(n_units) else None
+        gate = ui.gate_alert(queries.leakage_gate(snapshot, task, dataset), id="lb-gate") \
+            if task in queries.GATED_TASKS else None
+        alert = html.Div([a for a in (gate, small) if a is not None]) if gate or small else None
         headline = headline_metric(task)
         reference = next((r["run_id"] for r in rows if r.get("verdict") == "reference"), None)
         forest = ui.graph(ci.forest_figure(metrics, runs, headline, reference), id="lb-forest-graph",

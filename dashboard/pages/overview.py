@@ -130,6 +130,8 @@ def dataset_body(snapshot: Path, dataset: str) -> html.Div:
                     dbc.Col(ui.card("Ingest rejects by table and reason", _rejects(snapshot, dataset)), lg=6),
                 ]
             ),
+            ui.card("Leakage gate per task (split overlap, codes after the prediction time, shortcuts)",
+                    _gates(snapshot, dataset), id="gate-card"),
             dbc.Row(
                 [
                     dbc.Col(ui.card("NDC → ATC coverage by route", _coverage(snapshot, dataset)), lg=6),
@@ -166,6 +168,19 @@ def _samples(snapshot: Path, dataset: str) -> object:
     fig = {"data": bars, "layout": {"barmode": "group", "xaxis": {"title": {"text": "task"}, "type": "category"},
                                     "yaxis": {"title": {"text": "samples"}}, "legend": {"title": {"text": "split"}}}}
     return ui.graph(fig, id="samples-graph", height=300)
+
+
+def _gates(snapshot: Path, dataset: str) -> object:
+    df = queries.leakage_gates(snapshot, dataset)
+    if not df.height:
+        return ui.empty(f"No leakage gate record for {dataset} (the gate runs when a task's samples are built).")
+    rows = [html.Tr([html.Td(r["task"]), html.Td(dbc.Badge(r["status"], color=ui.GATE_COLORS[r["status"]])),
+                     html.Td(f"{r['split_overlap']:,}"), html.Td("-" if r["late_codes"] is None else f"{r['late_codes']:,}"),
+                     html.Td(r["flagged"] or "-"), html.Td(r["message"], className="small")])
+            for r in df.to_dicts()]
+    head = html.Thead(html.Tr([html.Th(h) for h in ("task", "gate", "patients in 2 splits", "codes after prediction",
+                                                    "flagged features", "verdict")]))
+    return dbc.Table([head, html.Tbody(rows)], size="sm", bordered=False, className="mb-0", id="gate-table")
 
 
 def _rejects(snapshot: Path, dataset: str) -> object:

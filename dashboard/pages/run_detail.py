@@ -76,6 +76,7 @@ def run_body(snapshot: Path, run_id: str) -> html.Div:
     return html.Div(
         [
             _summary(run),
+            _gate(snapshot, run),
             dbc.Row(
                 [
                     dbc.Col(ui.card("Training and validation curves", _curves(snapshot, run_id)), lg=7),
@@ -111,6 +112,13 @@ def _summary(run: dict) -> dbc.Alert:
     if run["error"]:
         children.append(html.Pre(validate.public_error(run["error"], 500), className="small mb-0"))
     return dbc.Alert(children, color="warning" if run["collapsed"] else color, id="run-summary", className="small")
+
+
+def _gate(snapshot: Path, run: dict) -> object:
+    """The leakage gate's verdict of the run's task and dataset (tasks split by patient only)."""
+    if run["task"] not in queries.GATED_TASKS:
+        return None
+    return ui.gate_alert(queries.leakage_gate(snapshot, run["task"], run["dataset"] or ""), id="run-gate")
 
 
 def _pretty(config: object) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dashboard.queries.core import (  # noqa: F401  (the public names of the package)
     ADMISSION_NOTE_TABLES,
     EHR_TASKS,
+    GATED_TASKS,
     NOTE_TASKS,
     Signature,
     TASKS,
@@ -25,6 +26,8 @@ from dashboard.queries.overview import (  # noqa: F401
     ingest_log,
     ingest_rejects,
     last_pipeline_run,
+    leakage_gate,
+    leakage_gates,
     mapping_coverage,
     meds_codes,
     pipeline_progress,

@@ -45,6 +45,8 @@ log = logging.getLogger("medtx.dashboard")
 EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
 NOTE_TASKS = tuple(t.name for t in tasks_of_family("text") if t.kind != "generation")
 TASKS = tuple(t.name for t in all_tasks())
+# Tasks the leakage gate covers (split by patient: medtx.tasks.leakage.gated); their pages show its verdict.
+GATED_TASKS = tuple(t.name for t in all_tasks() if t.split_unit == "patient")
 # Note tasks over EHR admissions (split by patient) -> the sample table holding their note text; constant
 # identifiers from the registry, never from a request.
 ADMISSION_NOTE_TABLES = {t.name: t.sample_table for t in tasks_of_family("text") if t.split_unit == "patient"}

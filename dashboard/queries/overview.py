@@ -41,6 +41,24 @@ def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
     return df.with_columns(pl.col("n").cast(pl.Int64)) if df.height else pl.DataFrame()
 
 
+def leakage_gates(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """The leakage gate's verdict of every task of one dataset (medtx.tasks.leakage): status, the checks' counts,
+    the flagged features and its one-line message."""
+    return query(
+        snapshot,
+        "SELECT task, status, samples, split_overlap, late_codes, shortcuts, acknowledged, flagged, message "
+        f"FROM {_mart_sql(snapshot, 'leakage_gate')} WHERE dataset = ? ORDER BY task",
+        [dataset],
+    )
+
+
+def leakage_gate(snapshot: Path, task: str, dataset: str) -> dict | None:
+    """One (task, dataset)'s gate verdict as a dict, or None when the gate has no record of it."""
+    df = query(snapshot, "SELECT status, message, flagged FROM "
+               f"{_mart_sql(snapshot, 'leakage_gate')} WHERE task = ? AND dataset = ?", [task, dataset])
+    return df.to_dicts()[0] if df.height else None
+
+
 def ingest_rejects(snapshot: Path, dataset: str) -> pl.DataFrame:
     """Rejected source rows (DuckDB CSV rejects) per table, error type and column."""
     return query(

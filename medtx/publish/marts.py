@@ -160,6 +160,18 @@ MARTS: dict[str, Mart] = {
         key="run_id, sample_id",
     ),
     # Note explorer: tokens [CLS] attends to most (last layer, mean over heads and notes) per predicted class.
+    # Overview, leaderboard, run detail: the leakage gate's verdict per (dataset, task) (medtx.tasks.leakage), with
+    # the features its shortcut audit flagged, strongest first.
+    "leakage_gate": Mart(
+        select=(
+            "SELECT g.dataset, g.task, g.status, g.samples, g.split_overlap, g.late_codes, g.shortcuts, "
+            "g.acknowledged, g.message, coalesce((SELECT string_agg(s.feature || ':' || s.token || CASE WHEN "
+            "s.acknowledged THEN ' (acknowledged)' ELSE '' END, ', ' ORDER BY s.value DESC, s.feature, s.token) "
+            "FROM samples.leakage_shortcuts s WHERE s.dataset = g.dataset AND s.task = g.task), '') AS flagged "
+            "FROM samples.leakage_gate g"
+        ),
+        key="dataset, task",
+    ),
     "top_tokens": Mart(
         select=(
             "WITH last AS (SELECT run_id, max(layer) AS layer FROM ml.attention GROUP BY run_id), "

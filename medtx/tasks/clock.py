@@ -34,9 +34,10 @@ Stays are the dataset's admissions, one row per hadm_id (the first by row_id, as
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
-from medtx.store.db import quote_ident
+if TYPE_CHECKING:  # annotations only: medtx.tasks loads where DuckDB is absent (medtx.worker)
+    import duckdb
 
 SOURCES = ("diagnosis", "procedure", "drug", "note")
 EVENT_COLUMNS = ("subject_id", "hadm_id", "source", "code", "time")

@@ -30,10 +30,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from medtx.tasks.base import Task
+from medtx.tasks.verdict import LeakageError, check_gate_rows, gated
+
+__all__ = ["GateResult", "LeakageError", "Shortcut", "check_gate_rows", "gate_all", "gated", "require_pass",
+           "run_gate"]
+
+if TYPE_CHECKING:  # annotations only: the training worker checks the gate's record without DuckDB
+    import duckdb
 from medtx.tasks.clock import STAYS_SQL, create_event_view
 
 log = logging.getLogger("medtx.leakage")
@@ -47,10 +53,6 @@ GATE_TABLE = "samples.leakage_gate"
 SHORTCUTS_TABLE = "samples.leakage_shortcuts"
 EVENTS = "_gate_events"
 ROWS = "_gate_rows"
-
-
-class LeakageError(ValueError):
-    """The gate blocks this task's trainings; the message is one line naming task, dataset and first offence."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,6 @@ class GateResult:
     @property
     def blocked(self) -> bool:
         return self.status == "blocked"
-
-
-def gated(task: Task) -> bool:
-    """The gate covers tasks split by patient (every EHR task and the note view of readmission)."""
-    return task.split_unit == "patient"
 
 
 def _rows_sql(task: Task, owner: Task) -> str:
@@ -285,23 +282,15 @@ def acknowledged_for(config: Mapping | None, task: str) -> tuple[str, ...]:
 def require_pass(con: duckdb.DuckDBPyConnection, task: str, dataset: str) -> str:
     """Refuse to train a task whose gate record is `blocked` or missing (LeakageError, one line); returns the
     recorded status ('pass' or 'suspect'). Tasks the gate does not cover return 'ungated'."""
-    from medtx.tasks import get_task
+    import duckdb
 
-    if not gated(get_task(task)):
-        return "ungated"
     try:
-        row = con.execute(f"SELECT status, message FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
-                          [dataset, task]).fetchall()
+        rows = con.execute(f"SELECT dataset, task, status, message FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
+                           [dataset, task]).fetchall()
     except duckdb.CatalogException:
-        row = []
-    if not row:
-        raise LeakageError(f"leakage gate: no record for task {task!r} on dataset {dataset!r}; rebuild its samples "
-                           f"(`medtx build-samples --task {get_task(task).samples_task} --dataset {dataset}`) so the "
-                           f"gate runs before any training")
-    status, message = row[0]
-    if status == "blocked":
-        raise LeakageError(message)
-    return status
+        rows = []
+    return check_gate_rows([dict(zip(("dataset", "task", "status", "message"), r, strict=True)) for r in rows],
+                           task, dataset)
 
 
 def gate_all(con: duckdb.DuckDBPyConnection, tasks: Sequence[Task], dataset: str,

@@ -141,13 +141,17 @@ def vocab_from_table(vocab: pa.Table, dataset: str, task: str, feature: str) -> 
 
 def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: str, model: str) -> EhrSamples:
     """The run's samples per split, vocabularies (those the model needs), DDI pairs (tasks that read them) and
-    oracle rows (the oracle baseline), from the tables of its training step (see the module docstring)."""
+    oracle rows (the oracle baseline), from the tables of its training step (see the module docstring). A task
+    the leakage gate blocked, or never checked, is refused first (medtx.tasks.verdict.check_gate_rows: the step's
+    samples.leakage_gate rows, one line naming task, dataset and first offending row)."""
     from medtx.models.registry import (
         ehr_neural_models,
         label_feature,
         required_features,
     )
+    from medtx.tasks.verdict import check_gate_rows
 
+    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task, dataset)
     parts = split_samples(tables, dataset, task)
     vocab = _table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()

@@ -62,7 +62,9 @@ def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: str, mo
     tables = {f"samples.{spec.table}": _scoped(con, f"samples.{spec.table}", dataset=dataset,
                                                **({"task": task} if spec.shared_table else {})),
               "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task),
-              "samples.vocab": _scoped(con, "samples.vocab", dataset=dataset, task=task)}
+              "samples.vocab": _scoped(con, "samples.vocab", dataset=dataset, task=task),
+              # the leakage gate's record: a blocked task is refused before anything trains
+              "samples.leakage_gate": _scoped(con, "samples.leakage_gate", dataset=dataset, task=task)}
     if "ref.ddi_atc3" in get_task(task).train_reads:
         tables["ref.ddi_atc3"] = _scoped(con, "ref.ddi_atc3")
     if model == "oracle" and oracle_exists(con, f"synth_oracle_{task}"):
