@@ -29,6 +29,7 @@ from medtx.pipeline.integrity import PackageDamaged, file_digests, verify
 from medtx.training.results import (
     ATTENTION_COLUMNS,
     PREDICTION_COLUMNS,
+    VAL_PREDICTION_COLUMNS,
     RunResults,
     num,
     with_run_id,
@@ -37,7 +38,7 @@ from medtx.training.results import (
 MANIFEST = "manifest.json"
 # Result tables a run writes, all keyed by run_id (ml.runs first: it names the runs of a package).
 RESULT_TABLES = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.label_metrics", "ml.confusion",
-                 "ml.predictions", "ml.attention")
+                 "ml.predictions", "ml.val_predictions", "ml.attention")
 
 _S, _I32, _I64, _F64, _B, _TS = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_(), pa.timestamp("us")
 # The columns of each result table a worker fills (warehouse/migrations: 0005_ml.sql and later); the flow inserts
@@ -60,6 +61,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "ml.confusion": pa.schema([("run_id", _S), ("split", _S), ("true_label", _S), ("pred_label", _S), ("n", _I32)]),
     "ml.predictions": pa.schema([("run_id", _S), ("sample_id", _S), ("subject_id", _I64), ("hadm_id", _I64),
                                  ("label", _S), ("prob", _F64), ("y_true", _B), ("predicted", _B), ("text", _S)]),
+    "ml.val_predictions": pa.schema([("run_id", _S), ("sample_id", _S), ("subject_id", _I64), ("hadm_id", _I64),
+                                     ("label", _S), ("prob", _F64), ("y_true", _B)]),
     "ml.attention": pa.schema([("run_id", _S), ("sample_id", _S), ("module", _S), ("layer", _I32), ("head", _I32),
                                ("query_pos", _I32), ("key_pos", _I32), ("weight", pa.float32()),
                                ("query_token", _S), ("key_token", _S)]),
@@ -138,7 +141,8 @@ def run_tables(run: Mapping[str, Any], results: RunResults | None, epochs: Seque
     row["is_synthetic"] = bool(row["is_synthetic"])
     out = {"ml.epochs": _table("ml.epochs", list(epochs))}
     if results is None:
-        for name in ("ml.models", "ml.metrics", "ml.label_metrics", "ml.confusion", "ml.predictions", "ml.attention"):
+        for name in ("ml.models", "ml.metrics", "ml.label_metrics", "ml.confusion", "ml.predictions",
+                     "ml.val_predictions", "ml.attention"):
             out[name] = _table(name, [])
     else:
         summary = dict(results.summary)
@@ -156,6 +160,10 @@ def run_tables(run: Mapping[str, Any], results: RunResults | None, epochs: Seque
         out["ml.predictions"] = _cast("ml.predictions", with_run_id(
             results.predictions, "ml.predictions", run_id, PREDICTION_COLUMNS,
             optional=("subject_id", "hadm_id", "text", "y_true", "predicted")))
+        out["ml.val_predictions"] = (_cast("ml.val_predictions", with_run_id(
+            results.val_predictions, "ml.val_predictions", run_id, VAL_PREDICTION_COLUMNS,
+            optional=("subject_id", "hadm_id"))) if results.val_predictions is not None
+            else _table("ml.val_predictions", []))
         attention = results.attention
         out["ml.attention"] = (_cast("ml.attention", with_run_id(attention, "ml.attention", run_id, ATTENTION_COLUMNS))
                                if attention is not None and len(attention) else _table("ml.attention", []))
