@@ -32,14 +32,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
 from medtx.models.layers import Dropout, classification_loss
-from medtx.models.registry import ModelSpec, register_model
+from medtx.models.bounds import (BatchSize, Count, DropoutRate, FieldProblem, Heads, Layers, LearningRate, Length,
+                                 Positive, Width, check_heads)
+from medtx.models.registry import ModelSpec, TextContext, TextModelBundle, register_model
 
 if TYPE_CHECKING:  # transformers is imported where a text model is built (it takes seconds; EHR runs never need it)
     from transformers import BertConfig, PreTrainedModel
@@ -298,14 +300,130 @@ class NoteVectorClassifier(nn.Module):
         return ModelOutput(logits=logits, loss=loss)
 
 
-# Trainer and chunking defaults per model (the text runner's TextConfig holds the fields). Pretrained
-# encoders: small lr, few epochs (a 6-layer MiniLM epoch is minutes on 2 cores). MiniLM was trained with mean
-# pooling (sentence-transformers), so its chunk vector is the token mean.
+@dataclass
+class BertTextSettings:
+    """The settings a BERT-family text run (bert, minilm, bert_scratch) reads: chunking, pooling, head and the
+    CPU paths for pretrained encoders (flat override keys; bounds checked at config load)."""
+
+    dropout: DropoutRate = 0.3
+    # chunking: windows of max_len tokens overlapping by stride; first max_chunks windows per note
+    max_len: Length = 128
+    stride: Count = 32
+    max_chunks: Positive | None = 4
+    pooling: Literal["mean", "max", "clinicalbert"] = "mean"  # over chunk [CLS] vectors; clinicalbert: readmission_notes
+    # pretrained encoders on CPU: freeze the encoder and train only the head on note vectors (mean-pooled
+    # token states, averaged over the note's chunks) computed once and cached — a linear probe, not fine-tuning
+    freeze_encoder: bool = False
+    # partial fine-tuning on CPU: train only the top K encoder layers (+ head); the embeddings and lower layers
+    # are frozen and their output is computed once per note and cached (exact, see `lower_states`).
+    # None = every layer is trained (full fine-tuning, the GPU path)
+    finetune_layers: int | None = None
+    cache_dtype: str = "float16"  # storage of the cached lower-layer states (float32: bit-exact, twice the disk)
+    chunk_vector: str = "cls"  # cls | mean (masked token mean, how sentence-transformers pool)
+    # LP-FT (Kumar et al. 2022): first train a linear probe on the initial note vectors for up to this many
+    # epochs (lr 1e-3, batch 32, patience 10, validation-selected) and start fine-tuning from its head, so a
+    # few fine-tuning epochs need not also learn a 40-class head from scratch. 0 = random head.
+    probe_init_epochs: Count = 0
+    # bert: a local checkpoint folder or a Hub id (online only)
+    bert_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stride, int) and isinstance(self.max_len, int) and self.stride >= self.max_len:
+            raise FieldProblem(("stride", "max_len"), f"stride = {self.stride} is not below max_len = "
+                                                      f"{self.max_len}; allowed stride: 0 to {self.max_len - 1}")
+
+
+@dataclass
+class ScratchMLMConfig:
+    """bert_scratch: the encoder's size and its MLM pre-training (once per data+config, cached, seed mlm_seed)."""
+
+    hidden: Width = 128
+    layers: Layers = 2
+    heads: Heads = 2
+    mlm_epochs: Count = 3
+    mlm_lr: LearningRate = 1e-3
+    mlm_batch_size: BatchSize = 32
+    mlm_seed: Count = 0
+    mlm_max_windows: Positive | None = None  # first N windows of 128 tokens per training note (None = all)
+
+    def __post_init__(self) -> None:
+        check_heads(self.hidden, self.heads, "hidden", "heads")
+
+
+def _classifier(ctx: TextContext, tokenizer, encoder: PreTrainedModel,
+                checkpoints: dict[str, Path] | None = None) -> TextModelBundle:
+    """The chunked classifier around an encoder, with its chunking collate."""
+    cfg = ctx.config(BertTextSettings)
+    net = BertTextClassifier(
+        encoder,
+        BertTextConfig(n_outputs=ctx.n_outputs, pooling=cfg.pooling, dropout=cfg.dropout, binary=ctx.binary,
+                       chunk_vector=cfg.chunk_vector, finetune_layers=cfg.finetune_layers,
+                       # mean-pooled states of a pretrained encoder are far from unit scale (as the probe's)
+                       head_norm=cfg.chunk_vector == "mean"),
+        class_weights=ctx.class_weights,
+    )
+
+    def make_collate(with_tokens: bool = False):
+        return ctx.tools.chunk_collate(tokenizer, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks,
+                                       with_tokens=with_tokens)
+
+    return TextModelBundle(tokenizer, net, make_collate, dict(checkpoints or {}))
+
+
+def build_bert(ctx: TextContext) -> TextModelBundle:
+    """A local checkpoint folder (e.g. Bio_ClinicalBERT) or a Hub id, from `bert_path`."""
+    path = ctx.config(BertTextSettings).bert_path
+    if path is None:
+        raise ValueError("model 'bert' needs bert_path: a local checkpoint folder (e.g. Bio_ClinicalBERT) "
+                         "or a Hub id when online (--set bert_path=...)")
+    return _classifier(ctx, ctx.tools.load_tokenizer(path), load_encoder("local", path))
+
+
+def build_minilm(ctx: TextContext) -> TextModelBundle:
+    """all-MiniLM-L6-v2 from the optional package (`minilm_dir`)."""
+    path = minilm_dir()
+    return _classifier(ctx, ctx.tools.load_tokenizer(path), load_encoder("local", path))
+
+
+def pretrained_scratch_encoder(ctx: TextContext) -> tuple[object, Path]:
+    """WordPiece + MLM pre-training on the training notes, cached by (training texts, config): fine-tuning
+    seeds share one pre-trained encoder, as they would share a downloaded checkpoint."""
+    from medtx.store.hashing import text_hash
+
+    cfg, mlm = ctx.config(BertTextSettings), ctx.config(ScratchMLMConfig)
+    cache = ctx.cache / "mlm_cache"
+    key = text_hash(text_hash(*ctx.train_texts), *ctx.tools.tokenizer_key, mlm.hidden, mlm.layers, mlm.heads,
+                    cfg.max_len, mlm.mlm_epochs, mlm.mlm_lr, mlm.mlm_batch_size, mlm.mlm_seed, mlm.mlm_max_windows)
+    encoder_dir = cache / key / "encoder"
+    if (encoder_dir / "config.json").exists():
+        log.info("reusing MLM-pre-trained encoder %s", encoder_dir)
+        return ctx.tools.load_tokenizer(encoder_dir), encoder_dir
+    tokenizer = ctx.tools.train_tokenizer(ctx.train_texts)
+    bert_config = scratch_config(len(tokenizer), hidden=mlm.hidden, layers=mlm.layers, heads=mlm.heads,
+                                 max_len=cfg.max_len)
+    encoder_dir = ctx.tools.pretrain_mlm(bert_config, tokenizer, ctx.train_texts, ctx.val_texts, cache / key,
+                                         epochs=mlm.mlm_epochs, batch_size=mlm.mlm_batch_size, lr=mlm.mlm_lr,
+                                         seed=mlm.mlm_seed, max_len=cfg.max_len, max_windows=mlm.mlm_max_windows)
+    return tokenizer, encoder_dir
+
+
+def build_bert_scratch(ctx: TextContext) -> TextModelBundle:
+    """A small BERT MLM-pre-trained here on the training notes (`pretrained_scratch_encoder`), then fine-tuned."""
+    tokenizer, encoder_dir = pretrained_scratch_encoder(ctx)
+    return _classifier(ctx, tokenizer, load_encoder("local", encoder_dir), {"pretrained": encoder_dir})
+
+
+# Trainer and chunking defaults per model (flat keys of the text run's settings). Pretrained encoders: small
+# lr, few epochs (a 6-layer MiniLM epoch is minutes on 2 cores). MiniLM was trained with mean pooling
+# (sentence-transformers), so its chunk vector is the token mean.
 _KINDS = ("multiclass", "binary")
 register_model(ModelSpec(name="bert", family="text", kinds=_KINDS, config=BertTextConfig, rank=40,
+                         build=build_bert, settings=(BertTextSettings,),
                          defaults={"lr": 3e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1}))
 register_model(ModelSpec(name="minilm", family="text", kinds=_KINDS, config=BertTextConfig, rank=50,
+                         build=build_minilm, settings=(BertTextSettings,),
                          defaults={"lr": 5e-5, "epochs": 4, "patience": 2, "max_chunks": 2, "dropout": 0.1,
                                    "chunk_vector": "mean"}))
 register_model(ModelSpec(name="bert_scratch", family="text", kinds=_KINDS, config=BertTextConfig, rank=60,
+                         build=build_bert_scratch, settings=(BertTextSettings, ScratchMLMConfig),
                          defaults={"lr": 5e-4, "epochs": 10}))

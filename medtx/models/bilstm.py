@@ -15,9 +15,10 @@ import torch
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
+from medtx.models.bounds import DropoutRate, Length, Width
 from medtx.models.layers import Dropout, classification_loss
 from medtx.models.recurrent import run_recurrent
-from medtx.models.registry import ModelSpec, register_model
+from medtx.models.registry import ModelSpec, TextContext, TextModelBundle, register_model
 
 
 @dataclass
@@ -86,6 +87,33 @@ class BiLSTMClassifier(nn.Module):
         )
 
 
-# Trainer defaults for this model (the text runner's TextConfig holds the fields).
+@dataclass
+class BiLSTMTextConfig:
+    """The settings a BiLSTM text run reads (flat override keys; bounds checked at config load)."""
+
+    bilstm_max_len: Length = 512  # head truncation to the first bilstm_max_len tokens
+    embed_dim: Width = 128
+    hidden_dim: Width = 128
+    dropout: DropoutRate = 0.3
+
+
+def build(ctx: TextContext) -> TextModelBundle:
+    """A WordPiece tokenizer trained on the training notes, and the BiLSTM over its ids."""
+    cfg = ctx.config(BiLSTMTextConfig)
+    tokenizer = ctx.tools.train_tokenizer(ctx.train_texts)
+    net = BiLSTMClassifier(
+        BiLSTMConfig(vocab_size=len(tokenizer), n_outputs=ctx.n_outputs, embed_dim=cfg.embed_dim,
+                     hidden_dim=cfg.hidden_dim, dropout=cfg.dropout, binary=ctx.binary),
+        class_weights=ctx.class_weights,
+    )
+
+    def make_collate(with_tokens: bool = False):
+        return ctx.tools.sequence_collate(tokenizer, max_len=cfg.bilstm_max_len, with_tokens=with_tokens)
+
+    return TextModelBundle(tokenizer, net, make_collate)
+
+
+# Trainer defaults for this model (flat keys of the text run's settings).
 register_model(ModelSpec(name="bilstm", family="text", kinds=("multiclass", "binary"), config=BiLSTMConfig,
+                         build=build, settings=(BiLSTMTextConfig,),
                          defaults={"lr": 2e-3, "batch_size": 32, "epochs": 15}, rank=30))

@@ -20,7 +20,7 @@ import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -84,13 +84,93 @@ class ModelContext:
     overrides: dict[str, Any]  # the model's defaults for this task, then the caller's overrides
 
 
+class TextTools(Protocol):
+    """The text layer's pieces a text model's `build` may use (medtx.text.fitting provides them), handed down
+    so that models never import medtx.text or medtx.training. The tokenizer settings (vocab size) are bound."""
+
+    tokenizer_key: tuple[Any, ...]  # the tokenizer settings, for cache keys
+
+    def train_tokenizer(self, texts: list[str]) -> Any: ...  # WordPiece trained on these (training) notes
+
+    def load_tokenizer(self, path: str | Path) -> Any: ...
+
+    def sequence_collate(self, tokenizer: Any, *, max_len: int, with_tokens: bool) -> Callable[[list[dict]], dict]: ...
+
+    def chunk_collate(self, tokenizer: Any, *, max_len: int, stride: int, max_chunks: int | None,
+                      with_tokens: bool) -> Callable[[list[dict]], dict]: ...
+
+    def pretrain_mlm(self, bert_config: Any, tokenizer: Any, train_texts: list[str], val_texts: list[str],
+                     folder: Path, *, epochs: int, batch_size: int, lr: float, seed: int, max_len: int,
+                     max_windows: int | None) -> Path: ...  # MLM pre-training (loss on val_texts): encoder folder
+
+
+@dataclass(frozen=True)
+class TextContext:
+    """What a text model's `build` gets: the run's settings, the training notes, the output shape and the
+    text layer's tools. `config(Cls)` cuts the model's own config (a `ModelSpec.settings` class) out of the
+    run's flat settings, whose keys are the YAML/CLI override keys."""
+
+    settings: Any  # the run's flat text settings (medtx.text.base.TextConfig)
+    train_texts: list[str]
+    val_texts: list[str]
+    n_outputs: int  # classes, or 1 (binary)
+    binary: bool
+    class_weights: Tensor | None  # CE loss weights (multi-class), from the runner's class_weighting
+    seed: int
+    cache: Path | None = None  # a folder shared by the runs of one models folder (pre-trained encoders)
+    tools: TextTools | None = None  # the text layer's pieces (None for the scikit-learn baselines)
+
+    def config(self, cls: type) -> Any:
+        return cls(**{f.name: getattr(self.settings, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass
+class TextModelBundle:
+    """A neural text model as its `build` returns it; the text runner trains it with the shared trainer."""
+
+    tokenizer: Any  # turns notes into ids (saved beside the checkpoint)
+    model: nn.Module  # forward(batch, output_attentions=False) -> ModelOutput; BERT models expose `.encoder`
+    make_collate: Callable[..., Callable[[list[dict]], dict]]  # make_collate(with_tokens=False) -> collate
+    checkpoints: dict[str, Path] = field(default_factory=dict)  # extra folders (kind -> folder) to record
+
+
+def merge_settings(name: str, parts: Sequence[type], module: str) -> type:
+    """One flat dataclass holding every field of `parts` (in order; a field two parts share must agree in
+    type and default), whose `__post_init__` builds each part so its own checks run. The flat keys are what a
+    YAML/CLI `overrides` mapping sets; the bounds of each field (medtx.models.bounds) come along."""
+    import typing
+
+    fields: dict[str, tuple[str, Any, Any]] = {}
+    for part in parts:
+        hints = typing.get_type_hints(part, include_extras=True)
+        for f in dataclasses.fields(part):
+            entry = (f.name, hints[f.name], dataclasses.field(default=f.default))
+            if f.name in fields and (fields[f.name][1] != entry[1] or fields[f.name][2].default != f.default):
+                raise ValueError(f"{name}: field {f.name!r} of {part.__name__} disagrees with another part's")
+            fields.setdefault(f.name, entry)
+
+    def __post_init__(self) -> None:
+        for part in parts:
+            part(**{f.name: getattr(self, f.name) for f in dataclasses.fields(part)})
+
+    merged = dataclasses.make_dataclass(name, list(fields.values()), namespace={"__post_init__": __post_init__,
+                                                                            "parts": tuple(parts)})
+    merged.__module__ = module  # where it is bound, so it pickles and reads as that module's class
+    return merged
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
     family: str  # one of FAMILIES
     kinds: tuple[str, ...]  # task kinds served (KINDS)
     config: type | None = None  # the config dataclass (None: the family's own, e.g. text models' TextConfig)
-    build: Callable[[ModelContext], EHRModelBundle] | None = None  # neural EHR models
+    # neural EHR: ModelContext -> EHRModelBundle; neural text: TextContext -> TextModelBundle; text baselines:
+    # TextContext -> an unfitted scikit-learn classifier (fit, predict_proba, classes_)
+    build: Callable[[Any], Any] | None = None
+    # text models: the config dataclasses holding the settings the model reads (flat keys, bounds declared on
+    # the fields); the text run's settings are the runner's, the tokenizer's and every text model's merged
+    settings: tuple[type, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)  # for every task
     kind_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # task kind -> defaults
     # Per-task defaults live with the tasks (`Task.model_defaults`); a model that shares another's per-task

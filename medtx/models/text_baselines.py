@@ -6,6 +6,7 @@ All are scikit-learn estimators or tiny wrappers around them, fitted on the trai
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.dummy import DummyClassifier
@@ -13,7 +14,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
-from medtx.models.registry import ModelSpec, register_model
+from medtx.models.bounds import Positive, PositiveFloat
+from medtx.models.registry import ModelSpec, TextContext, register_model
 
 
 def majority_classifier() -> DummyClassifier:
@@ -69,7 +71,27 @@ class TfidfRetriever:
         return [self.answers[i] for i in self.scores(queries).argmax(axis=1)]
 
 
+@dataclass
+class TfidfConfig:
+    """The settings tfidf_logreg reads (flat override keys; bounds checked at config load)."""
+
+    tfidf_C: PositiveFloat = 10.0
+    tfidf_max_features: Positive = 50_000
+
+
+def build_majority(ctx: TextContext) -> DummyClassifier:
+    return majority_classifier()
+
+
+def build_tfidf_logreg(ctx: TextContext) -> Pipeline:
+    """Class-balanced unless the run's class_weighting is none."""
+    cfg = ctx.config(TfidfConfig)
+    return tfidf_logreg(C=cfg.tfidf_C, max_features=cfg.tfidf_max_features,
+                        balanced=ctx.settings.class_weighting != "none", seed=ctx.seed)
+
+
 _TEXT_KINDS = ("multiclass", "binary")
-register_model(ModelSpec(name="majority", family="text_baseline", kinds=_TEXT_KINDS, rank=10))
-register_model(ModelSpec(name="tfidf_logreg", family="text_baseline", kinds=_TEXT_KINDS, rank=20))
+register_model(ModelSpec(name="majority", family="text_baseline", kinds=_TEXT_KINDS, rank=10, build=build_majority))
+register_model(ModelSpec(name="tfidf_logreg", family="text_baseline", kinds=_TEXT_KINDS, rank=20,
+                         build=build_tfidf_logreg, settings=(TfidfConfig,)))
 register_model(ModelSpec(name="retrieval", family="faq", kinds=("generation",), rank=20))

@@ -1,6 +1,10 @@
 """Fitting a text model on a task's notes: scikit-learn baselines, or a neural model through the shared trainer
 (`medtx.training.trainer.fit`, epoch selected on validation), with the CPU paths for pretrained encoders
 (frozen note vectors, cached lower layers, LP-FT head start). Returns the test probabilities (`TextFit`).
+
+Which model is built is the model's own business: its file registers a `build` (medtx.models.registry) that
+gets a `TextContext` (the notes, the run's settings and `_Tools`, the text layer's tokenizer, collate and MLM
+pieces) and returns a scikit-learn classifier (text baselines) or a `TextModelBundle` (neural text models).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 from medtx.store.fingerprint import text_hash
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.classification import classification_metrics
+from medtx.models.registry import ModelSpec, TextContext, TextTools
 from medtx.text.base import TextConfig, TextData
 from medtx.training.runs import attention_frame
 from medtx.training.trainer import TrainConfig, fit, predict, set_seed
@@ -51,13 +56,9 @@ def class_weights(y: np.ndarray, n_classes: int, how: str) -> torch.Tensor | Non
     return torch.tensor(np.where(counts > 0, weights, 1.0), dtype=torch.float)
 
 
-def _fit_sklearn(data: TextData, model: str, cfg: TextConfig, seed: int) -> TextFit:
-    from medtx.models.text_baselines import majority_classifier, tfidf_logreg
-
+def _fit_sklearn(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int) -> TextFit:
     train, test = data.split("train"), data.split("test")
-    estimator = majority_classifier() if model == "majority" else tfidf_logreg(
-        C=cfg.tfidf_C, max_features=cfg.tfidf_max_features, balanced=cfg.class_weighting != "none", seed=seed
-    )
+    estimator = spec.build(_context(data, cfg, seed, None, None))
     started = time.perf_counter()
     estimator.fit(train["text"].to_list(), train["y"].to_numpy())
     seconds = time.perf_counter() - started
@@ -80,84 +81,58 @@ def _score_fn(binary: bool, n_classes: int):
     return score
 
 
-def _tokenizer_and_model(data: TextData, model: str, cfg: TextConfig, out_dir: Path):
-    """(tokenizer, nn.Module, collate factory, extra checkpoints) for a neural text model."""
-    from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, minilm_dir
-    from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
-    from medtx.text.data import SequenceCollate, chunk_collate_for
-    from medtx.text.tokenize import load_tokenizer, train_wordpiece
-
+def _context(data: TextData, cfg: TextConfig, seed: int, cache: Path | None, tools: TextTools | None) -> TextContext:
+    """What a text model's build gets (medtx.models.registry.TextContext)."""
     train = data.split("train")
     n_out = 1 if data.binary else len(data.classes)
     weights = None if data.binary else class_weights(train["y"].to_numpy(), n_out, cfg.class_weighting)
-    extra: dict[str, Path] = {}
-    if model == "bilstm":
-        tokenizer = train_wordpiece(train["text"].to_list(), vocab_size=cfg.vocab_size)
-        net = BiLSTMClassifier(
-            BiLSTMConfig(vocab_size=len(tokenizer), n_outputs=n_out, embed_dim=cfg.embed_dim,
-                         hidden_dim=cfg.hidden_dim, dropout=cfg.dropout, binary=data.binary),
-            class_weights=weights,
-        )
-
-        def make_collate(with_tokens: bool = False):
-            return SequenceCollate(max_len=cfg.bilstm_max_len, binary=data.binary,
-                                   tokenizer=tokenizer if with_tokens else None)
-
-        return tokenizer, net, make_collate, extra
-    if model == "bert_scratch":
-        tokenizer, encoder_dir = _pretrained_scratch_encoder(data, cfg, out_dir.parent / "mlm_cache")
-        encoder = load_encoder("local", encoder_dir)
-        extra["pretrained"] = encoder_dir
-    elif model in ("minilm", "bert"):
-        path = minilm_dir() if model == "minilm" else cfg.bert_path
-        if path is None:
-            raise ValueError("model 'bert' needs bert_path: a local checkpoint folder (e.g. Bio_ClinicalBERT) "
-                             "or a Hub id when online (--set bert_path=...)")
-        tokenizer = load_tokenizer(path)
-        encoder = load_encoder("local", path)
-    else:
-        from medtx.models.registry import model_names
-
-        raise ValueError(f"unknown text model {model!r}; choose one of {model_names('text')}")
-    net = BertTextClassifier(
-        encoder,
-        BertTextConfig(n_outputs=n_out, pooling=cfg.pooling, dropout=cfg.dropout, binary=data.binary,
-                       chunk_vector=cfg.chunk_vector, finetune_layers=cfg.finetune_layers,
-                       # mean-pooled states of a pretrained encoder are far from unit scale (as the probe's)
-                       head_norm=cfg.chunk_vector == "mean"),
-        class_weights=weights,
-    )
-
-    def make_collate(with_tokens: bool = False):
-        return chunk_collate_for(tokenizer, max_len=cfg.max_len, stride=cfg.stride, max_chunks=cfg.max_chunks,
-                                 binary=data.binary, with_tokens=with_tokens)
-
-    return tokenizer, net, make_collate, extra
+    return TextContext(settings=cfg, train_texts=train["text"].to_list(), val_texts=data.split("val")["text"].to_list(),
+                       n_outputs=n_out, binary=data.binary, class_weights=weights, seed=seed,
+                       cache=cache, tools=tools)
 
 
-def _pretrained_scratch_encoder(data: TextData, cfg: TextConfig, cache: Path):
-    """WordPiece + MLM pre-training on the training notes, cached by (training texts, config): fine-tuning
-    seeds share one pre-trained encoder, as they would share a downloaded checkpoint."""
-    from medtx.models.bert_text import scratch_config
-    from medtx.text.mlm import MLMConfig, pretrain_mlm
-    from medtx.text.tokenize import load_tokenizer, train_wordpiece
+@dataclass(frozen=True)
+class _Tools:
+    """The text layer's pieces handed to a model's build (medtx.models.registry.TextTools)."""
 
-    train_texts = data.split("train")["text"].to_list()
-    key = text_hash(text_hash(*train_texts), cfg.vocab_size, cfg.hidden, cfg.layers, cfg.heads, cfg.max_len,
-                    cfg.mlm_epochs, cfg.mlm_lr, cfg.mlm_batch_size, cfg.mlm_seed, cfg.mlm_max_windows)
-    encoder_dir = cache / key / "encoder"
-    if (encoder_dir / "config.json").exists():
-        log.info("reusing MLM-pre-trained encoder %s", encoder_dir)
-        return load_tokenizer(encoder_dir), encoder_dir
-    tokenizer = train_wordpiece(train_texts, vocab_size=cfg.vocab_size)
-    bert_config = scratch_config(len(tokenizer), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-                                 max_len=cfg.max_len)
-    train_cfg = TrainConfig(epochs=cfg.mlm_epochs, batch_size=cfg.mlm_batch_size, lr=cfg.mlm_lr, patience=cfg.mlm_epochs,
-                            monitor="loss", seed=cfg.mlm_seed, device=cfg.device, num_threads=cfg.num_threads)
-    encoder_dir, _ = pretrain_mlm(bert_config, tokenizer, train_texts, data.split("val")["text"].to_list(),
-                                  train_cfg, cache / key,
-                                  MLMConfig(max_len=cfg.max_len, max_windows_per_note=cfg.mlm_max_windows))
-    return tokenizer, encoder_dir
+    cfg: TextConfig
+    binary: bool
+
+    @property
+    def tokenizer_key(self) -> tuple:
+        return (self.cfg.vocab_size,)
+
+    def train_tokenizer(self, texts: list[str]):
+        from medtx.text.tokenize import train_wordpiece
+
+        return train_wordpiece(texts, vocab_size=self.cfg.vocab_size)
+
+    def load_tokenizer(self, path):
+        from medtx.text.tokenize import load_tokenizer
+
+        return load_tokenizer(path)
+
+    def sequence_collate(self, tokenizer, *, max_len: int, with_tokens: bool):
+        from medtx.text.data import SequenceCollate
+
+        return SequenceCollate(max_len=max_len, binary=self.binary, tokenizer=tokenizer if with_tokens else None)
+
+    def chunk_collate(self, tokenizer, *, max_len: int, stride: int, max_chunks: int | None, with_tokens: bool):
+        from medtx.text.data import chunk_collate_for
+
+        return chunk_collate_for(tokenizer, max_len=max_len, stride=stride, max_chunks=max_chunks,
+                                 binary=self.binary, with_tokens=with_tokens)
+
+    def pretrain_mlm(self, bert_config, tokenizer, train_texts: list[str], val_texts: list[str], folder: Path, *,
+                     epochs: int, batch_size: int, lr: float, seed: int, max_len: int, max_windows: int | None) -> Path:
+        """MLM pre-training on the training notes (selected on the validation notes' loss): the encoder folder."""
+        from medtx.text.mlm import MLMConfig, pretrain_mlm
+
+        train_cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=epochs, monitor="loss",
+                                seed=seed, device=self.cfg.device, num_threads=self.cfg.num_threads)
+        encoder_dir, _ = pretrain_mlm(bert_config, tokenizer, train_texts, val_texts, train_cfg,
+                                      folder, MLMConfig(max_len=max_len, max_windows_per_note=max_windows))
+        return encoder_dir
 
 
 def _encode(tokenizer, frame: pl.DataFrame) -> list[dict]:
@@ -293,12 +268,14 @@ def _init_head_from_probe(net, fit_items: dict[str, list[dict]], collate, cfg: T
     net.head.load_state_dict(probe.head.state_dict())
 
 
-def _fit_neural(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
+def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
     from medtx.models.bert_text import NoteVectorClassifier
     from medtx.text.data import VectorCollate
 
+    model = spec.name
     set_seed(seed)  # initial weights (head, BiLSTM) from the run's seed alone, not from what this process drew before
-    tokenizer, net, make_collate, extra = _tokenizer_and_model(data, model, cfg, out_dir)
+    bundle = spec.build(_context(data, cfg, seed, out_dir.parent, _Tools(cfg, data.binary)))
+    tokenizer, net, make_collate, extra = bundle.tokenizer, bundle.model, bundle.make_collate, bundle.checkpoints
     items = {s: _encode(tokenizer, data.split(s)) for s in ("train", "val", "test")}
     train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, patience=cfg.patience,
                             weight_decay=cfg.weight_decay, seed=seed, device=cfg.device, num_threads=cfg.num_threads,
@@ -354,10 +331,12 @@ def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_d
     for split in ("train", "val", "test"):
         if data.split(split).height == 0:
             raise ValueError(f"text task has no {split} notes; check samples.* splits")
-    from medtx.models.registry import model_names
+    from medtx.models.registry import model_names, specs
 
-    if model in model_names("text_baseline"):
-        return _fit_sklearn(data, model, cfg, seed)
-    if model not in model_names("text"):
-        raise ValueError(f"unknown text model {model!r}; choose one of {model_names('text')}")
-    return _fit_neural(data, model, cfg, seed, out_dir, on_epoch)
+    spec = next((s for s in (*specs("text_baseline"), *specs("text")) if s.name == model), None)
+    if spec is None:
+        known = model_names("text_baseline") + model_names("text")
+        raise ValueError(f"unknown text model {model!r}; choose one of {known}")
+    if spec.family == "text_baseline":  # a scikit-learn classifier: fitted once, no trainer
+        return _fit_sklearn(data, spec, cfg, seed)
+    return _fit_neural(data, spec, cfg, seed, out_dir, on_epoch)
