@@ -356,11 +356,17 @@ def test_leaderboard_names_how_a_text_encoder_was_trained():
     import polars as pl
 
     con = duckdb.connect()
-    con.execute("CREATE TABLE r (run_id VARCHAR, config JSON)")
-    con.execute("INSERT INTO r VALUES ('a', '{\"text\": {\"freeze_encoder\": true}}'), "
-                "('b', '{\"text\": {\"finetune_layers\": 2, \"freeze_encoder\": false}}'), ('c', '{\"epochs\": 3}')")
+    con.execute("CREATE TABLE r (run_id VARCHAR, config JSON, device VARCHAR)")
+    con.execute("INSERT INTO r VALUES ('a', '{\"text\": {\"freeze_encoder\": true}}', 'cpu'), "
+                "('b', '{\"text\": {\"finetune_layers\": 2, \"freeze_encoder\": false}}', 'cpu'), "
+                "('c', '{\"epochs\": 3}', 'cpu')")
     variants = dict(con.sql(f"SELECT run_id, {queries.RUN_VARIANT_SQL} FROM r").fetchall())
     assert variants == {"a": "frozen encoder + linear probe", "b": "top 2 layers fine-tuned", "c": None}
+    # a run recorded from a GPU machine (benchmarks/gpu/record.py) is its own row, never pooled with CPU runs
+    con.execute("INSERT INTO r VALUES ('g', '{\"epochs\": 3}', 'cuda'), "
+                "('h', '{\"text\": {\"freeze_encoder\": true}}', 'cuda:0')")
+    gpu = dict(con.sql(f"SELECT run_id, {queries.RUN_VARIANT_SQL} FROM r WHERE run_id IN ('g', 'h')").fetchall())
+    assert gpu == {"g": "on cuda", "h": "frozen encoder + linear probe, on cuda:0"}
     runs = pl.DataFrame({"run_id": list(variants), "model": ["minilm", "minilm", "tfidf_logreg"],
                          "variant": list(variants.values()), "seed": [0, 0, 0], "status": ["completed"] * 3,
                          "is_synthetic": [False] * 3, "collapsed": [False] * 3, "collapse_reason": [None] * 3,

@@ -33,12 +33,13 @@ def averaging_options(snapshot: Path, task: str, dataset: str) -> list[str]:
 
 
 # How a run used its model when one model name covers several trainings (the text encoders: a frozen encoder with a
-# linear probe vs fine-tuning the top K layers), so that the leaderboard never shows them as the same thing.
-RUN_VARIANT_SQL = """CASE
+# linear probe vs fine-tuning the top K layers; a run on a GPU, recorded from benchmarks/gpu), so that the
+# leaderboard never shows them as the same thing (nor pools a GPU run's seed with CPU runs' seeds).
+RUN_VARIANT_SQL = """nullif(concat_ws(', ', CASE
     WHEN json_extract_string(config, '$.text.freeze_encoder') = 'true' THEN 'frozen encoder + linear probe'
     WHEN json_extract_string(config, '$.text.finetune_layers') IS NOT NULL
         THEN 'top ' || json_extract_string(config, '$.text.finetune_layers') || ' layers fine-tuned'
-    END"""
+    END, CASE WHEN device LIKE 'cuda%' THEN 'on ' || device END), '')"""
 
 
 def leaderboard_runs(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
