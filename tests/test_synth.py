@@ -210,6 +210,37 @@ def test_readmission_oracle_is_calibrated_and_informative(cohort) -> None:
     assert roc_auc_score(both["label"].to_numpy(), both["prob"].to_numpy()) > 0.6
 
 
+def test_death_depends_on_what_is_known_at_48h_and_its_oracle_is_calibrated(cohort) -> None:
+    """Issue 33: in-hospital death is no longer a coin flip. Its oracle (P(death | age, admission type, earlier
+    stays' diagnoses, admission number)) matches the observed deaths and ranks them well above chance."""
+    adm = _read(cohort, "ADMISSIONS").select(pl.col("hadm_id").cast(pl.Int64),
+                                              pl.col("hospital_expire_flag").cast(pl.Int64).alias("died"))
+    oracle = pl.read_csv(cohort.out_dir / "ORACLE_MORTALITY.csv.gz")
+    both = adm.join(oracle, on="hadm_id")
+    assert both.height == adm.height  # one probability per admission
+    expected, observed = both["prob"].sum(), both["died"].sum()
+    assert observed > 100 and abs(observed - expected) < 4 * np.sqrt(expected)
+    assert roc_auc_score(both["died"].to_numpy(), both["prob"].to_numpy()) > 0.7
+
+
+def test_the_planted_death_code_changes_only_the_diagnoses(cohort, tmp_path: Path) -> None:
+    """--plant-death-code adds V667 at discharge of most dying stays, from its own random stream: every other file
+    is byte-identical to the cohort without it, and the code sits on dying stays far more than on the others."""
+    from medtx.synth.death import LEAK_CODE
+
+    planted = generate_mimic3(tmp_path / DATASET, N_PATIENTS, seed=7, notes=True, plant_death_code=True)
+    for path in sorted(cohort.out_dir.glob("*.csv.gz")):
+        same = path.read_bytes() == (planted.out_dir / path.name).read_bytes()
+        assert same == (path.name != "DIAGNOSES_ICD.csv.gz"), path.name
+    dx = pl.read_csv(planted.out_dir / "DIAGNOSES_ICD.csv.gz", infer_schema=False)
+    adm = _read(cohort, "ADMISSIONS")
+    leak = set(dx.filter(pl.col("ICD9_CODE") == LEAK_CODE)["HADM_ID"]) - set(
+        _read(cohort, "DIAGNOSES_ICD").filter(pl.col("icd9_code") == LEAK_CODE)["hadm_id"])
+    died = set(adm.filter(pl.col("hospital_expire_flag") == "1")["hadm_id"])
+    assert len(leak & died) / len(died) > 0.8 and len(leak - died) / (adm.height - len(died)) < 0.02
+    assert "planted leak: diagnosis V667" in (planted.out_dir / "README.md").read_text()
+
+
 def test_next_visit_oracle_is_calibrated(cohort) -> None:
     adm = _read(cohort, "ADMISSIONS").sort("subject_id", "admittime")
     pairs = adm.select("hadm_id", pl.col("hadm_id").shift(-1).over("subject_id").alias("next_hadm")).drop_nulls()
