@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-_COMMAND_MODULES = ("ingest", "synth", "samples", "train", "pipeline", "dashboard", "meds", "status")
+_COMMAND_MODULES = ("ingest", "synth", "samples", "train", "pipeline", "dashboard", "meds", "status", "report")
 
 
 def _db_argument(argv: list[str]) -> str | None:
@@ -70,13 +70,15 @@ class _PrefectHomeOnImport(importlib.abc.MetaPathFinder):
 
 def environment_problems() -> list[str]:
     """MEDTX_* settings read from the environment that cannot be used (checked before any command runs)."""
+    from medtx.runtime.disk import min_free_mb
     from medtx.store.writer_lock import lock_wait_s
 
     problems = []
-    try:
-        lock_wait_s()
-    except ValueError as exc:
-        problems.append(str(exc))
+    for check in (lock_wait_s, min_free_mb):
+        try:
+            check()
+        except ValueError as exc:
+            problems.append(str(exc))
     return problems
 
 
@@ -96,14 +98,28 @@ def resource_error(exc: BaseException) -> str | None:
         if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
             where = exc.filename or ""
             return f"{_RESOURCE_ERRNOS[exc.errno]}{': ' + str(where) if where else ''}"
-        text = str(exc)
-        if "No space left on device" in text or "Disk quota exceeded" in text:  # DuckDB's IOException
-            return f"no space left on device: {' '.join(text.split())[:300]}"
-        if "File too large" in text:
-            return f"file too large (the file size limit was reached): {' '.join(text.split())[:300]}"
-        if "Read-only file system" in text:
-            return f"read-only file system: {' '.join(text.split())[:300]}"
+        if (line := resource_message(str(exc))) is not None:
+            return line
         exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# The operating system's words for those errors, as DuckDB, sqlite and a failed step's stored error carry them.
+_RESOURCE_TEXTS = {"No space left on device": "no space left on device", "database or disk is full":
+                   "no space left on device", "Disk quota exceeded": "disk quota exceeded",
+                   "File too large": "file too large (the file size limit was reached)",
+                   "Read-only file system": "read-only file system"}
+
+
+def resource_message(text: str) -> str | None:
+    """One line for an error text that reports a full disk, a size limit or a read-only file system, naming
+    the file when the text does (DuckDB: `Could not write file "PATH": No space left on device`), else None."""
+    import re
+
+    for marker, words in _RESOURCE_TEXTS.items():
+        if marker in text:
+            path = re.search(r'(?:write|open|create|extend) file "([^"]+)"', text) or re.search(r"'(/[^']+)'", text)
+            return f"{words}: {path[1]}" if path else f"{words} ({' '.join(text.split())[:200]})"
     return None
 
 

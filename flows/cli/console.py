@@ -35,12 +35,30 @@ def _is_console_handler(handler: logging.Handler) -> bool:
     return type(handler) is logging.StreamHandler or isinstance(handler, PrefectConsoleHandler)
 
 
+class _LogFile(logging.FileHandler):
+    """The pipeline's log file. When a write fails (a full disk), one line says so and the file handler stops:
+    the stdlib's handler would print a traceback per log record (26,720 stderr lines on a full disk)."""
+
+    failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - the stdlib's name
+        if not self.failed:
+            self.failed = True
+            error = sys.exc_info()[1]
+            sys.stderr.write(f"medtx: cannot write the log file {self.baseFilename} ({error}); further log "
+                             "lines are dropped\n")
+
+
 def route_logs(log_dir: Path, verbose: bool) -> Path:
     """Send every log record to a new file under `log_dir` instead of the terminal; with `verbose`, to both.
     Returns the file's path."""
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"pipeline-{datetime.now():%Y%m%d-%H%M%S}.log"
-    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file = _LogFile(path, encoding="utf-8")
     to_file.setFormatter(logging.Formatter(_FORMAT))
     loggers = [logging.getLogger()] + [
         lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)

@@ -61,6 +61,7 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
         # before the config, whose model checks import torch (seconds on a busy box).
         with hold_writer(settings.db, "medtx pipeline", wait_s=0):
             _load(config, sources=True)  # every config error, before any Prefect server starts
+            _enough_space(settings)  # a full disk: one line now, not a Prefect server timing out in 90 s
             state, log_file = _run_with_display(config, db, settings, steps_only, refresh, verbose)
     except WarehouseBusy as exc:  # HolderFileDamaged (a text pid, a folder as the writer file): bad input, exit 2
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
@@ -69,6 +70,19 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
         _flush_prefect_logs()  # before its server goes: queued run logs would fail to send at exit
         stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
     _summary(settings, state, log_file)
+
+
+def _enough_space(settings) -> None:
+    """Exit 2 with one line when a folder the run writes (warehouse, Prefect home, models, logs) is nearly full."""
+    import os
+
+    from medtx.runtime.disk import free_space_problem
+
+    home = Path(os.environ.get("PREFECT_HOME", settings.prefect_home))
+    problem = free_space_problem([settings.db.parent, home, settings.models_dir, settings.root / "logs"])
+    if problem is not None:
+        _console.print(f"[red]medtx:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _flush_prefect_logs() -> None:
@@ -115,6 +129,16 @@ def _summary(settings, state, log_file: Path) -> None:
                    f"dashboard: {DASHBOARD_URL} (`medtx dashboard --db {settings.db}`)", highlight=False,
                    soft_wrap=True)
     if not state.is_completed():
+        from flows.cli import resource_message
+
+        # a full disk (or a size limit, a read-only folder) behind a failed step: one line naming it, exit 2
+        full = next((m for r in rows if r["error"] and (m := resource_message(r["error"]))), None)
+        if full is None and state.message:
+            full = resource_message(state.message)
+        if full is not None:
+            _console.print(f"[red]medtx:[/red] {escape(full)}; the pipeline stopped ({counts})", highlight=False,
+                           soft_wrap=True)
+            raise typer.Exit(2)
         _console.print(f"[red]pipeline failed:[/red] {state.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 

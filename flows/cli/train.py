@@ -132,5 +132,13 @@ def train(
     except (ValueError, LookupError, FileNotFoundError) as exc:
         _console.print(f"[red]train failed:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
+    with open_warehouse(settings.db, read_only=True) as con:  # what was stored, not what the call returned
+        stored = con.execute("SELECT status, error FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()
+    if not stored or stored[0][0] != "completed":
+        status, error = stored[0] if stored else ("missing", None)
+        first = (error or "").strip().splitlines()[:1]
+        _console.print(f"[red]train failed:[/red] run {run_id} is stored as {status}"
+                       f"{': ' + escape(first[0]) if first else ''}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     _console.print(_metrics_table(settings.db, run_id))
     typer.echo(run_id)
