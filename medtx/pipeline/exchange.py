@@ -120,13 +120,14 @@ def scratch_warehouse(package: Path, folder: Path) -> Path:
     db = folder / "scratch.duckdb"
     con = connect(db)
     try:
-        # ml.comparisons: the worker's own (empty) view; the flow compares against the reference baseline.
-        keep = set(manifest["tables"]) | set(RESULT_TABLES) | {"ml.pipeline_runs", "ml.comparisons"}
+        # Every ml.* table stays (empty): results are never inputs, and the run's own analysis writes several
+        # (intervals, comparisons against its empty view, the trust tables); the flow redoes it when recording.
+        keep = set(manifest["tables"]) | set(RESULT_TABLES)
         existing = con.sql("SELECT schema_name || '.' || table_name FROM duckdb_tables() "
                            "WHERE schema_name <> 'main'").fetchall()
         with transaction(con):
             for (table,) in existing:
-                if table not in keep:
+                if table not in keep and not table.startswith("ml."):
                     con.execute(f"DROP TABLE {quote_table(_checked(table))} CASCADE")
             for table in manifest["tables"]:
                 con.execute(f"INSERT INTO {quote_table(_checked(table))} BY NAME SELECT * FROM read_parquet(?)",
