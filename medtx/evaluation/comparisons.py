@@ -1,9 +1,10 @@
 """Paired comparisons of runs against the reference baseline of their (task, dataset) -> ml.comparisons.
 
-The reference is the best NON-neural baseline on VALIDATION (never test): among completed runs of models in
-`uncertainty.NON_NEURAL`, the highest validation value of the task's headline metric (ml.metrics split='val');
-when no candidate recorded a validation figure (text baselines record test only), the first model of the fixed
-order `NON_NEURAL` — a rule set before looking at any result. Ties go to the latest run.
+The reference is the best NON-neural baseline on VALIDATION (never test): among completed runs of the models
+that declare a `reference` place in the model registry (`registry.reference_models()`: logreg, tfidf_logreg,
+retrieval, copy_last, most_frequent, majority), the highest validation value of the task's headline metric
+(ml.metrics split='val'); when no candidate recorded a validation figure (text baselines record test only), the
+first model of that fixed order — a rule set before looking at any result. Ties go to the latest run.
 
 Each run is compared with the reference by a paired bootstrap: the same resampled test units (one count matrix,
 same seed) for both, on the task's headline and set metrics (`uncertainty.COMPARED`). The two runs must have
@@ -19,7 +20,7 @@ import numpy as np
 
 from medtx.store.db import transaction
 from medtx.metrics import intervals as iv
-from medtx.evaluation.uncertainty import COMPARED, NON_NEURAL, RunData, load_run_data
+from medtx.evaluation.uncertainty import COMPARED, RunData, load_run_data
 
 log = logging.getLogger("medtx.evaluation.uncertainty")
 
@@ -31,7 +32,10 @@ NEURAL_CONFIG_SQL = "coalesce(json_extract_string(r.config, '$.faq.embedding'), 
 
 def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None) -> str | None:
     """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none."""
+    from medtx.models.registry import reference_models
+
     metric, averaging = COMPARED[task][0]
+    candidates = reference_models()
     rows = con.execute(
         f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
             LEFT JOIN ml.metrics v ON v.run_id = r.run_id AND v.split = 'val' AND v.metric = ? AND v.averaging = ?
@@ -39,13 +43,13 @@ def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None
               AND r.model IN (SELECT unnest(?)) AND NOT {NEURAL_CONFIG_SQL}
               AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions)
             ORDER BY r.started_at DESC, r.run_id DESC""",
-        [metric, averaging, task, dataset, list(NON_NEURAL)]).fetchall()
+        [metric, averaging, task, dataset, list(candidates)]).fetchall()
     if not rows:
         return None
     scored = [r for r in rows if r[2] is not None]
     if scored:
         return max(scored, key=lambda r: r[2])[0]  # max keeps the first (= latest) of equal values
-    return min(rows, key=lambda r: NON_NEURAL.index(r[1]))[0]
+    return min(rows, key=lambda r: candidates.index(r[1]))[0]
 
 
 def _align(run: RunData, ref: RunData, run_id: str, ref_id: str) -> RunData:

@@ -37,7 +37,6 @@ RANKING = ("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20")
 # The task's headline metric first, then its set (thresholded) metric: what comparisons are made on (each
 # task declares its own, medtx.tasks; a task without any gets no comparisons).
 COMPARED = {t.name: t.compared for t in all_tasks() if t.compared}
-NON_NEURAL = ("logreg", "tfidf_logreg", "retrieval", "copy_last", "most_frequent", "majority")
 
 
 @dataclass

@@ -245,6 +245,11 @@ def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: Frame 
 
 
 # copy_last copies the previous visit's labels: a multi-label task only (a binary task has no label to copy).
-for _rank, (_name, _kinds) in enumerate((("most_frequent", ("multilabel", "binary")), ("copy_last", ("multilabel",)),
-                                          ("logreg", ("multilabel", "binary")), ("oracle", ("multilabel", "binary")))):
-    register_model(ModelSpec(name=_name, family="ehr_baseline", kinds=_kinds, rank=10 * (_rank + 1)))
+# reference: the preference as a task's reference baseline (medtx.models.registry.ModelSpec.reference); the
+# oracle knows the generating process and is never the reference.
+for _rank, (_name, _kinds, _reference) in enumerate((("most_frequent", ("multilabel", "binary"), 50),
+                                                     ("copy_last", ("multilabel",), 40),
+                                                     ("logreg", ("multilabel", "binary"), 10),
+                                                     ("oracle", ("multilabel", "binary"), None))):
+    register_model(ModelSpec(name=_name, family="ehr_baseline", kinds=_kinds, rank=10 * (_rank + 1),
+                             reference=_reference))

@@ -180,6 +180,9 @@ class ModelSpec:
     # Values of config fields a checkpoint written before the field existed was trained with.
     checkpoint_defaults: Mapping[str, Any] = field(default_factory=dict)
     rank: int = 100  # display order in tables and benchmarks (lower first)
+    # a non-neural model that may be its task's reference baseline (medtx.evaluation.comparisons): its place in
+    # the fixed preference order used when no candidate recorded a validation figure (lower first)
+    reference: int | None = None
 
     def serves(self, task: Task) -> bool:
         """The model serves the task's kind, finds the sample features it reads, and the task takes it."""
@@ -258,6 +261,11 @@ def model_defaults(model: str, task_name: str, task_kind: str, family: str = "eh
     spec = get_spec(model, family)
     task_own = get_task(task_name).defaults_for(spec.task_defaults_of or spec.name)
     return {**spec.defaults, **spec.kind_defaults.get(task_kind, {}), **task_own}
+
+
+def reference_models() -> tuple[str, ...]:
+    """The models that may be a task's reference baseline, in their fixed preference order."""
+    return tuple(s.name for s in sorted((s for s in specs() if s.reference is not None), key=lambda s: s.reference))
 
 
 def ehr_neural_models() -> tuple[str, ...]:

@@ -91,7 +91,9 @@ def build_tfidf_logreg(ctx: TextContext) -> Pipeline:
 
 
 _TEXT_KINDS = ("multiclass", "binary")
-register_model(ModelSpec(name="majority", family="text_baseline", kinds=_TEXT_KINDS, rank=10, build=build_majority))
+# reference: the preference as a task's reference baseline (medtx.models.registry.ModelSpec.reference)
+register_model(ModelSpec(name="majority", family="text_baseline", kinds=_TEXT_KINDS, rank=10, build=build_majority,
+                         reference=60))
 register_model(ModelSpec(name="tfidf_logreg", family="text_baseline", kinds=_TEXT_KINDS, rank=20,
-                         build=build_tfidf_logreg, settings=(TfidfConfig,)))
-register_model(ModelSpec(name="retrieval", family="faq", kinds=("generation",), rank=20))
+                         build=build_tfidf_logreg, settings=(TfidfConfig,), reference=20))
+register_model(ModelSpec(name="retrieval", family="faq", kinds=("generation",), rank=20, reference=30))
