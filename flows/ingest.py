@@ -40,16 +40,17 @@ _IO_TASK = dict(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_io
 
 @task(name="ingest-mimic3", task_run_name="ingest-{dataset}", **_IO_TASK)
 def ingest_mimic3_task(
-    db: Path, source: str, dataset: str, tables: list[str] | None, cache_dir: Path, guard: ShrinkGuard
+    db: Path, source: str, dataset: str, tables: list[str] | None, cache_dir: Path, guard: ShrinkGuard,
+    plausibility: str = "warn",
 ) -> list[IngestResult]:
-    return ingest_mimic3(db, source, dataset, cache_dir, tables, guard=guard)
+    return ingest_mimic3(db, source, dataset, cache_dir, tables, guard=guard, plausibility=plausibility)
 
 
 @task(name="ingest-mtsamples", task_run_name="ingest-mtsamples", **_IO_TASK)
 def ingest_mtsamples_task(
-    db: Path, source: str, cache_dir: Path, limit: int | None, guard: ShrinkGuard
+    db: Path, source: str, cache_dir: Path, limit: int | None, guard: ShrinkGuard, plausibility: str = "warn"
 ) -> IngestResult:
-    return ingest_mtsamples(db, source, cache_dir, limit=limit, guard=guard)
+    return ingest_mtsamples(db, source, cache_dir, limit=limit, guard=guard, plausibility=plausibility)
 
 
 @flow(name="ingest", log_prints=True)
@@ -62,6 +63,7 @@ def ingest(
     mtsamples_limit: int | None = None,
     allow_shrink: bool = False,
     max_shrink: float = DEFAULT_MAX_SHRINK,
+    plausibility: str = "warn",
 ) -> list[IngestResult]:
     """Ingest a MIMIC-III source (folder or URL prefix) and/or an MTSamples file into the warehouse."""
     settings = get_settings(db=db)
@@ -69,10 +71,12 @@ def ingest(
     results = []
     if mimic3_source:
         name = dataset or dataset_name(mimic3_source)
-        results += ingest_mimic3_task(settings.db, mimic3_source, name, tables, settings.cache_dir, guard)
+        results += ingest_mimic3_task(settings.db, mimic3_source, name, tables, settings.cache_dir, guard,
+                                      plausibility)
     if mtsamples_source:
         results.append(
-            ingest_mtsamples_task(settings.db, mtsamples_source, settings.cache_dir, mtsamples_limit, guard)
+            ingest_mtsamples_task(settings.db, mtsamples_source, settings.cache_dir, mtsamples_limit, guard,
+                                  plausibility)
         )
     create_table_artifact(key="ingest-summary", table=[asdict(r) for r in results], description="rows per table")
     return results

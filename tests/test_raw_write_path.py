@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 DML = re.compile(r"\b(INSERT\s+(OR\s+\w+\s+)?INTO|DELETE\s+FROM|UPDATE|TRUNCATE|DROP\s+TABLE|ALTER\s+TABLE|"
                  r"CREATE\s+(OR\s+REPLACE\s+)?TABLE|COPY)\b", re.I)
 RAW = re.compile(r"raw\.|raw_table")
+PATH = ("medtx/ingest/writepath.py", "replacing")  # the guarded transaction (plausibility rules run inside it)
 # Known writers outside the guarded path, each with the reason it is not user data the guard protects.
 EXEMPT = {
     # A synthetic cohort's ground truth (raw.synth_oracle_*), written by the pipeline's own synth/ingest step
@@ -69,8 +70,8 @@ def unguarded_calls(modules: dict[str, ast.Module], writers: set[str]) -> list[s
     bad = []
     for path, tree in modules.items():
         for fn in _functions(tree):
-            if fn.name in writers:
-                continue
+            if fn.name in writers or (path, fn.name) == PATH:
+                continue  # RawWriter.replacing itself runs its checks inside its own transaction
             guarded: set[int] = set()
             for node in ast.walk(fn):
                 if isinstance(node, (ast.With, ast.AsyncWith)) and any(

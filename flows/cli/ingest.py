@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from enum import Enum
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -29,6 +31,7 @@ from medtx.ingest import (
     ingest_mimic3,
     ingest_mtsamples,
 )
+from medtx.ingest.plausibility import POLICIES
 from medtx.ingest.sources import ChecksumError, DownloadError, SourceNotFound
 from medtx.settings import get_settings
 
@@ -44,6 +47,11 @@ _ALLOW_SHRINK = typer.Option(
 _MAX_SHRINK = typer.Option(
     DEFAULT_MAX_SHRINK, "--max-shrink", min=0.0, max=1.0, help="Largest accepted fraction of rows lost per table."
 )
+Plausibility = Enum("Plausibility", {p: p for p in POLICIES}, type=str)  # typer shows and checks the choices
+_PLAUSIBILITY = typer.Option(
+    Plausibility.warn, "--plausibility", help="Implausible rows (duplicate ids with other data, discharge before "
+    "admission, birth after admission, years outside 1750..2300, MTSamples ids twice): warn (keep, report), "
+    "reject (move to raw.ingest_rejects) or fail (change nothing). Counts per rule: raw.ingest_checks.")
 # Errors a user can act on: shown as one line, exit code 1, no traceback.
 _USER_ERRORS = (IngestError, SourceNotFound, DownloadError, ChecksumError, ValueError)
 
@@ -61,10 +69,12 @@ def mimic3(
     prefect: bool = _PREFECT,
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
+    plausibility: Plausibility = _PLAUSIBILITY,
 ) -> None:
     """Ingest PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS when present)
     as one unit: every table is staged and checked, then all are swapped in by one transaction."""
     settings = get_settings(db=db)
+    plausibility = plausibility.value
     source = source or str(settings.data_dir / "mimic3_demo")
     names = [t.lower() for t in tables] if tables else [*CORE_MIMIC3_TABLES, *OPTIONAL_MIMIC3_TABLES]
     try:
@@ -76,13 +86,14 @@ def mimic3(
             from flows.ingest import ingest
 
             results = ingest(mimic3_source=source, dataset=dataset, tables=names, db=settings.db,
-                             allow_shrink=allow_shrink, max_shrink=max_shrink)
+                             allow_shrink=allow_shrink, max_shrink=max_shrink, plausibility=plausibility)
         else:
             guard = ShrinkGuard(allow_shrink, max_shrink)
             results = _with_progress(
                 "mimic3",
                 lambda progress: ingest_mimic3(
-                    settings.db, source, dataset, settings.cache_dir, names, guard=guard, progress=progress
+                    settings.db, source, dataset, settings.cache_dir, names, guard=guard, progress=progress,
+                    plausibility=plausibility,
                 ),
             )
     except _USER_ERRORS as exc:
@@ -99,22 +110,25 @@ def mtsamples(
     prefect: bool = _PREFECT,
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
+    plausibility: Plausibility = _PLAUSIBILITY,
 ) -> None:
     """Ingest MTSamples transcriptions into raw.mtsamples (replacing it, in one transaction)."""
     settings = get_settings(db=db)
+    plausibility = plausibility.value
     source = source or str(settings.data_dir / "mtsamples" / "mtsamples.csv.gz")
     try:
         if prefect:
             from flows.ingest import ingest
 
             results = ingest(mtsamples_source=source, mtsamples_limit=limit, db=settings.db,
-                             allow_shrink=allow_shrink, max_shrink=max_shrink)
+                             allow_shrink=allow_shrink, max_shrink=max_shrink, plausibility=plausibility)
         else:
             guard = ShrinkGuard(allow_shrink, max_shrink)
             results = _with_progress(
                 "mtsamples",
                 lambda progress: [ingest_mtsamples(
-                    settings.db, source, settings.cache_dir, limit=limit, guard=guard, progress=progress
+                    settings.db, source, settings.cache_dir, limit=limit, guard=guard, progress=progress,
+                    plausibility=plausibility,
                 )],
             )
     except _USER_ERRORS as exc:
@@ -143,6 +157,20 @@ def _summary(results: list[IngestResult], db: Path) -> None:
     Console().print(table)
     if any(r.rows_rejected for r in results):
         _console.print("[yellow]rejected rows are kept in raw.ingest_rejects (file, line, column, error, raw line)")
+    plausibility_summary({r.dataset for r in results}, db)
+
+
+def plausibility_summary(datasets: set[str], db: Path) -> None:
+    """One line per plausibility rule that found rows in these datasets at this ingest (raw.ingest_checks)."""
+    from medtx.store.db import open_warehouse
+
+    with open_warehouse(db, read_only=True) as con:
+        found = con.execute("SELECT dataset, table_name, rule, n_rows, policy, example FROM raw.ingest_checks "
+                            "WHERE list_contains(?::VARCHAR[], dataset) ORDER BY ALL", [sorted(datasets)]).fetchall()
+    for dataset, table, rule, n, policy, example in found:
+        action = "moved to raw.ingest_rejects" if policy == "reject" else "kept"
+        line = f"plausibility: {table} [{dataset}]: {n:,} row(s) break rule {rule} (e.g. {example}); {action}"
+        _console.print(f"[yellow]{escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _fail(exc: Exception) -> None:

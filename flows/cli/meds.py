@@ -12,7 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.cli import app
-from flows.cli.ingest import _ALLOW_SHRINK, _MAX_SHRINK, ingest_app
+from flows.cli.ingest import (
+    _ALLOW_SHRINK, _MAX_SHRINK, _PLAUSIBILITY, Plausibility, ingest_app, plausibility_summary,
+)
 from flows.cli.locking import writes_warehouse
 from medtx.ingest import ShrinkGuard
 from medtx.store.db import open_warehouse
@@ -97,18 +99,21 @@ def ingest(
     prefect: bool = _PREFECT,
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
+    plausibility: Plausibility = _PLAUSIBILITY,
 ) -> None:
     """Load a MEDS dataset into raw.* so every task builder and model runs on it (as one unit, under the
     writer lock and the row-count guard, like `ingest mimic3`)."""
     settings = get_settings(db=db)
+    plausibility = plausibility.value
     try:
         guard = ShrinkGuard(allow_shrink, max_shrink)
         if prefect:
             from flows.meds import meds_flow
 
-            r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db, guard=guard)
+            r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db, guard=guard,
+                          plausibility=plausibility)
         else:
-            r = ingest_meds(settings.db, source, dataset, codes, guard=guard)
+            r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility)
     except _USER_ERRORS as exc:
         _fail("ingest", exc)
     table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")
@@ -120,6 +125,7 @@ def ingest(
     Console().print(table)
     if r.events > r.events_mapped:
         _console.print("[yellow]codes no rule maps are counted by prefix in raw.meds_codes")
+    plausibility_summary({r.dataset}, settings.db)
 
 
 def _fail(what: str, exc: Exception, code: int = 1) -> None:

@@ -103,6 +103,7 @@ def ingest_mimic3(
     *,
     guard: ShrinkGuard = ShrinkGuard(),
     progress: Callable[[int, int | None], None] | None = None,
+    plausibility: str = "warn",
 ) -> list[IngestResult]:
     """Replace `dataset`'s rows of every table of a MIMIC-III source (default: all tables) as one unit:
     all are staged and checked, then swapped in by one transaction, or nothing changes (see staging.py).
@@ -121,4 +122,4 @@ def ingest_mimic3(
             raise IngestError(f"{source}: no {spec.file_stem}.csv or {spec.file_stem}.csv.gz found (required table)")
         items.append(TableSource(spec, resolved, str(source)))
     return ingest_tables(Path(db), dataset, items, others=MIMIC3_TABLES, guard=guard,
-                         command="medtx ingest mimic3")
+                         command="medtx ingest mimic3", plausibility=plausibility)

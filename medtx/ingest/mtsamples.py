@@ -27,6 +27,7 @@ def ingest_mtsamples(
     limit: int | None = None,
     guard: ShrinkGuard = ShrinkGuard(),
     progress: Callable[[int, int | None], None] | None = None,
+    plausibility: str = "warn",
 ) -> IngestResult:
     """Replace raw.mtsamples with the notes of `source` (file or URL), atomically, and log the ingest.
     `limit`: keep only the first N notes (quick demos); `guard`: the row-count guard (staging.ShrinkGuard)."""
@@ -37,4 +38,4 @@ def ingest_mtsamples(
         raise IngestError(f"{source}: MTSamples file not found ({exc})") from exc
     item = TableSource(MTSAMPLES, resolved, str(source), index_column="note_id")
     return ingest_tables(Path(db), DATASET, [item], guard=guard, limit=limit,
-                         command="medtx ingest mtsamples")[0]
+                         command="medtx ingest mtsamples", plausibility=plausibility)[0]

@@ -36,6 +36,7 @@ from medtx.ingest.loader import (
 from medtx.ingest.records import read_lines_at, scan_records
 from medtx.ingest.schema import TableSpec
 from medtx.ingest.sources import SourceFile
+from medtx.ingest.plausibility import check_policy
 from medtx.ingest.writepath import DEFAULT_MAX_SHRINK, ShrinkGuard, raw_writer
 
 log = logging.getLogger("medtx.ingest")
@@ -78,13 +79,16 @@ def ingest_tables(
     guard: ShrinkGuard = ShrinkGuard(),
     limit: int | None = None,
     command: str = "medtx ingest",
+    plausibility: str = "warn",
 ) -> list[IngestResult]:
     """Replace `dataset`'s rows of every table in `items` at once, or change nothing (see module doc).
     Headers are checked before the warehouse is opened; `limit` keeps the first N parsed rows per file
     (quick demos: the record accounting is then skipped, since the file is not read to its end).
     The write goes through medtx.ingest.writepath: the writer lock (held as `command`) for the whole
-    ingest, and the row-count guard at the end of the one transaction."""
+    ingest, and the plausibility rules (`plausibility`: warn | reject | fail) and the row-count guard at the end
+    of the one transaction."""
     started = datetime.now()
+    check_policy(plausibility)  # a wrong policy fails before any file is read
     staged = []
     for item in items:  # every header first: a wrong file fails before the warehouse is touched
         label = item.file.source if item.file else item.searched
@@ -104,7 +108,7 @@ def ingest_tables(
                 _stage(con, s, dataset, limit)
             shas = {name: f.result() for name, f in digests.items()}
             labels = {s.item.spec.raw_table: s.label for s in staged}
-            with writer.replacing(dataset, guard, labels):
+            with writer.replacing(dataset, guard, labels, plausibility):
                 results = [_swap_in(con, s, dataset, shas, started) for s in staged]
     for r in results:
         log.info("%s -> raw.%s [%s]: %s, %d rows loaded, %d rejected", r.source, r.table, r.dataset, r.status,

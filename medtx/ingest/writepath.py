@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from medtx.ingest.loader import IngestError
+from medtx.ingest.plausibility import Finding, check_plausibility
 from medtx.store.db import connect, quote_table, transaction
 from medtx.store.writer_lock import hold_writer
 
@@ -84,16 +85,19 @@ class RawWriter:
 
     con: duckdb.DuckDBPyConnection
     db: Path
+    findings: list[Finding] = field(default_factory=list)  # the plausibility findings of the last replacement
 
     @contextmanager
-    def replacing(self, dataset: str, guard: ShrinkGuard, labels: Mapping[str, str] | None = None
-                  ) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One transaction replacing `dataset`'s rows; at its end the row-count guard compares every guarded
-        table with the rows it had when the transaction began, and a refusal rolls everything back.
-        `labels`: raw table (or '*') -> the source file named in the refusal."""
+    def replacing(self, dataset: str, guard: ShrinkGuard, labels: Mapping[str, str] | None = None,
+                  plausibility: str = "warn") -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction replacing `dataset`'s rows. At its end the plausibility rules run on the dataset's rows
+        as the body left them (medtx.ingest.plausibility: `plausibility` = warn | reject | fail), then the
+        row-count guard compares every guarded table with the rows it had when the transaction began; a refusal
+        rolls everything back. `labels`: raw table (or '*') -> the source file named in messages."""
         with transaction(self.con):
             before = table_rows(self.con, dataset)
             yield self.con
+            self.findings = check_plausibility(self.con, dataset, plausibility, labels or {})
             check_shrink(before, table_rows(self.con, dataset), dataset, guard, labels or {})
 
 

@@ -30,6 +30,7 @@ from medtx.store.db import quote_ident, quote_table
 from medtx.store.fingerprint import file_sha256
 from medtx.ingest.loader import IngestResult, write_log
 from medtx.ingest.mimic3 import check_dataset
+from medtx.ingest.plausibility import check_policy
 from medtx.ingest.writepath import ShrinkGuard, raw_writer
 from medtx.meds import tables
 from medtx.meds.mapping import CodeMapping, load_mapping
@@ -64,11 +65,14 @@ def default_mapping(meta: dict) -> str:
 
 
 def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes: str | Path | None = None, *,
-                guard: ShrinkGuard = ShrinkGuard(), command: str = "medtx ingest meds") -> MedsIngestResult:
+                guard: ShrinkGuard = ShrinkGuard(), command: str = "medtx ingest meds",
+                plausibility: str = "warn") -> MedsIngestResult:
     """Load the MEDS dataset at `source` as `dataset` (default: the folder name). `codes`: a shipped mapping
     name or a YAML file (default: from metadata/dataset.json's etl_name). `guard`: the row-count guard;
-    `command`: how the writer lock names this writer."""
+    `command`: how the writer lock names this writer; `plausibility`: warn | reject | fail
+    (medtx.ingest.plausibility)."""
     started, clock = datetime.now(), time.perf_counter()
+    check_policy(plausibility)
     root = Path(source).expanduser()
     shards = find_shards(root)
     meta = read_dataset_json(root)
@@ -83,7 +87,8 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
         con = writer.con
         try:
             rows, n_splits, mapped, unmapped, subjects, events = _write(
-                writer, root, str(source), dataset, shards, schemas, splits, mapping, guard, started, clock)
+                writer, root, str(source), dataset, shards, schemas, splits, mapping, guard, started, clock,
+                plausibility)
         finally:
             con.execute("DROP VIEW IF EXISTS _meds_mapped")
             for name in ("_meds_rules", EVENTS, "_meds_stays"):
@@ -96,7 +101,7 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
 
 
 def _write(writer, root: Path, source: str, dataset: str, shards: list[Path], schemas: list[pa.Schema], splits,
-           mapping: CodeMapping, guard: ShrinkGuard, started: datetime, clock: float):
+           mapping: CodeMapping, guard: ShrinkGuard, started: datetime, clock: float, plausibility: str):
     """Load, check and swap in (see ingest_meds) on the writer's connection."""
     con = writer.con
     # Row order is carried by _eid (and row_id), never by insertion order: let DuckDB insert in parallel,
@@ -111,7 +116,7 @@ def _write(writer, root: Path, source: str, dataset: str, shards: list[Path], sc
     tables.assign_stays(con, EVENTS, mapping)
     check_stays(con, shards)
     digest = _digest(shards)
-    with writer.replacing(dataset, guard, {"*": str(root)}):
+    with writer.replacing(dataset, guard, {"*": str(root)}, plausibility):
         rows = tables.write_raw(con, dataset, mapping)
         n_splits = _replace_splits(con, dataset, splits)
         mapped, unmapped = tables.write_accounting(con, dataset)
