@@ -12,7 +12,7 @@ from medtx.pipeline.exchange import export_training_package, package_key, record
 from medtx.pipeline.steps import run_train_from_package
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
-READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "ref.ddi_atc3")
+READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "samples.leakage_gate", "ref.ddi_atc3")
 SCOPE = {"dataset": "mimic3_demo", "task": "drug_rec"}
 
 
