@@ -473,3 +473,57 @@ def test_a_shift_planted_in_a_synthetic_cohort_is_found_where_it_was_planted(tmp
         assert n_val[0][0] > 0
     finally:
         con.close()
+
+
+# ----------------------------------------------------------------------------------------------- the model card
+
+
+def test_the_model_card_has_every_section_and_renders_offline(trust_db: Path, tmp_path: Path):
+    import re
+    from html.parser import HTMLParser
+
+    from medtx.evaluation.card import SECTIONS, render
+
+    con = connect(trust_db, read_only=True)
+    try:
+        page, markdown = render(con, "run")
+        with pytest.raises(ValueError, match="not in this warehouse"):
+            render(con, "nope")
+    finally:
+        con.close()
+    ids = re.findall(r"<section id='([^']+)'>", page)
+    assert tuple(ids) == SECTIONS
+    # self-contained: no script, no external stylesheet, image or font; figures are inline SVG
+    assert not re.search(r"<script|<link|src=['\"]https?:|url\(", page)
+    assert page.count("<svg") == 3  # forest plot, reliability curve, decision curve
+    sections = dict(zip(ids, re.split(r"<section id='[^']+'>", page)[1:], strict=True))
+    assert "female" in sections["subgroups"] and "too small" in sections["subgroups"]
+    assert "aria-label='forest plot of auroc'" in sections["subgroups"]
+    assert "platt" in sections["calibration"] and "isotonic" in sections["calibration"]
+    assert "sensitivity_0.80" in sections["operating-points"] and "net benefit" in sections["operating-points"]
+    assert "auprc" in sections["headline"]
+    assert re.search(r"(better|worse|no_detectable_difference) \([+-]", sections["headline"])  # verdict + diff
+    assert "30-day" in sections["clock"] or "discharge" in sections["clock"]
+    assert "Not collapsed" in sections["flags"]
+    assert "leakage" in sections["leakage"].lower()
+
+    class Strict(HTMLParser):
+        def error(self, message):  # pragma: no cover - html.parser calls it only in old versions
+            raise AssertionError(message)
+
+    Strict().feed(page)
+    for title in ("Data and lineage", "Subgroups", "Calibration", "Operating points", "Limitations"):
+        assert f"## {title}" in markdown
+
+
+def test_medtx_report_writes_html_and_markdown_and_refuses_an_unknown_run(trust_db: Path, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    out = tmp_path / "cards" / "run.html"
+    result = CliRunner().invoke(app, ["report", "--run", "run", "--out", str(out), "--db", str(trust_db)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("<!DOCTYPE html>") and out.with_suffix(".md").exists()
+    bad = CliRunner().invoke(app, ["report", "--run", "nope", "--db", str(trust_db)])
+    assert bad.exit_code == 2 and "not in this warehouse" in bad.output

@@ -1,0 +1,421 @@
+"""A model card per run: one self-contained page (HTML, and the same content as Markdown) that a clinician or an
+ethics board can file. Read-only over a warehouse or a published snapshot (the dashboard serves it from the
+snapshot); figures are inline SVG, so the page renders offline with no script, font or stylesheet fetched.
+
+Sections (each an `id` the tests check): lineage (code version, data fingerprint, config), clock (the task's
+prediction time), splits, headline (test metrics with 95% patient-bootstrap intervals and the paired verdict
+against the reference baseline), subgroups (table, forest plot, largest gaps), calibration (before/after
+recalibration fitted on validation, reliability curve), operating-points (thresholds chosen on validation, test
+figures, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+
+import duckdb
+
+from medtx.metrics import intervals as iv
+from medtx.tasks import get_task
+
+SECTIONS = ("lineage", "clock", "splits", "headline", "subgroups", "calibration", "operating-points", "flags",
+            "leakage", "limitations")
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  # inline SVG
+    details: str | None = None  # preformatted text shown folded (the config)
+
+
+@dataclass
+class Card:
+    run_id: str
+    title: str
+    sections: list[Section]
+
+    def html(self) -> str:
+        parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(self.title)}</title>",
+                 f"<style>{CSS}</style></head><body><h1>{_e(self.title)}</h1>",
+                 "<nav>" + " · ".join(f"<a href='#{s.id}'>{_e(s.title)}</a>" for s in self.sections) + "</nav>"]
+        for s in self.sections:
+            parts.append(f"<section id='{s.id}'><h2>{_e(s.title)}</h2>")
+            parts += [f"<p>{_e(p)}</p>" for p in s.paragraphs]
+            for head, rows in s.tables:
+                parts.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"
+                             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+                             + "</tbody></table>")
+            parts += [f"<figure>{svg}</figure>" for svg in s.figures]
+            if s.details is not None:
+                parts.append(f"<details><summary>config</summary><pre>{_e(s.details)}</pre></details>")
+            parts.append("</section>")
+        parts.append("</body></html>")
+        return "\n".join(parts)
+
+    def markdown(self) -> str:
+        out = [f"# {self.title}", ""]
+        for s in self.sections:
+            out += [f"## {s.title}", ""]
+            out += [p + "\n" for p in s.paragraphs]
+            for head, rows in s.tables:
+                out.append("| " + " | ".join(head) + " |")
+                out.append("|" + "---|" * len(head))
+                out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+                out.append("")
+            out += [svg + "\n" for svg in s.figures]  # inline SVG renders in most Markdown viewers
+            if s.details is not None:
+                out += ["```json", s.details, "```", ""]
+        return "\n".join(out)
+
+
+CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+       "table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:2px 6px}"
+       "th{background:#f3f3f3}section{margin-bottom:2em}nav{font-size:.9em;margin-bottom:1em}"
+       "figure{margin:.5em 0}")
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(value: float | None, lo: float | None, hi: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f} [{_f(lo, digits)}, {_f(hi, digits)}]" if lo is not None else f"{value:.{digits}f}"
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[dict]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    schema, name = table.split(".")
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+                            [schema, name]).fetchall()[0][0])
+
+
+# ----------------------------------------------------------------------------------------------- SVG
+
+
+def forest_svg(rows: list[tuple[str, float, float | None, float | None]], overall: float | None, label: str,
+               width: int = 640) -> str:
+    """A forest plot: one line per (name, value, lo, hi), the overall value as a dashed line."""
+    values = [v for _, v, lo, hi in rows for v in (v, lo, hi) if v is not None] + ([overall] if overall else [])
+    if not rows or not values:
+        return ""
+    lo_x, hi_x = min(values), max(values)
+    pad = (hi_x - lo_x) * 0.05 or 0.05
+    lo_x, hi_x = lo_x - pad, hi_x + pad
+    left, right, row_h = 170, 20, 20
+    height = row_h * len(rows) + 40
+    x = lambda v: left + (v - lo_x) / (hi_x - lo_x) * (width - left - right)  # noqa: E731
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+           f"aria-label='forest plot of {_e(label)}' font-size='11' font-family='sans-serif'>"]
+    if overall is not None:
+        out.append(f"<line x1='{x(overall):.1f}' y1='5' x2='{x(overall):.1f}' y2='{height - 25}' stroke='#888' "
+                   "stroke-dasharray='4 3'/>")
+    for i, (name, value, lo, hi) in enumerate(rows):
+        y = 15 + i * row_h
+        out.append(f"<text x='5' y='{y + 4}'>{_e(name)}</text>")
+        if lo is not None and hi is not None:
+            out.append(f"<line x1='{x(lo):.1f}' y1='{y}' x2='{x(hi):.1f}' y2='{y}' stroke='#1f77b4' stroke-width='2'/>")
+        out.append(f"<circle cx='{x(value):.1f}' cy='{y}' r='4' fill='#1f77b4'/>")
+    axis_y = height - 20
+    out.append(f"<line x1='{left}' y1='{axis_y}' x2='{width - right}' y2='{axis_y}' stroke='#333'/>")
+    for t in (lo_x + pad, (lo_x + hi_x) / 2, hi_x - pad):
+        out.append(f"<text x='{x(t):.1f}' y='{axis_y + 14}' text-anchor='middle'>{t:.3f}</text>")
+    out.append(f"<text x='{width - right}' y='{axis_y - 4}' text-anchor='end'>{_e(label)}</text></svg>")
+    return "".join(out)
+
+
+def lines_svg(series: list[tuple[str, list[float], list[float], list[float] | None, list[float] | None, str]],
+              x_label: str, y_label: str, diagonal: bool = False, width: int = 460, height: int = 320) -> str:
+    """Line chart of (name, xs, ys, band_low, band_high, colour) series, bands shaded."""
+    xs = [v for s in series for v in s[1]]
+    ys = [v for s in series for v in s[2]] + [v for s in series if s[3] for v in s[3] + s[4]]
+    if not xs:
+        return ""
+    x0, x1 = (0.0, max(max(xs), 1e-9)) if not diagonal else (0.0, max(max(xs), max(ys), 1e-9))
+    y0, y1 = (min(min(ys), 0.0), max(max(ys), 1e-9)) if not diagonal else (0.0, x1)
+    m = 45
+    px = lambda v: m + (v - x0) / (x1 - x0) * (width - m - 10)  # noqa: E731
+    py = lambda v: height - m - (v - y0) / ((y1 - y0) or 1) * (height - m - 10)  # noqa: E731
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+           f"aria-label='{_e(y_label)} against {_e(x_label)}' font-size='11' font-family='sans-serif'>",
+           f"<line x1='{m}' y1='{height - m}' x2='{width - 10}' y2='{height - m}' stroke='#333'/>",
+           f"<line x1='{m}' y1='10' x2='{m}' y2='{height - m}' stroke='#333'/>",
+           f"<text x='{width / 2}' y='{height - 10}' text-anchor='middle'>{_e(x_label)}</text>",
+           f"<text x='12' y='{height / 2}' transform='rotate(-90 12 {height / 2})' text-anchor='middle'>"
+           f"{_e(y_label)}</text>",
+           f"<text x='{m}' y='{height - m + 14}' text-anchor='middle'>{x0:.2f}</text>",
+           f"<text x='{width - 10}' y='{height - m + 14}' text-anchor='end'>{x1:.2f}</text>",
+           f"<text x='{m - 3}' y='{py(y1) + 4:.1f}' text-anchor='end'>{y1:.2f}</text>",
+           f"<text x='{m - 3}' y='{py(y0):.1f}' text-anchor='end'>{y0:.2f}</text>"]
+    if diagonal:
+        out.append(f"<line x1='{px(0):.1f}' y1='{py(0):.1f}' x2='{px(x1):.1f}' y2='{py(x1):.1f}' stroke='#aaa' "
+                   "stroke-dasharray='4 3'/>")
+    for i, (name, sx, sy, blo, bhi, colour) in enumerate(series):
+        if blo and bhi:
+            pts = [f"{px(a):.1f},{py(b):.1f}" for a, b in zip(sx, bhi, strict=True)] + \
+                  [f"{px(a):.1f},{py(b):.1f}" for a, b in zip(reversed(sx), reversed(blo), strict=True)]
+            out.append(f"<polygon points='{' '.join(pts)}' fill='{colour}' fill-opacity='0.15' stroke='none'/>")
+        pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(sx, sy, strict=True))
+        out.append(f"<polyline points='{pts}' fill='none' stroke='{colour}' stroke-width='2'/>")
+        out.append(f"<text x='{width - 15}' y='{20 + 14 * i}' text-anchor='end' fill='{colour}'>{_e(name)}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+COLOURS = {"none": "#d62728", "platt": "#1f77b4", "isotonic": "#2ca02c", "temperature": "#9467bd",
+           "model": "#1f77b4", "treat all": "#ff7f0e", "treat none": "#7f7f7f"}
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+
+def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
+    """The card of one run; ValueError naming the run when it is not in this warehouse/snapshot."""
+    found = _rows(con, "SELECT * FROM ml.runs WHERE run_id = ?", [run_id])
+    if not found:
+        raise ValueError(f"run {run_id!r} is not in this warehouse (medtx status lists the runs)")
+    run = found[0]
+    try:
+        task = get_task(run["task"])
+    except ValueError:
+        task = None
+    title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}"
+    sections = [_lineage(run), _clock(task), _splits(con, run), _headline(con, run, task),
+                *_trust_sections(con, run, task), _flags(run), _leakage(con, run), _limitations(con, run)]
+    return Card(run_id, title, sections)
+
+
+def _lineage(run: dict) -> Section:
+    config = run["config"]
+    try:
+        pretty = json.dumps(json.loads(config) if isinstance(config, str) else config, indent=2, sort_keys=True)
+    except (TypeError, ValueError):
+        pretty = str(config)
+    rows = [["run id", run["run_id"]], ["status", run["status"]], ["code version", run["code_version"] or "–"],
+            ["data fingerprint", run["data_fingerprint"] or "–"], ["dataset", f"{run['dataset'] or '-'}"
+                                                                      + (" (synthetic)" if run["is_synthetic"] else "")],
+            ["started / finished (UTC)", f"{run['started_at']} / {run['finished_at']}"],
+            ["pipeline run", run["pipeline_run_id"] or "–"], ["device", run["device"] or "–"],
+            ["decision threshold", f"{_f(run['threshold'])} ({run['threshold_source'] or '-'})"]]
+    return Section("lineage", "Data and lineage", tables=[(["", ""], rows)], details=pretty)
+
+
+def _clock(task) -> Section:
+    if task is None:
+        return Section("clock", "The task's clock", ["The task of this run is no longer registered."])
+    when = task.clock or "not stated"
+    paragraphs = [f"Task {task.name} ({task.kind}): {task.description}",
+                  f"Prediction time: {when}" + (f" (SQL: {task.prediction_time})" if task.prediction_time else "")
+                  + ". Features hold only events known at or before it (medtx/tasks/clock.py)."]
+    return Section("clock", "The task's clock", paragraphs)
+
+
+def _splits(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
+    rows = []
+    if run["dataset"] and _table_exists(con, "samples.splits"):
+        rows = [[s, f"{n:,}"] for s, n in con.execute(
+            "SELECT split, count(DISTINCT subject_id) FROM samples.splits WHERE dataset = ? AND task = ? "
+            "GROUP BY split ORDER BY split", [run["dataset"], run["task"]]).fetchall()]
+    n_test = con.execute("SELECT count(DISTINCT sample_id) FROM ml.predictions WHERE run_id = ?",
+                         [run["run_id"]]).fetchall()[0][0]
+    n_val = con.execute("SELECT count(DISTINCT sample_id) FROM ml.val_predictions WHERE run_id = ?",
+                        [run["run_id"]]).fetchall()[0][0]
+    para = [f"Test: {n_test:,} samples, {run['n_test_units'] or 0:,} {run['test_unit'] or 'units'} "
+            f"(the bootstrap's units); validation predictions stored: {n_val:,} samples."]
+    return Section("splits", "Split sizes", para, tables=[(["split", "patients (units)"], rows)] if rows else [])
+
+
+def _headline(con: duckdb.DuckDBPyConnection, run: dict, task) -> Section:
+    names = list(task.metrics) if task is not None else []
+    rows = _rows(con, "SELECT m.metric, m.averaging, m.value, m.ci_low, m.ci_high, m.ci_method, c.verdict, c.diff, "
+                      "c.ci_low AS d_lo, c.ci_high AS d_hi, c.reference_run_id FROM ml.metrics m "
+                      "LEFT JOIN ml.comparisons c ON c.run_id = m.run_id AND c.metric = m.metric "
+                      "AND c.averaging = m.averaging WHERE m.run_id = ? AND m.split = 'test' "
+                      "ORDER BY m.metric, m.averaging", [run["run_id"]])
+    order = {n: i for i, n in enumerate(names)}
+    rows.sort(key=lambda r: (order.get(r["metric"], len(order)), r["metric"], r["averaging"]))
+    table = [[r["metric"], r["averaging"], _ci(r["value"], r["ci_low"], r["ci_high"]),
+              (r["verdict"] or "–") + (f" ({r['diff']:+.3f} [{_f(r['d_lo'])}, {_f(r['d_hi'])}])"
+                                       if r["diff"] is not None and r["verdict"] != "too_small" else ""),
+              r["ci_method"] or "–"] for r in rows if r["metric"] not in ("n_samples", "n_patients")]
+    refs = {r["reference_run_id"] for r in rows if r["reference_run_id"]}
+    para = ["Point estimate on the whole test split with its 95% percentile interval over 1,000 bootstrap "
+            "resamples of test patients; the verdict is a paired bootstrap against the reference baseline "
+            + (f"({', '.join(sorted(refs))}) " if refs else "") + "on the same resampled patients. The ECE carries "
+            "no interval (its bootstrap is biased)."]
+    return Section("headline", "Headline metrics (test)", para,
+                   tables=[(["metric", "averaging", "value [95% CI]", "verdict vs reference (diff [95% CI])",
+                             "interval method"], table)])
+
+
+def _trust_sections(con: duckdb.DuckDBPyConnection, run: dict, task) -> list[Section]:
+    rid = run["run_id"]
+    groups = _rows(con, "SELECT * FROM ml.subgroups WHERE run_id = ? ORDER BY attribute, metric, grp", [rid])
+    sub = Section("subgroups", "Subgroups")
+    cal = Section("calibration", "Calibration")
+    ops = Section("operating-points", "Operating points")
+    if not groups:
+        note = ("No subgroup, calibration or operating-point figures: they are computed for binary and "
+                "multi-label EHR runs with stored test predictions.")
+        return [Section("subgroups", "Subgroups", [note]), Section("calibration", "Calibration", [note]),
+                Section("operating-points", "Operating points", [note])]
+    preferred = [*(task.metrics if task is not None else ()), "citl"]
+    metrics = sorted(dict.fromkeys((g["metric"], g["averaging"]) for g in groups),
+                     key=lambda m: preferred.index(m[0]) if m[0] in preferred else len(preferred))
+    overall = {(m, a): v for m, a, v in con.execute(
+        "SELECT metric, averaging, value FROM ml.metrics WHERE run_id = ? AND split = 'test'", [rid]).fetchall()}
+    sub.paragraphs.append(
+        "Groups: sex, age band at admission (<50, 50-64, 65-79, >=80), ethnicity group, insurance, admission type "
+        "(medtx/evaluation/groups.py). Each group's figure has a 95% patient-bootstrap interval; the verdict "
+        f"compares the run with the reference baseline within the group. Fewer than {iv.MIN_UNITS} test patients: "
+        "too small, no figure shown. citl = observed minus expected event rate (calibration-in-the-large).")
+    head = ["attribute", "group", "patients", "samples", "positives"] + [m for m, _ in metrics]
+    keyed = {(g["attribute"], g["grp"], g["metric"], g["averaging"]): g for g in groups}
+    seen = list(dict.fromkeys((g["attribute"], g["grp"]) for g in groups))
+    table = []
+    for attribute, grp in seen:
+        first = next(g for g in groups if g["attribute"] == attribute and g["grp"] == grp)
+        cells = []
+        for m, a in metrics:
+            g = keyed.get((attribute, grp, m, a))
+            if g is None or g["too_small"]:
+                cells.append("too small")
+            else:
+                cells.append(_ci(g["value"], g["ci_low"], g["ci_high"])
+                             + (f" · {g['verdict']}" if g["verdict"] else ""))
+        table.append([attribute, grp, str(first["n_patients"]), str(first["n_samples"]), str(first["n_positives"]),
+                      *cells])
+    sub.tables.append((head, table))
+    m0 = metrics[0]
+    forest = [(f"{g['attribute']}: {g['grp']}", g["value"], g["ci_low"], g["ci_high"]) for g in groups
+              if (g["metric"], g["averaging"]) == m0 and not g["too_small"] and g["value"] is not None]
+    sub.figures.append(forest_svg(forest, overall.get(m0), m0[0]))
+    gaps = _rows(con, "SELECT * FROM ml.subgroup_gaps WHERE run_id = ? ORDER BY metric, gap DESC", [rid])
+    if gaps:
+        sub.paragraphs.append(
+            "Largest gap per attribute: the largest difference between two of its groups (not too small, not "
+            "'unknown') with an interval simultaneous over every pair of groups and the metrics (97.5% level, "
+            "bootstrap max-t). Detected = the interval excludes 0.")
+        sub.tables.append((["metric", "attribute", "groups (high − low)", "gap [simultaneous CI]", "detected",
+                            "run's largest"],
+                           [[g["metric"], g["attribute"], f"{g['group_high']} − {g['group_low']}",
+                             _ci(g["gap"], g["ci_low"], g["ci_high"]), "yes" if g["detected"] else "no",
+                             "yes" if g["largest"] else ""] for g in gaps]))
+    calib = _rows(con, "SELECT * FROM ml.calibration WHERE run_id = ? ORDER BY method, metric", [rid])
+    if calib:
+        methods = list(dict.fromkeys(c["method"] for c in calib))
+        names = list(dict.fromkeys(c["metric"] for c in calib))
+        cell = {(c["method"], c["metric"]): c for c in calib}
+        cal.paragraphs.append(
+            "Before ('none') and after post-hoc recalibration fitted on the validation predictions only, applied "
+            "to test. citl: observed minus expected rate (0 = calibrated); slope: logistic calibration slope "
+            "(1 = calibrated, < 1 too extreme); 95% patient-bootstrap intervals; the ECE without one.")
+        cal.tables.append((["method", *names, "fitted on"],
+                           [[m, *[_ci(cell[(m, n)]["value"], cell[(m, n)]["ci_low"], cell[(m, n)]["ci_high"])
+                                  if (m, n) in cell else "–" for n in names],
+                             f"{cell[(m, names[0])]['n_fit']} validation samples" if cell.get((m, names[0]), {}).get(
+                                 "n_fit") else "–"] for m in methods]))
+        rel = _rows(con, "SELECT * FROM ml.reliability WHERE run_id = ? ORDER BY method, bin", [rid])
+        series = []
+        for m in methods:
+            pts = [r for r in rel if r["method"] == m]
+            if pts:
+                band = m == "none" or m == methods[-1]
+                series.append((m, [r["mean_pred"] for r in pts], [r["observed"] for r in pts],
+                               [r["ci_low"] for r in pts] if band else None,
+                               [r["ci_high"] for r in pts] if band else None, COLOURS.get(m, "#333")))
+        cal.figures.append(lines_svg(series, "mean predicted probability", "observed rate", diagonal=True))
+    else:
+        cal.paragraphs.append("No calibration figures (predictions stored truncated, or no validation predictions).")
+    points = _rows(con, "SELECT * FROM ml.operating_points WHERE run_id = ? AND target <> 'grid' "
+                        "ORDER BY threshold DESC, metric", [rid])
+    if points:
+        targets = list(dict.fromkeys(p["target"] for p in points))
+        cell = {(p["target"], p["metric"]): p for p in points}
+        figs = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
+        ops.paragraphs.append(
+            "Each threshold is chosen on validation for its target, then applied to test; 95% patient-bootstrap "
+            "intervals. alerts_per_100 = alerts per 100 admissions; nne = number needed to evaluate (alerts per "
+            "true positive).")
+        ops.tables.append((["target", "threshold", *figs],
+                           [[t, f"{cell[(t, 'ppv')]['threshold']:.4f}",
+                             *[_ci(cell[(t, f)]["value"], cell[(t, f)]["ci_low"], cell[(t, f)]["ci_high"],
+                                   1 if f in ("alerts_per_100", "nne") else 3) for f in figs]] for t in targets]))
+        curve = _rows(con, "SELECT * FROM ml.decision_curve WHERE run_id = ? AND threshold <= 0.5 ORDER BY threshold",
+                      [rid])
+        if curve:
+            ts = [c["threshold"] for c in curve]
+            ops.paragraphs.append("Decision curve: net benefit of acting on the model at each threshold probability "
+                                  "against treating everyone and no one.")
+            ops.figures.append(lines_svg(
+                [("model", ts, [c["net_benefit"] or 0.0 for c in curve], [c["ci_low"] or 0.0 for c in curve],
+                  [c["ci_high"] or 0.0 for c in curve], COLOURS["model"]),
+                 ("treat all", ts, [max(c["treat_all"], -0.05) for c in curve], None, None, COLOURS["treat all"]),
+                 ("treat none", ts, [0.0] * len(ts), None, None, COLOURS["treat none"])],
+                "threshold probability", "net benefit"))
+    else:
+        ops.paragraphs.append("No operating points: they are computed for binary tasks with stored validation "
+                              "predictions.")
+    return [sub, cal, ops]
+
+
+def _flags(run: dict) -> Section:
+    if run["collapsed"]:
+        return Section("flags", "Collapse flags", [f"COLLAPSED: {run['collapse_reason'] or 'constant predictions'}. "
+                                                   "Its figures describe a model that does not discriminate."])
+    return Section("flags", "Collapse flags", ["Not collapsed: the test predictions vary (medtx/metrics/collapse.py)."])
+
+
+def _leakage(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
+    if not _table_exists(con, "samples.leakage_gate"):
+        return Section("leakage", "Leakage gate", ["This warehouse has no leakage-gate table."])
+    rows = _rows(con, "SELECT * FROM samples.leakage_gate WHERE dataset = ? AND task = ?",
+                 [run["dataset"], run["task"]])
+    if not rows:
+        return Section("leakage", "Leakage gate", ["No leakage-gate record for this task and dataset (tasks split "
+                                                   "by text group or pair are not gated)."])
+    g = rows[0]
+    return Section("leakage", "Leakage gate", [f"Status: {g['status']}. {g['message']}"],
+                   tables=[(["samples", "split overlap", "late codes", "shortcuts", "acknowledged"],
+                            [[str(g["samples"]), str(g["split_overlap"]), str(g["late_codes"]),
+                              str(g["shortcuts"]), str(g["acknowledged"])]])])
+
+
+def _limitations(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
+    items = []
+    if run["is_synthetic"]:
+        items.append("The data are SYNTHETIC (medtx synth): no figure here describes real patients.")
+    if (run["n_test_units"] or 0) < iv.MIN_UNITS:
+        items.append(f"Fewer than {iv.MIN_UNITS} test patients: no verdict is drawn.")
+    small = con.execute("SELECT count(DISTINCT attribute || grp) FROM ml.subgroups WHERE run_id = ? AND too_small",
+                        [run["run_id"]]).fetchall()[0][0]
+    if small:
+        items.append(f"{small} subgroup(s) have fewer than {iv.MIN_UNITS} test patients and show no figure.")
+    items += ["One training seed: a claim that one model beats another needs >= 3 seeds that agree.",
+              "Subgroups are read from the warehouse's demographics (raw.patients/raw.admissions) as recorded; "
+              "'unknown' collects missing and undeclared values.",
+              "Thresholds and recalibration are fitted on the validation split of this dataset; another hospital's "
+              "population would need its own."]
+    return Section("limitations", "Limitations", items)
+
+
+def render(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
+    """(HTML, Markdown) of the run's card."""
+    card = build_card(con, run_id)
+    return card.html(), card.markdown()
