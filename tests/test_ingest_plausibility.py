@@ -125,3 +125,30 @@ def test_mtsamples_id_twice_with_other_text(db, tmp_path, policy: str) -> None:
     expected = {"warn": 5000, "reject": 4998}[policy]
     assert counts(db) == {**BASE, "mtsamples": expected, "ingest_rejects": 2 if policy == "reject" else 0,
                           "ingest_log": BASE["ingest_log"] + 1}
+
+
+def test_the_pipeline_config_sets_the_policy(db, tmp_path) -> None:
+    """`ingest: {plausibility: fail}` reaches the plan's ingest step and the pipeline's step function; a value
+    outside warn/reject/fail is a config error at load."""
+    from medtx.ingest.plausibility import ImplausibleData
+    from medtx.pipeline import steps
+    from medtx.pipeline.config import ConfigError, load_config
+    from medtx.pipeline.plan import build_plan
+    from tests.conftest import DATA
+
+    adm, _, _ = _bad_admissions()
+    folder = cohort(tmp_path / "cohort", admissions=adm)
+    config = tmp_path / "pipeline.yaml"
+    for policy in ("fail", "sometimes"):
+        config.write_text(f"datasets:\n  - {{source: {folder}, name: cohort}}\ningest: {{plausibility: {policy}}}\n"
+                          "seeds: [42]\ntasks:\n  readmission:\n    models: [{model: logreg}]\n")
+        if policy == "sometimes":
+            with pytest.raises(ConfigError) as err:
+                load_config(config)
+            assert any("ingest.plausibility" in line and "sometimes" in line for line in err.value.lines), err.value
+            continue
+        step = build_plan(load_config(config), tmp_path / "synth", DATA)["ingest.cohort"]
+        assert step.params["plausibility"] == "fail"
+        with pytest.raises(ImplausibleData, match=r"raw\.admissions \[cohort\]: 1 row\(s\) with dischtime before "):
+            steps.run_ingest(step.spec(), {"db": str(db), "cache_dir": str(tmp_path / "cache")})
+        assert counts(db) == BASE

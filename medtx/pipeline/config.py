@@ -153,10 +153,12 @@ class TaskConfig(_Strict):
 
 
 class IngestConfig(_Strict):
-    """Row-count guard of the ingest steps (medtx.ingest.ShrinkGuard; the CLI's --allow-shrink/--max-shrink)."""
+    """Row-count guard of the ingest steps (medtx.ingest.ShrinkGuard; the CLI's --allow-shrink/--max-shrink) and
+    the plausibility policy (medtx.ingest.plausibility; the CLI's --plausibility)."""
 
     allow_shrink: bool = False  # accept a table dropping to 0 rows or by more than max_shrink
     max_shrink: float = Field(default=0.5, ge=0.0, le=1.0)  # largest accepted fraction of rows lost per table
+    plausibility: Literal["warn", "reject", "fail"] = "warn"  # implausible rows: keep+report, move to rejects, fail
 
 
 class RunnerConfig(_Strict):

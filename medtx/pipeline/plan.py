@@ -121,7 +121,8 @@ def _ingest_steps(cfg: PipelineConfig, synth_dir: Path) -> list[Step]:
     """One step per dataset: its tables are one atomic unit (medtx/ingest/staging.py: all staged and
     checked, then swapped in by one transaction). Synth cohorts first generate their CSV folder, then load
     like any folder, plus their oracle tables."""
-    guard = {"allow_shrink": cfg.ingest.allow_shrink, "max_shrink": cfg.ingest.max_shrink}
+    guard = {"allow_shrink": cfg.ingest.allow_shrink, "max_shrink": cfg.ingest.max_shrink,
+             "plausibility": cfg.ingest.plausibility}
     steps = []
     for ds in cfg.datasets:
         scope = {"dataset": ds.key}

@@ -41,15 +41,18 @@ def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
         with open_warehouse(db) as con:
             return {"rows": load_oracle(con, Path(p["source"]), dataset=spec["dataset"])}
     guard = ShrinkGuard(p.get("allow_shrink", False), p.get("max_shrink", 0.5))
+    policy = p.get("plausibility", "warn")
     if p.get("table") == "meds":
         from medtx.meds import ingest_meds
 
-        meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"), guard=guard, command="medtx pipeline")
+        meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"), guard=guard, command="medtx pipeline",
+                           plausibility=policy)
         return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
     if p.get("table") == "mtsamples":
-        results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard)]
+        results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard, plausibility=policy)]
     else:
-        results = ingest_mimic3(db, p["source"], spec["dataset"], cache_dir, p["tables"], guard=guard)
+        results = ingest_mimic3(db, p["source"], spec["dataset"], cache_dir, p["tables"], guard=guard,
+                                plausibility=policy)
     return {r.table: {"rows_loaded": r.rows_loaded, "rows_rejected": r.rows_rejected, "status": r.status}
             for r in results}
 
