@@ -150,3 +150,14 @@ def test_a_half_written_holder_file_is_still_taken_over(tmp_path: Path) -> None:
         with hold_writer(db, "test", wait_s=0) as me:
             assert read_holder(db).pid == me.pid == os.getpid()
         assert not holder_path(db).exists()
+
+
+def test_medtx_pipeline_refuses_a_damaged_holder_file_with_exit_2(tmp_path: Path) -> None:
+    """The pipeline checks the writer file first (before its config, before any server): same line, exit 2."""
+    db = tmp_path / "w.duckdb"
+    holder_path(db).mkdir()
+    result = CliRunner().invoke(app, ["pipeline", "--db", str(db)])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2, out
+    assert f"{holder_path(db)}: is a folder, not a file: the warehouse's writer file is damaged" in out
+    assert not db.exists()  # nothing created
