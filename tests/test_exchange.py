@@ -86,3 +86,21 @@ def test_a_worker_that_dies_before_publishing_leaves_nothing(demo_copy: Path, tm
         train_in_package(package, result_dir, killed)
     assert not result_dir.exists()
     assert not [p for p in result_dir.parent.iterdir() if p.name.startswith(".r3")]
+
+
+def test_a_result_folder_removed_while_training_is_made_again(demo_copy: Path, tmp_path: Path) -> None:
+    """The flow removes results/<pipeline run>/ once its last recorded package is gone; a worker still training
+    then publishes into a folder that no longer exists. It is made again (the default-config pipeline lost 4 text
+    trainings to FileNotFoundError on this race)."""
+    package = export_training_package(demo_copy, READS, SCOPE, tmp_path / "exchange", "k9")
+    result_dir = tmp_path / "exchange" / "results" / "p9" / "train.x"
+
+    def removed_meanwhile(db: Path, models_root: Path) -> list[str]:
+        import shutil
+
+        shutil.rmtree(result_dir.parent)  # what exchange._remove_result does after another step's recording
+        raise ValueError("training failed after its folder vanished")
+
+    with pytest.raises(ValueError, match="folder vanished"):
+        train_in_package(package, result_dir, removed_meanwhile)
+    assert json.loads((result_dir / "manifest.json").read_text())["error"].startswith("ValueError")

@@ -42,7 +42,7 @@ from typing import Any
 import duckdb
 
 from medtx.pipeline.integrity import PackageDamaged, check_package, file_digests, safe_name
-from medtx.pipeline.packages import MANIFEST, RESULT_TABLES, publish_dir
+from medtx.pipeline.packages import MANIFEST, RESULT_TABLES, publish_dir, temp_dir_in
 from medtx.store.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.pipeline")
@@ -164,7 +164,7 @@ def train_in_package(package: Path | str, result_dir: Path | str, run: Callable[
             error = exc
             with open_warehouse(db, read_only=True) as con:
                 run_ids = [r[0] for r in con.sql("SELECT run_id FROM ml.runs").fetchall()]
-        tmp = Path(tempfile.mkdtemp(prefix=f".{result_dir.name}-", dir=result_dir.parent))
+        tmp = temp_dir_in(result_dir.parent, f".{result_dir.name}-")  # its folder may be gone: made again
         _export_results(db, run_ids, models_root, tmp)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
                     "worker": {"host": socket.gethostname(), "pid": os.getpid()},

@@ -110,6 +110,19 @@ def read_training_package(package: Path | str) -> tuple[dict[str, Any], dict[str
 # ----------------------------------------------------------------------------------------------- result packages
 
 
+def temp_dir_in(parent: Path, prefix: str) -> Path:
+    """A fresh hidden folder in `parent` for a package being written. The flow removes a pipeline run's results
+    folder once its last recorded package is gone (exchange._remove_result), possibly while a worker was still
+    training: the folder is made again and the creation retried, so that race never fails a finished training."""
+    for _ in range(10):
+        parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        except FileNotFoundError:  # removed between the mkdir and the mkdtemp: again
+            continue
+    raise FileNotFoundError(f"{parent}: removed again and again while a package was being written")
+
+
 def publish_dir(tmp: Path, dest: Path) -> Path:
     """Atomically move a finished folder into place; if another writer won the race, keep theirs."""
     try:
@@ -184,9 +197,8 @@ def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Tab
     """Publish the result package of `runs` (each `run_tables`' output) at `result_dir`, atomically, with the
     runs' checkpoint folders from `models_root/<run_id>`. A retry of the same step replaces an older package."""
     result_dir = Path(result_dir)
-    result_dir.parent.mkdir(parents=True, exist_ok=True)
     run_ids = [t["ml.runs"].column("run_id")[0].as_py() for t in runs]
-    tmp = Path(tempfile.mkdtemp(prefix=f".{result_dir.name}-", dir=result_dir.parent))
+    tmp = temp_dir_in(result_dir.parent, f".{result_dir.name}-")
     try:
         for name in RESULT_TABLES:
             parts = [t[name] for t in runs]
