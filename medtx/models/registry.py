@@ -134,6 +134,43 @@ class TextModelBundle:
     checkpoints: dict[str, Path] = field(default_factory=dict)  # extra folders (kind -> folder) to record
 
 
+class FAQTools(Protocol):
+    """The text layer's pieces an FAQ model's `build` may use (medtx.text.faq provides them)."""
+
+    device: str  # where the run's models train and decode (the trainer's resolved device)
+
+    def word_vocab(self, texts: list[str]) -> Any: ...  # words -> ids (`ids(text, limit)`, `text(ids)`, len)
+
+    def train(self, model: nn.Module, items: list[dict], collate: Callable[[list[dict]], dict], folder: Path,
+              on_epoch: Callable | None = None) -> Any: ...  # the shared trainer with the run's trainer settings,
+    # selecting on the training loss (no held-out question steers training); returns its FitResult
+
+    def sentence_embedder(self) -> Callable[[list[str]], Any]: ...  # MiniLM mean-pooled sentence embeddings
+
+
+@dataclass(frozen=True)
+class FAQContext:
+    """What an FAQ model's `build` gets: the run's flat settings (`config(Cls)` cuts the model's own), its
+    seed and the text layer's tools."""
+
+    settings: Any  # the run's flat FAQ settings (medtx.text.faq.FAQConfig)
+    seed: int
+    tools: FAQTools
+
+    def config(self, cls: type) -> Any:
+        return cls(**{f.name: getattr(self.settings, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass
+class FAQAnswerer:
+    """An FAQ model as its `build` returns it: `answer(fold, questions, answers, queries, folder, on_epoch)`
+    learns the fold's (question, answer) pairs and answers its held-out queries; `info` what the run records
+    (n_params, best_epochs, train_seconds)."""
+
+    answer: Callable[..., list[str]]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
 def merge_settings(name: str, parts: Sequence[type], module: str) -> type:
     """One flat dataclass holding every field of `parts` (in order; a field two parts share must agree in
     type and default), whose `__post_init__` builds each part so its own checks run. The flat keys are what a
@@ -166,10 +203,11 @@ class ModelSpec:
     kinds: tuple[str, ...]  # task kinds served (KINDS)
     config: type | None = None  # the config dataclass (None: the family's own, e.g. text models' TextConfig)
     # neural EHR: ModelContext -> EHRModelBundle; neural text: TextContext -> TextModelBundle; text baselines:
-    # TextContext -> an unfitted scikit-learn classifier (fit, predict_proba, classes_)
+    # TextContext -> an unfitted scikit-learn classifier (fit, predict_proba, classes_); FAQ: FAQContext ->
+    # FAQAnswerer
     build: Callable[[Any], Any] | None = None
-    # text models: the config dataclasses holding the settings the model reads (flat keys, bounds declared on
-    # the fields); the text run's settings are the runner's, the tokenizer's and every text model's merged
+    # text and FAQ models: the config dataclasses holding the settings the model reads (flat keys, bounds
+    # declared on the fields); a run's settings are its runner's and every model of the family's, merged
     settings: tuple[type, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)  # for every task
     kind_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # task kind -> defaults

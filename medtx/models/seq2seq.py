@@ -31,7 +31,8 @@ from medtx.models.base import ModelOutput
 from medtx.models.bounds import BatchSize, DropoutRate, FFWidth, Heads, Layers, Length, Width, check_heads
 from medtx.models.ehr_data import N_TARGET_SPECIALS, SEQ2SEQ_SOURCE, seq2seq_codec
 from medtx.models.layers import Dropout, Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
-from medtx.models.registry import ModelContext, EHRModelBundle, ModelSpec, make_config, register_model, sigmoid_proba
+from medtx.models.registry import (EHRModelBundle, FAQAnswerer, FAQContext, ModelContext, ModelSpec, make_config,
+                                   register_model, sigmoid_proba)
 
 
 @dataclass
@@ -273,8 +274,66 @@ def build(ctx: ModelContext) -> EHRModelBundle:
                           generate=generate)
 
 
+@dataclass
+class Seq2SeqFAQConfig:
+    """The settings the FAQ seq2seq reads: word windows and the encoder-decoder's size."""
+
+    max_src: Length = 32  # question words kept
+    max_answer: Length = 64  # answer words generated/trained (answers are cut here; F1 is against the full answer)
+    d_model: Width = 64
+    n_heads: Heads = 4
+    layers: Layers = 2
+    dropout: DropoutRate = 0.1
+
+    def __post_init__(self) -> None:
+        check_heads(self.d_model, self.n_heads)
+
+
+def _faq_collate(items: list[dict]) -> dict:
+    def pad(rows):
+        out = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = torch.tensor(r)
+        return out
+
+    src = pad([it["src"] for it in items])
+    # "labels" marks the batch as supervised for the trainer; the loss itself is on tgt_ids.
+    return {"src_ids": src, "src_mask": src != 0, "tgt_ids": pad([it["tgt"] for it in items]),
+            "labels": torch.zeros(len(items))}
+
+
+def build_faq(ctx: FAQContext) -> FAQAnswerer:
+    """One word-level encoder-decoder per fold, trained on the fold's pairs, greedy-decoding the answers.
+    Word ids 0..3 are <pad> <bos> <eos> <unk> (the Seq2SeqConfig defaults; `FAQTools.word_vocab`)."""
+    cfg = ctx.config(Seq2SeqFAQConfig)
+    info: dict = {"best_epochs": [], "n_params": None, "train_seconds": 0.0}
+
+    def answer(fold: int, questions: list[str], answers: list[str], queries: list[str], folder,
+               on_epoch=None) -> list[str]:
+        src, tgt = ctx.tools.word_vocab(questions), ctx.tools.word_vocab(answers)
+        items = [{"src": src.ids(q, cfg.max_src) or [3], "tgt": [1, *tgt.ids(a, cfg.max_answer), 2]}
+                 for q, a in zip(questions, answers, strict=True)]
+        model = Seq2SeqTransformer(Seq2SeqConfig(
+            src_vocab_size=len(src), tgt_vocab_size=len(tgt), d_model=cfg.d_model, n_heads=cfg.n_heads,
+            n_encoder_layers=cfg.layers, n_decoder_layers=cfg.layers, d_ff=2 * cfg.d_model, dropout=cfg.dropout,
+            max_decode_len=cfg.max_answer + 1, max_src=cfg.max_src, max_tgt=cfg.max_answer + 2,
+        ))
+        result = ctx.tools.train(model, items, _faq_collate, folder, on_epoch)
+        device = ctx.tools.device
+        model.to(device).eval()
+        batch = _faq_collate([{"src": src.ids(q, cfg.max_src) or [3], "tgt": [1, 2]} for q in queries])
+        decoded = greedy_decode(model, batch["src_ids"].to(device), batch["src_mask"].to(device))
+        info["best_epochs"].append(result.best_epoch)
+        info["train_seconds"] += result.train_seconds
+        info["n_params"] = sum(p.numel() for p in model.parameters())
+        return [tgt.text(s) for s in decoded.sequences]
+
+    return FAQAnswerer(answer, info)
+
+
 # A multi-label task whose samples hold the visit's diagnoses and procedures (the source sequence).
 register_model(ModelSpec(name="seq2seq", family="ehr", kinds=("multilabel",), config=Seq2SeqConfig, build=build,
                          source_features=SEQ2SEQ_SOURCE, rank=70))
 # The same encoder-decoder word-level for FAQ answering (trained by medtx.text.faq).
-register_model(ModelSpec(name="seq2seq", family="faq", kinds=("generation",), config=Seq2SeqConfig, rank=10))
+register_model(ModelSpec(name="seq2seq", family="faq", kinds=("generation",), config=Seq2SeqConfig, rank=10,
+                         build=build_faq, settings=(Seq2SeqFAQConfig,)))

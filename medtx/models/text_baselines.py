@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from sklearn.dummy import DummyClassifier
@@ -15,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from medtx.models.bounds import Positive, PositiveFloat
-from medtx.models.registry import ModelSpec, TextContext, register_model
+from medtx.models.registry import FAQAnswerer, FAQContext, ModelSpec, TextContext, register_model
 
 
 def majority_classifier() -> DummyClassifier:
@@ -41,7 +42,7 @@ class TfidfRetriever:
     """Nearest-question retrieval: answer a query with the answer of the most similar training question.
 
     Similarity is cosine over TF-IDF vectors (word 1-2-grams) — or over sentence embeddings when
-    `embed` is given (e.g. MiniLM mean-pooled embeddings, see `medtx.text.faq.minilm_embedder`).
+    `embed` is given (e.g. MiniLM mean-pooled embeddings, `FAQTools.sentence_embedder`).
     """
 
     def __init__(self, embed=None) -> None:
@@ -91,9 +92,31 @@ def build_tfidf_logreg(ctx: TextContext) -> Pipeline:
 
 
 _TEXT_KINDS = ("multiclass", "binary")
+@dataclass
+class RetrievalConfig:
+    """The settings FAQ retrieval reads: what the questions are compared by."""
+
+    embedding: Literal["tfidf", "minilm"] = "tfidf"  # TF-IDF vectors or MiniLM sentence embeddings
+
+
+def build_retrieval(ctx: FAQContext) -> FAQAnswerer:
+    """Answer each held-out question with the answer of the most similar question of the fold."""
+    cfg = ctx.config(RetrievalConfig)
+    embed = ctx.tools.sentence_embedder() if cfg.embedding == "minilm" else None
+    if cfg.embedding not in ("tfidf", "minilm"):
+        raise ValueError(f"FAQ retrieval embedding must be tfidf or minilm, got {cfg.embedding!r}")
+
+    def answer(fold: int, questions: list[str], answers: list[str], queries: list[str], folder=None,
+               on_epoch=None) -> list[str]:
+        return TfidfRetriever(embed=embed).fit(questions, answers).predict(queries)
+
+    return FAQAnswerer(answer)
+
+
 # reference: the preference as a task's reference baseline (medtx.models.registry.ModelSpec.reference)
 register_model(ModelSpec(name="majority", family="text_baseline", kinds=_TEXT_KINDS, rank=10, build=build_majority,
                          reference=60))
 register_model(ModelSpec(name="tfidf_logreg", family="text_baseline", kinds=_TEXT_KINDS, rank=20,
                          build=build_tfidf_logreg, settings=(TfidfConfig,), reference=20))
-register_model(ModelSpec(name="retrieval", family="faq", kinds=("generation",), rank=20, reference=30))
+register_model(ModelSpec(name="retrieval", family="faq", kinds=("generation",), rank=20, reference=30,
+                         build=build_retrieval, settings=(RetrievalConfig,)))

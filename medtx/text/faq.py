@@ -6,9 +6,11 @@ fold k, whose wording it has never seen. Predictions of all folds are pooled; me
 bag-of-words overlap on lower-cased word tokens) and exact match, mean ± sd over resamples of 80% of pairs.
 A question answered by memorising answers scores well here only if it maps the new wording to the right pair.
 
-Models: `seq2seq` — `medtx.models.seq2seq.Seq2SeqTransformer` over word tokens, greedy decoding, trained
-with the shared trainer; `retrieval` — the answer of the most similar indexed question (TF-IDF cosine, or
-MiniLM sentence embeddings with `embedding=minilm`).
+Models: the registry's FAQ family, each registering its build (FAQContext -> FAQAnswerer) and settings in its
+own file: `seq2seq` (medtx/models/seq2seq.py) — `Seq2SeqTransformer` over word tokens, greedy decoding, trained
+with the shared trainer; `retrieval` (medtx/models/text_baselines.py) — the answer of the most similar indexed
+question (TF-IDF cosine, or MiniLM sentence embeddings with `embedding=minilm`). This runner hands them the
+text layer's pieces (`_FAQTools`: word vocabulary, trainer, sentence embedder) and never names a model.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -30,8 +32,8 @@ from medtx.store.db import quote_ident, quote_table
 from medtx.store.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
-from medtx.models.bounds import BatchSize, DropoutRate, Device, Epochs, Heads, Layers, LearningRate, Length, Patience
-from medtx.models.bounds import Positive, Width, check_heads
+from medtx.models.bounds import BatchSize, Device, Epochs, LearningRate, Patience, Positive
+from medtx.models.registry import merge_settings
 from medtx.tasks import Task, tasks_of_kind
 from medtx.training.skeleton import RunPlan, execute_run
 from medtx.training import records
@@ -46,24 +48,34 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass
-class FAQConfig:
-    # field types: bounds checked at config load (medtx.models.bounds)
-    embedding: Literal["tfidf", "minilm"] = "tfidf"  # retrieval
-    max_src: Length = 32  # question words kept
-    max_answer: Length = 64  # answer words generated/trained (answers are cut here; F1 is against the full answer)
-    d_model: Width = 64
-    n_heads: Heads = 4
-    layers: Layers = 2
-    dropout: DropoutRate = 0.1
+class FAQTrainerConfig:
+    """The FAQ runner's trainer settings (field types: bounds checked at config load, medtx.models.bounds)."""
+
     epochs: Epochs = 60
     batch_size: BatchSize = 16
     lr: LearningRate = 1e-3
     patience: Patience = 10
     device: Device = "auto"
-    n_boot: Positive = N_BOOT
 
-    def __post_init__(self) -> None:
-        check_heads(self.d_model, self.n_heads)
+
+@dataclass
+class FAQReportConfig:
+    n_boot: Positive = N_BOOT  # bootstrap resamples of the answer scores
+
+
+def _model_settings() -> tuple[type, ...]:
+    """The settings classes every FAQ model declares in its own file (ModelSpec.settings), each once."""
+    from medtx.models.registry import specs
+
+    out: list[type] = []
+    for spec in specs(MODEL_FAMILY):
+        out += [cls for cls in spec.settings if cls not in out]
+    return tuple(out)
+
+
+# Everything an FAQ run is configured by, one flat dataclass whose fields are the override keys: each FAQ
+# model's settings (declared in its file), the trainer's and the report's.
+FAQConfig = merge_settings("FAQConfig", (*_model_settings(), FAQTrainerConfig, FAQReportConfig), module=__name__)
 
 
 def words(text: str) -> list[str]:
@@ -102,37 +114,6 @@ def fold_splits(faq: pl.DataFrame) -> list[tuple[list[str], list[str], pl.DataFr
     return out
 
 
-def minilm_embedder():
-    """Mean-pooled MiniLM sentence embeddings (the all-MiniLM-L6-v2 recipe); needs the minilm extra."""
-    from medtx.models.bert_text import load_encoder, minilm_dir
-    from medtx.text.tokenize import load_tokenizer
-
-    tokenizer, encoder = load_tokenizer(minilm_dir()), load_encoder("minilm").eval()
-
-    @torch.no_grad()
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        enc = tokenizer(list(texts), padding=True, truncation=True, max_length=128, return_tensors="pt")
-        hidden = encoder(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).float()
-        return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
-
-    return embed
-
-
-def answer_retrieval(faq: pl.DataFrame, cfg: FAQConfig) -> list[tuple[int, str]]:
-    """(pair_id, predicted answer) for every held-out paraphrase, by nearest indexed question."""
-    from medtx.models.text_baselines import TfidfRetriever
-
-    embed = minilm_embedder() if cfg.embedding == "minilm" else None
-    if cfg.embedding not in ("tfidf", "minilm"):
-        raise ValueError(f"FAQ retrieval embedding must be tfidf or minilm, got {cfg.embedding!r}")
-    out = []
-    for questions, answers, test in fold_splits(faq):
-        retriever = TfidfRetriever(embed=embed).fit(questions, answers)
-        out += list(zip(test["pair_id"].to_list(), retriever.predict(test["paraphrase"].to_list()), strict=True))
-    return out
-
-
 class WordVocab:
     """Word -> id over training texts; ids 0..3 are <pad> <bos> <eos> <unk>."""
 
@@ -151,54 +132,62 @@ class WordVocab:
         return " ".join(self.itos[i] for i in ids if i >= len(SPECIALS))
 
 
-def _seq2seq_items(src: WordVocab, tgt: WordVocab, questions, answers, cfg: FAQConfig) -> list[dict]:
-    return [{"src": src.ids(q, cfg.max_src) or [3], "tgt": [1, *tgt.ids(a, cfg.max_answer), 2]}
-            for q, a in zip(questions, answers, strict=True)]
+@dataclass(frozen=True)
+class _FAQTools:
+    """The text layer's pieces handed to an FAQ model's build (medtx.models.registry.FAQTools)."""
 
+    cfg: Any  # FAQConfig
+    seed: int
 
-def _collate(items: list[dict]) -> dict:
-    def pad(rows):
-        out = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, : len(r)] = torch.tensor(r)
-        return out
+    @property
+    def device(self) -> str:
+        from medtx.training.trainer import resolve_device
 
-    src = pad([it["src"] for it in items])
-    # "labels" marks the batch as supervised for the trainer; the loss itself is on tgt_ids.
-    return {"src_ids": src, "src_mask": src != 0, "tgt_ids": pad([it["tgt"] for it in items]),
-            "labels": torch.zeros(len(items))}
+        return resolve_device(self.cfg.device)
 
+    def word_vocab(self, texts: Sequence[str]) -> WordVocab:
+        return WordVocab(texts)
 
-def answer_seq2seq(faq: pl.DataFrame, cfg: FAQConfig, seed: int, out_dir: Path, on_epoch=None) -> tuple[list[tuple[int, str]], dict]:
-    """(pair_id, generated answer) for every held-out paraphrase; one model per fold via the shared trainer."""
-    from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer, greedy_decode
-    from medtx.training.trainer import TrainConfig, fit, resolve_device
-
-    out, info = [], {"best_epochs": [], "n_params": None, "train_seconds": 0.0}
-    for k, (questions, answers, test) in enumerate(fold_splits(faq)):
-        src, tgt = WordVocab(questions), WordVocab(answers)
-        items = _seq2seq_items(src, tgt, questions, answers, cfg)
-        model = Seq2SeqTransformer(Seq2SeqConfig(
-            src_vocab_size=len(src), tgt_vocab_size=len(tgt), d_model=cfg.d_model, n_heads=cfg.n_heads,
-            n_encoder_layers=cfg.layers, n_decoder_layers=cfg.layers, d_ff=2 * cfg.d_model, dropout=cfg.dropout,
-            max_decode_len=cfg.max_answer + 1, max_src=cfg.max_src, max_tgt=cfg.max_answer + 2,
-        ))
+    def train(self, model, items: list[dict], collate, folder: Path, on_epoch=None):
         # No held-out data may steer training: select on the training loss itself (monitor="loss" over the
         # training pairs); the fold's paraphrases are only decoded at the end.
-        train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, patience=cfg.patience,
-                                seed=seed, device=cfg.device, monitor="loss")
-        result = fit(model, items, items, _collate, train_cfg, out_dir / f"fold{k}",
-                     on_epoch=(lambda e, m, k=k: on_epoch(k, e, m)) if on_epoch else None)
-        device = resolve_device(cfg.device)
-        model.to(device).eval()
-        src_rows = [src.ids(p, cfg.max_src) or [3] for p in test["paraphrase"].to_list()]
-        batch = _collate([{"src": s, "tgt": [1, 2]} for s in src_rows])
-        decoded = greedy_decode(model, batch["src_ids"].to(device), batch["src_mask"].to(device))
-        out += list(zip(test["pair_id"].to_list(), [tgt.text(s) for s in decoded.sequences], strict=True))
-        info["best_epochs"].append(result.best_epoch)
-        info["train_seconds"] += result.train_seconds
-        info["n_params"] = sum(p.numel() for p in model.parameters())
-    return out, info
+        from medtx.training.trainer import TrainConfig, fit
+
+        train_cfg = TrainConfig(epochs=self.cfg.epochs, batch_size=self.cfg.batch_size, lr=self.cfg.lr,
+                                patience=self.cfg.patience, seed=self.seed, device=self.cfg.device, monitor="loss")
+        return fit(model, items, items, collate, train_cfg, folder, on_epoch=on_epoch)
+
+    def sentence_embedder(self):
+        """Mean-pooled MiniLM sentence embeddings (the all-MiniLM-L6-v2 recipe); needs the minilm extra."""
+        from medtx.models.bert_text import load_encoder, minilm_dir
+        from medtx.text.tokenize import load_tokenizer
+
+        path = minilm_dir()
+        tokenizer, encoder = load_tokenizer(path), load_encoder("local", path).eval()
+
+        @torch.no_grad()
+        def embed(texts: Sequence[str]) -> np.ndarray:
+            enc = tokenizer(list(texts), padding=True, truncation=True, max_length=128, return_tensors="pt")
+            hidden = encoder(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+
+        return embed
+
+
+def answer_questions(faq: pl.DataFrame, spec, cfg: Any, seed: int, folder: Path,
+                     on_epoch=None) -> tuple[list[tuple[int, str]], dict]:
+    """(pair_id, answer) for every held-out paraphrase: the model (its registered build) learns each fold's
+    pairs and answers the fold's paraphrases; and what it reports (n_params, best_epochs, train_seconds)."""
+    from medtx.models.registry import FAQContext
+
+    answerer = spec.build(FAQContext(cfg, seed, _FAQTools(cfg, seed)))
+    out = []
+    for k, (questions, answers, test) in enumerate(fold_splits(faq)):
+        given = answerer.answer(k, questions, answers, test["paraphrase"].to_list(), folder / f"fold{k}",
+                                (lambda e, m, k=k: on_epoch(k, e, m)) if on_epoch else None)
+        out += list(zip(test["pair_id"].to_list(), given, strict=True))
+    return out, answerer.info
 
 
 def score_answers(faq: pl.DataFrame, answers: list[tuple[int, str]], *, n_boot: int, seed: int):
@@ -222,9 +211,10 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
     """One FAQ run (k-fold over held-out paraphrases) into ml.*, through the shared run skeleton
     (medtx.training.skeleton); `ml.predictions.prob` holds each answer's token F1 and `text` the answer given.
     Returns the run id."""
-    from medtx.models.registry import model_names
+    from medtx.models.registry import model_names, specs
 
-    if model not in model_names(MODEL_FAMILY):
+    spec = next((s for s in specs(MODEL_FAMILY) if s.name == model), None)
+    if spec is None:
         raise ValueError(f"unknown FAQ model {model!r}; choose one of {model_names(MODEL_FAMILY)}")
     known = {f.name for f in dataclasses.fields(FAQConfig)}
     unknown = sorted(set(overrides or {}) - known)
@@ -237,7 +227,7 @@ def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dic
         load=lambda con: load_faq(con, task),
         describe=lambda faq: {"faq": dataclasses.asdict(cfg), "protocol": "kfold_paraphrase"},
         fingerprint=lambda con: tables_fingerprint(con, [task.sample_table]),
-        train=lambda faq, folder, on_epoch: _answer_and_score(faq, model, cfg, seed, folder, on_epoch),
+        train=lambda faq, folder, on_epoch: _answer_and_score(faq, spec, cfg, seed, folder, on_epoch),
         code_parts=("text", "models", "training"),
         run_id=run_id, pipeline_run_id=pipeline_run_id, models_dir=models_dir,
     )
@@ -264,19 +254,15 @@ def load_faq(con, task: Task) -> pl.DataFrame:
     return faq
 
 
-def _answer_and_score(faq: pl.DataFrame, model: str, cfg: FAQConfig, seed: int, folder: Path,
+def _answer_and_score(faq: pl.DataFrame, spec, cfg: Any, seed: int, folder: Path,
                       on_epoch) -> records.RunResults:
     """Fit and answer every fold's held-out paraphrases, score the answers, and say what to record."""
-    info: dict = {}
-    if model == "retrieval":
-        answers = answer_retrieval(faq, cfg)
-    else:
-        # ml.epochs is keyed by epoch only: record fold 0's curve (the others follow the same recipe).
-        def fold_epoch(fold, epoch, metrics):
-            if fold == 0:
-                on_epoch(epoch, metrics)
+    # ml.epochs is keyed by epoch only: record fold 0's curve (the others follow the same recipe).
+    def fold_epoch(fold, epoch, metrics):
+        if fold == 0:
+            on_epoch(epoch, metrics)
 
-        answers, info = answer_seq2seq(faq, cfg, seed, folder, fold_epoch)
+    answers, info = answer_questions(faq, spec, cfg, seed, folder, fold_epoch)
     metrics, predictions = score_answers(faq, answers, n_boot=cfg.n_boot, seed=seed)
     collapsed, reason = is_collapsed([a for _, a in answers])  # one answer for every question
     return records.RunResults(
