@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from medtx.models import frames
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.frames import Frame
-from medtx.models.registry import ModelSpec, register_model
+from medtx.models.registry import ModelSpec, get_spec, register_model
 from medtx.tasks import all_tasks, get_task
 
 log = logging.getLogger("medtx.models")
@@ -227,9 +228,19 @@ class Oracle:
         return probs
 
 
+@dataclass(frozen=True)
+class BaselineContext:
+    """What a baseline registered in its own file (`ModelSpec.build`, family ehr_baseline) is built from."""
+
+    task: str
+    labels: LabelSpace
+    overrides: dict
+    seed: int = 0
+
+
 def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: Frame | None = None,
-                   overrides: dict | None = None) -> MostFrequent | CopyLast | LogReg | Oracle:
-    """A baseline by its `--model` name."""
+                   overrides: dict | None = None, seed: int = 0) -> Any:
+    """A baseline by its `--model` name: the four below, or one registered in its own file with a `build`."""
     overrides = overrides or {}
     if name == "most_frequent":
         return MostFrequent(task, labels)
@@ -241,7 +252,10 @@ def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: Frame 
         if oracle_rows is None:
             raise ValueError("oracle: pass the raw.synth_oracle rows of the dataset")
         return Oracle(task, labels, oracle_rows)
-    raise ValueError(f"unknown baseline {name!r}; expected one of {BASELINE_MODELS}")
+    spec = get_spec(name, "ehr_baseline")  # an unknown name: an error listing the baselines
+    if spec.build is None:
+        raise ValueError(f"baseline {name!r} registers no build")
+    return spec.build(BaselineContext(task, labels, overrides, seed))
 
 
 # copy_last copies the previous visit's labels: a multi-label task only (a binary task has no label to copy).

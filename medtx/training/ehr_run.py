@@ -26,7 +26,8 @@ import torch
 
 from medtx.metrics.bootstrap import N_BOOT
 from medtx.models import frames
-from medtx.models.baselines import BASELINE_MODELS, build_baseline
+from medtx.models.baselines import build_baseline
+from medtx.models.registry import model_names
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
@@ -200,9 +201,10 @@ def task_train_defaults(task: str, model: str) -> dict[str, Any]:
     return defaults
 
 
-def _run_baseline(task: str, model: str, data: EhrSamples, overrides: dict[str, Any]) -> Outcome:
+def _run_baseline(task: str, model: str, data: EhrSamples, overrides: dict[str, Any], seed: int = 0) -> Outcome:
     parts = data.parts
-    baseline = build_baseline(model, task, data.labels, data.oracle_rows, overrides).fit(parts["train"], parts["val"])
+    baseline = build_baseline(model, task, data.labels, data.oracle_rows, overrides, seed).fit(parts["train"],
+                                                                                              parts["val"])
     return Outcome(baseline.predict_proba(parts["val"]), baseline.predict_proba(parts["test"]),
                    baseline.fixed_threshold, dict(baseline.config))
 
@@ -279,8 +281,8 @@ def train_ehr(task: str, model: str, seed: int, cfg: TrainConfig, model_override
     started = time.perf_counter()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    if model in BASELINE_MODELS:
-        outcome = _run_baseline(task, model, data, model_overrides)
+    if model in model_names("ehr_baseline"):  # the four in baselines.py and any in its own file (gbm.py)
+        outcome = _run_baseline(task, model, data, model_overrides, seed)
     else:
         outcome = _run_neural(task, model, data, cfg, model_overrides, opts, folder, on_epoch)
     return evaluate(task, model, seed, data.parts, data.labels, data.ddi_pairs, outcome, opts.n_boot,
