@@ -119,6 +119,16 @@ def test_a_builder_that_reads_discharge_codes_is_blocked_and_training_refused(le
     finally:
         con.close()
     assert [s for s, _ in runs] == ["failed"] and "leakage gate BLOCKED" in runs[0][1]
+    # `medtx train` (the pipeline's package path) refuses it too: exit 2, one line
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    result = CliRunner().invoke(app, ["train", "--task", "mortality", "--model", "logreg", "--dataset", DATASET,
+                                      "--db", str(db), "--device", "cpu"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith(f"train refused: leakage gate BLOCKED mortality/{DATASET}: (b)")
 
 
 def test_the_shortcut_audit_names_the_planted_code_and_an_acknowledgement_clears_it(leaky):

@@ -24,6 +24,7 @@ from medtx.pipeline.plan import train_step
 from medtx.pipeline.steps import train_here
 from medtx.settings import get_settings
 from medtx.tasks import get_task, names_of_family
+from medtx.tasks.verdict import LeakageError
 
 _console = Console(stderr=True)
 
@@ -129,6 +130,9 @@ def train(
         dataset = (dataset or spec.dataset) if spec.dataset is not None else default_dataset(settings.db, dataset)
         step = train_step(task, dataset, model, overrides=values, seed=seed, device=device)
         run_id = train_here(settings.db, step, settings.exchange_dir, settings.models_dir, device=device)[0]
+    except LeakageError as exc:  # the leakage gate blocks the task (medtx.tasks.leakage): bad input, one line
+        _console.print(f"[red]train refused:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from exc
     except (ValueError, LookupError, FileNotFoundError) as exc:
         _console.print(f"[red]train failed:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
