@@ -32,6 +32,7 @@ import duckdb
 from medtx.pipeline import order as training_order
 from medtx.pipeline import progress, runs
 from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+from medtx.pipeline.integrity import PackageDamaged
 from medtx.pipeline.plan import Plan, Step
 from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import Settings
@@ -159,6 +160,15 @@ class Executor:
         if (folder / "manifest.json").exists():
             record_result_package(self.db, folder, self.settings.models_dir)
 
+    def refused_results(self, step: Step, result: dict | None) -> str | None:
+        """record_results, or why its result package was refused (the exchange folder is untrusted input:
+        medtx.pipeline.integrity): that step fails, the run goes on, the package stays for a person."""
+        try:
+            self.record_results(step, result)
+        except PackageDamaged as exc:
+            return f"result package refused: {exc}"
+        return None
+
     def collect(self, step: Step, key: str, handle: Handle, started: float, ended: float | None = None) -> None:
         """Record a finished step (`ended`: when it was seen finished; default now)."""
         handle.wait()
@@ -166,15 +176,17 @@ class Executor:
         seconds = round((ended or time.perf_counter()) - started, 3)
         if state != "failed":
             result = handle.result()
-            if step.kind == "train":
-                self.record_results(step, result)
+            refused = self.refused_results(step, result) if step.kind == "train" else None
+            if refused:
+                self.record(runs.StepOutcome(step, "failed", key, error=refused, seconds=seconds))
+                return
             scope = runs.output_scope(step, result)
             fp = runs.output_fingerprint(self.db, step, scope)
             self.record(runs.StepOutcome(step, state, key, scope, fp, seconds=seconds, result=result))
         else:
-            if step.kind == "train":
-                self.record_results(step, None)  # a failed training still publishes its failed run
-            self.record(runs.StepOutcome(step, "failed", key, error=handle.error(), seconds=seconds))
+            refused = self.refused_results(step, None) if step.kind == "train" else None  # its failed run
+            error = handle.error() + (f"; {refused}" if refused else "")
+            self.record(runs.StepOutcome(step, "failed", key, error=error, seconds=seconds))
 
     def run_layer(self, layer: list[Step]) -> None:
         """Fingerprint every runnable step of the layer first (no task is writing then), then run them,
