@@ -1,14 +1,16 @@
 """The pipeline's scheduler (medtx.pipeline.executor) without Prefect.
 
 A real plan over the bundled MIMIC-III demo runs through `LocalBackend` (the library's step functions in a thread
-pool) in a subprocess where importing Prefect raises: every stage fills its tables, a model forced to fail is
-recorded as failed while the others complete, and a step whose upstream failed is skipped, not run. A second test
+pool) in a subprocess where importing Prefect raises: every stage fills its tables; a second source that lacks the
+required tables fails its ingest, which is recorded as failed while the demo's steps complete, and every step
+downstream of it is skipped, not run. A second test
 drives the scheduling rules alone (concurrency window, longest-first order, skip on failed upstream) with a
 backend that records what it was asked to run.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,16 +35,25 @@ DEMO = REPO / "data" / "mimic3_demo"
 CONFIG = """
     datasets:
       - source: {demo}
+      - source: {broken}                 # PATIENTS only: its ingest fails, everything after it is skipped
     seeds: [42]
     tasks:
       drug_rec:
         models:
           - {{model: most_frequent}}
           - {{model: logreg}}
-          # forced failure: 64-wide attention cannot be split into 3 heads
-          - {{model: transformer, name: transformer_broken, overrides: {{epochs: 1, n_heads: 3}}}}
+          - {{model: gru, overrides: {{epochs: 1, d_model: 16, hidden: 16}}}}
     runner: {{torch_threads: 1}}
 """
+
+
+def _config(folder: Path) -> Path:
+    broken = folder / "broken_cohort"
+    broken.mkdir()
+    shutil.copy(DEMO / "PATIENTS.csv.gz", broken)
+    path = folder / "pipeline.yaml"
+    path.write_text(textwrap.dedent(CONFIG.format(demo=DEMO, broken=broken)))
+    return path
 
 # Runs in a fresh interpreter where `import prefect` fails: the scheduler and every step are Prefect-free.
 SCRIPT = """
@@ -80,27 +91,32 @@ print("PREFECT", any(m == "prefect" or m.startswith("prefect.") for m in sys.mod
 
 
 def test_executor_runs_a_real_plan_without_prefect(tmp_path: Path) -> None:
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(textwrap.dedent(CONFIG.format(demo=DEMO)))
+    config = _config(tmp_path)
     db = tmp_path / "warehouse.duckdb"
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(config), str(db)], capture_output=True, text=True,
                           timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     outcomes = dict(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("OUTCOME"))
-    assert outcomes.pop("train.drug_rec.mimic3_demo.transformer_broken.s42") == "failed"
-    assert set(outcomes.values()) == {"completed"}, outcomes
-    assert {k.split(".")[0] for k in outcomes} >= {"ingest", "reference", "codes", "samples", "train"}
+    assert outcomes.pop("ingest.broken_cohort") == "failed"
+    skipped = {k for k, v in outcomes.items() if v == "skipped"}
+    assert skipped and all("broken_cohort" in k for k in skipped)  # codes, samples and trainings of that source
+    assert {"codes.broken_cohort", "samples.drug_rec.broken_cohort",
+            "train.drug_rec.broken_cohort.gru.s42"} <= skipped
+    demo = {k: v for k, v in outcomes.items() if k not in skipped}
+    assert set(demo.values()) == {"completed"}, demo
+    assert {k.split(".")[0] for k in demo} >= {"ingest", "reference", "codes", "samples", "train"}
     assert "PREFECT False" in done.stdout
     assert "EVENTS finished,plan,published,started" in done.stdout
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("raw.admissions", "core.prescriptions_atc3", "samples.drug_rec", "ml.metrics", "ml.predictions"):
             assert con.sql(f"SELECT count(*) FROM {table}").fetchall()[0][0] > 0, table
-        runs = con.sql("SELECT model, status FROM ml.runs ORDER BY model, status").fetchall()
-        assert runs == [("logreg", "completed"), ("most_frequent", "completed"), ("transformer", "failed")], runs
+        runs = con.sql("SELECT model, dataset, status FROM ml.runs ORDER BY model").fetchall()
+        assert runs == [("gru", "mimic3_demo", "completed"), ("logreg", "mimic3_demo", "completed"),
+                        ("most_frequent", "mimic3_demo", "completed")], runs
         state, failed = con.sql("SELECT status, error FROM ml.pipeline_runs").fetchall()[0]
-        assert state == "failed" and "transformer_broken" in str(failed)
+        assert state == "failed" and "ingest.broken_cohort" in str(failed)
         states = dict(con.sql("SELECT step, state FROM ml.pipeline_steps").fetchall())
-        assert states["train.drug_rec.mimic3_demo.transformer_broken.s42"] == "failed"
+        assert states["ingest.broken_cohort"] == "failed" and states["samples.drug_rec.broken_cohort"] == "skipped"
     assert Path(db).with_name("warehouse.snapshot.duckdb").exists()  # published after the data stages
 
 
@@ -134,7 +150,7 @@ class _Recorder:
     def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> _Done:
         self.live += 1
         self.submitted.append(step.name)
-        self.in_flight.append(self.live)
+        self.in_flight.append((step.kind, self.live))
         return _Done(step.name not in self.fail, len(self.submitted))
 
     def first_done(self, handles: Sequence[_Done]) -> int:
@@ -143,8 +159,7 @@ class _Recorder:
 
 
 def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(textwrap.dedent(CONFIG.format(demo=DEMO)))
+    config = _config(tmp_path)
     settings = get_settings(db=tmp_path / "warehouse.duckdb")
     cfg = load_config(config, sources=True)
     plan = build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_dir))
@@ -152,7 +167,7 @@ def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: py
         pass
     # training packages are the exchange module's business (tested there): here a folder name is enough
     monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key: Path(ex) / key)
-    samples = next(s.name for s in plan.steps if s.kind == "samples")
+    samples = "samples.drug_rec.mimic3_demo"
     backend = _Recorder(fail={samples})
     selected = list(plan.steps)
     executor.start(settings, "rules", {}, selected, lambda e, p: None)
@@ -160,30 +175,31 @@ def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(run, "publish_progress", lambda force: None)
     run.run(executor.layers_of(selected))
 
-    trains = [s.name for s in selected if s.kind == "train"]
+    trains = [s.name for s in selected if s.kind == "train" and s.dataset == "mimic3_demo"]
     assert trains and all(run.outcomes[t].state == "skipped" for t in trains)  # upstream samples failed
+    others = [s.name for s in selected if s.kind == "train" and s.dataset != "mimic3_demo"]
+    assert others and all(run.outcomes[t].state == "completed" for t in others)  # their own upstream succeeded
     assert all(t not in backend.submitted for t in trains)
     assert run.outcomes[samples].state == "failed"
     # data steps write the warehouse: never two in flight
-    assert max(backend.in_flight) == 1
+    assert max(n for kind, n in backend.in_flight if kind != "train") == 1
     assert run.failed() == sorted(run.failed(), key=lambda n: list(run.outcomes).index(n))
 
 
 def test_training_layer_runs_width_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(textwrap.dedent(CONFIG.format(demo=DEMO)))
+    config = _config(tmp_path)
     settings = get_settings(db=tmp_path / "warehouse.duckdb")
     cfg = load_config(config, sources=True)
     plan = build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_dir))
     with open_warehouse(settings.db):
         pass
     monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key: Path(ex) / key)
-    trains = [s for s in plan.steps if s.kind == "train"]
+    trains = [s for s in plan.steps if s.kind == "train" and s.dataset == "mimic3_demo"]
     backend = _Recorder(fail=set())
     executor.start(settings, "width", {}, trains, lambda e, p: None)
     run = executor.Executor(settings, "width", backend, train_width=2)
     monkeypatch.setattr(run, "publish_progress", lambda force: None)
     run.run_layer(trains)
     assert sorted(backend.submitted) == sorted(s.name for s in trains)
-    assert max(backend.in_flight) == 2 and len(trains) == 3
+    assert max(n for _, n in backend.in_flight) == 2 and len(trains) == 3
     assert all(o.state == "completed" for o in run.outcomes.values())
