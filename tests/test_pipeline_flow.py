@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
-BROKEN = "train.drug_rec.synth_100.transformer_broken.s42"
+BROKEN = "train.specialty.mtsamples.bert_broken.s42"
 
 
 def _mtsamples_subset(path: Path, n: int) -> Path:
@@ -66,8 +66,6 @@ TINY = """
           - {{model: logreg}}
           - {{model: oracle}}
           - {{model: gru, overrides: {{epochs: 1, d_model: 16, hidden: 16}}}}
-          # forced failure: 64-wide attention cannot be split into 3 heads
-          - {{model: transformer, name: transformer_broken, datasets: [synth_100], overrides: {{epochs: 1, n_heads: 3}}}}
       next_visit:
         datasets: [synth_100]
         models: [{{model: most_frequent}}]
@@ -77,7 +75,11 @@ TINY = """
         datasets: [synth_100]
         models: [{{model: majority}}]
       specialty:
-        models: [{{model: majority}}, {{model: tfidf_logreg}}]
+        models:
+          - {{model: majority}}
+          - {{model: tfidf_logreg}}
+          # forced failure that passes config validation: `bert` needs a checkpoint (bert_path), known only at run time
+          - {{model: bert, name: bert_broken, overrides: {{epochs: 1}}}}
       faq:
         models: [{{model: retrieval}}]
     runner: {{torch_threads: 1}}
@@ -120,7 +122,7 @@ def test_pipeline_end_to_end_with_cache_refresh_and_snapshot(prefect_harness, wo
 
     # 1. cold run: everything computed; the broken model fails, the flow ends failed after publishing
     cold = run_pipeline(config, db, return_state=True)
-    assert cold.is_failed() and "transformer_broken" in cold.message
+    assert cold.is_failed() and "bert_broken" in cold.message
     states = _task_states(cold.state_details.flow_run_id)
     assert states.pop(BROKEN) == "Failed"
     assert states.pop("publish") == "Completed"
@@ -137,7 +139,7 @@ def test_pipeline_end_to_end_with_cache_refresh_and_snapshot(prefect_harness, wo
         assert _count(con, "SELECT count(DISTINCT dataset) FROM raw.admissions") == 2
         runs = con.sql("SELECT model, status, error FROM ml.runs ORDER BY model").fetchall()
         failed = [r for r in runs if r[1] == "failed"]
-        assert len(failed) == 1 and failed[0][0] == "transformer" and "divisible" in failed[0][2]
+        assert len(failed) == 1 and failed[0][0] == "bert" and "bert_path" in failed[0][2]
         assert sum(r[1] == "completed" for r in runs) == 14
         assert con.sql("SELECT status, error FROM ml.pipeline_runs").fetchall() == [
             ("failed", f"1 step(s) failed: {BROKEN}")]
