@@ -35,8 +35,6 @@ KINDS = ("multilabel", "binary", "multiclass", "generation")
 # Which runner trains the model, and how error messages name the family.
 FAMILIES = {"ehr": "neural EHR", "ehr_baseline": "EHR baseline", "text": "neural text",
             "text_baseline": "text baseline", "faq": "FAQ"}
-# A view of the task registry (medtx/tasks/): each EHR task's samples.vocab label feature (None: binary task).
-LABEL_FEATURE = {t.name: t.label_feature for t in tasks_of_family("ehr")}
 # The model families that can train a task of each task family (generation: the FAQ runner).
 TASK_FAMILY_MODELS = {"ehr": ("ehr", "ehr_baseline"), "text": ("text_baseline", "text")}
 # Config fields computed from the vocabularies: never overridden, and compared when a checkpoint is loaded.
@@ -332,7 +330,7 @@ def required_features(name: str, task: str) -> tuple[str, ...]:
 def label_feature(task: str) -> str | None:
     """The samples.vocab feature holding the task's label vocabulary (None: binary task)."""
     task_spec(task)
-    return LABEL_FEATURE[task]
+    return get_task(task).label_feature
 
 
 def _check(name: str, task: str) -> ModelSpec:

@@ -33,14 +33,12 @@ from medtx.models import frames
 from medtx.models.baselines import label_matrix
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.frames import Frame
-from medtx.tasks import get_task, tasks_of_family
+from medtx.tasks import get_task
 from medtx.training.results import RunResults
 
 log = logging.getLogger("medtx.training")
 
 # Views of the task registry (medtx/tasks/).
-TUNE_METRIC = {t.name: t.tune_metric for t in tasks_of_family("ehr") if t.tune_metric}
-RECALL_KS = {t.name: t.recall_ks for t in tasks_of_family("ehr") if not t.binary}
 # Per-visit metrics reported both visit- and patient-averaged; the rest are pooled or sizes.
 AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
             "recall_samples", "recall_at_10", "recall_at_20")
@@ -85,14 +83,14 @@ def choose_threshold(task: str, y_val: np.ndarray, p_val: np.ndarray, fixed_by_m
         return fixed_by_model, "model_rule"
     if task_spec(task).binary:
         return 0.5, "fixed"  # readmission metrics are threshold-free
-    threshold, _ = tune_threshold(y_val, p_val, TUNE_METRIC[task])
+    threshold, _ = tune_threshold(y_val, p_val, get_task(task).tune_metric)
     return threshold, "tuned_on_val"
 
 
 def multilabel_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float, task: str,
                             ddi: np.ndarray | None, n_boot: int, seed: int) -> list[tuple]:
     """(metric, averaging, mean, sd, n_boot) rows: bootstrap over test patients of per-visit values."""
-    rows = per_visit_metrics(y, p, threshold, RECALL_KS[task])
+    rows = per_visit_metrics(y, p, threshold, get_task(task).recall_ks)
     if ddi is not None:
         rows["_ddi_pred"], rows["_pairs_pred"] = ddi_pair_counts(p >= threshold, ddi)
         rows["_ddi_true"], rows["_pairs_true"] = ddi_pair_counts(y >= 0.5, ddi)
@@ -127,7 +125,7 @@ def point_metrics(task: str, y: np.ndarray, p: np.ndarray, patients: np.ndarray,
     """Validation figures (no bootstrap): same names as test, sd NULL."""
     if task_spec(task).binary:
         return [(k, "none", v, None, None) for k, v in binary_metrics(y[:, 0], p[:, 0]).items()]
-    rows = per_visit_metrics(y, p, threshold, RECALL_KS[task])
+    rows = per_visit_metrics(y, p, threshold, get_task(task).recall_ks)
     out = [(k, "visit", visit_average(v), None, None) for k, v in rows.items()]
     out += [(k, "patient", patient_average(rows[k], patients), None, None) for k in AVERAGED if k in rows]
     return out

@@ -45,8 +45,6 @@ from medtx.training.trainer import TrainConfig, fit, predict, resolve_device, se
 OnEpoch = Any  # Callable[[int, Mapping[str, float]], None] (medtx.training.skeleton.OnEpoch)
 
 # Views of the task registry (medtx/tasks/).
-EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
-MONITOR = {t.name: t.monitor for t in tasks_of_family("ehr")}
 ORACLE_PREFIX = "raw.synth_oracle_"
 
 
@@ -265,12 +263,13 @@ def _write_vocab_files(folder: Path, vocabs: dict[str, Vocab], label_vocab: Voca
 def train_config(task: str, model: str, seed: int, overrides: dict[str, Any] | None, *, epochs: int | None = None,
                  device: str = "auto") -> tuple[TrainConfig, dict[str, Any]]:
     """(trainer config, model overrides): the task's monitor and trainer defaults < the run's overrides."""
-    if task not in EHR_TASKS:
-        raise ValueError(f"unknown EHR task {task!r}; expected one of {EHR_TASKS}")
+    ehr_tasks = tuple(t.name for t in tasks_of_family("ehr"))
+    if task not in ehr_tasks:
+        raise ValueError(f"unknown EHR task {task!r}; expected one of {ehr_tasks}")
     train_overrides, model_overrides = _split_overrides(overrides)
     if epochs is not None:
         train_overrides["epochs"] = epochs
-    cfg = TrainConfig(**{"monitor": MONITOR[task], "seed": seed, "device": device, **task_train_defaults(task, model),
+    cfg = TrainConfig(**{"monitor": get_task(task).monitor, "seed": seed, "device": device, **task_train_defaults(task, model),
                          **train_overrides})
     return cfg, model_overrides
 

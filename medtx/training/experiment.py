@@ -26,8 +26,6 @@ from medtx.store.fingerprint import tables_fingerprint
 from medtx.tasks import get_task
 from medtx.training import records
 from medtx.training.ehr_run import (  # noqa: F401  (re-exported: the EHR stage's API)
-    EHR_TASKS,
-    MONITOR,
     TRAIN_KEYS,
     EhrSamples,
     ExperimentOptions,
