@@ -68,6 +68,31 @@ def observed(observer: Callable[[str, Any], None]) -> Iterator[None]:
         _OBSERVERS.remove(observer)
 
 
+# The CLI's handler for SIGINT/SIGTERM (flows/cli/pipeline.py: stop the children, close the runs, exit at once).
+# Prefect swaps in its own SIGTERM handler for a flow run (it raises into the flow, which then reports to a
+# server the signal has usually killed too, with retries); the flow puts this one back.
+_STOP_HANDLER: Callable[[int, Any], None] | None = None
+
+
+@contextmanager
+def stopping_with(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGTERM during this process's flow runs calls `handler` (as SIGINT already does), not Prefect's."""
+    global _STOP_HANDLER
+    _STOP_HANDLER = handler
+    try:
+        yield
+    finally:
+        _STOP_HANDLER = None
+
+
+def _restore_stop_handler() -> None:
+    import signal
+    import threading
+
+    if _STOP_HANDLER is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _STOP_HANDLER)
+
+
 def _notify(event: str, payload: Any) -> None:
     for observer in list(_OBSERVERS):
         try:
@@ -254,6 +279,7 @@ def pipeline(
 
     `refresh` names steps to recompute even when cached (`medtx run-task NAME --refresh`).
     """
+    _restore_stop_handler()
     cfg = load_config(config, sources=True)
     settings = get_settings(db=db)
     plan = plan_for(cfg, settings)
@@ -262,9 +288,10 @@ def pipeline(
     # One pipeline per warehouse: a second one refuses here, before it writes anything (re-entrant for the
     # CLI, which took the same holder file before starting Prefect).
     with hold_writer(settings.db, "medtx pipeline", wait_s=0):
-        executor.start(settings, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}, selected,
-                       _notify)
         try:
+            # inside the try: a failure after the run's row exists (writing the plan) still closes the row
+            executor.start(settings, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}, selected,
+                           _notify)
             # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
             width, threads = _training_slots(cfg)
             log.info("training: %d at once, %s torch thread(s) each", width, threads or "default")

@@ -6,6 +6,7 @@ run shows up in the Prefect UI with its task runs, logs and artifacts.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -50,18 +51,24 @@ def _load(config: Path, *, sources: bool):
 
 def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: list[str] | None,
          verbose: bool = False) -> None:
-    from medtx.runtime.processes import descendants, exit_cleanly_on_sigterm, stop_descendants
+    from medtx.runtime.processes import descendants, stop_descendants
+    from medtx.runtime.watchdog import start_watchdog
     from medtx.store.writer_lock import HolderFileDamaged, WarehouseBusy, hold_writer
 
     settings = get_settings(db=db)
     before = descendants()  # what was running before this command is not ours to stop
-    exit_cleanly_on_sigterm()
+    watchdogs: list = []
+    _stop_on_signals(settings, before, watchdogs)
     try:
         # Refuse at once when another pipeline (or any writer) holds this warehouse: touch nothing. Checked
-        # before the config, whose model checks import torch (seconds on a busy box).
-        with hold_writer(settings.db, "medtx pipeline", wait_s=0):
+        # before the config, whose model checks import torch (seconds on a busy box). The watchdog of a killed
+        # pipeline, closing its runs, is waited for.
+        with hold_writer(settings.db, "medtx pipeline", wait_s=30 if _watchdog_holds(settings.db) else 0):
             _load(config, sources=True)  # every config error, before any Prefect server starts
             _enough_space(settings)  # a full disk: one line now, not a Prefect server timing out in 90 s
+            # if this process is killed (-9), its watchdog stops what it started and closes its runs
+            watchdogs.append(start_watchdog(settings.db, settings.snapshot))
+            before.add(watchdogs[0].pid)
             state, log_file = _run_with_display(config, db, settings, steps_only, refresh, verbose)
     except WarehouseBusy as exc:  # HolderFileDamaged (a text pid, a folder as the writer file): bad input, exit 2
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
@@ -69,7 +76,92 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
     finally:
         _flush_prefect_logs()  # before its server goes: queued run logs would fail to send at exit
         stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
+        _end_watchdogs(watchdogs)  # this process cleaned up itself
     _summary(settings, state, log_file)
+
+
+def _watchdog_holds(db: Path) -> bool:
+    from medtx.runtime.watchdog import WATCHDOG_COMMAND
+    from medtx.store.writer_lock import HolderFileDamaged, read_holder
+
+    try:
+        holder = read_holder(db)
+    except HolderFileDamaged:
+        return False  # named by hold_writer
+    return holder is not None and holder.command == WATCHDOG_COMMAND
+
+
+def _end_watchdogs(watchdogs: list) -> None:
+    for proc in watchdogs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+STOP_DEADLINE_S = 12.0  # a stopped pipeline exits within this, whatever hangs
+
+
+def _stop_on_signals(settings, before: set[int], watchdogs: list) -> None:
+    """SIGINT (Ctrl-C: the terminal sends it to the whole process group, so the Prefect server and the training
+    processes get it too and die first) and SIGTERM end the command at once: stop every process it started,
+    mark its runs interrupted and republish the snapshot, release the writer lock, one line, exit 128 + signal.
+    It never goes back into Prefect, whose dead server it would call with retries for minutes (211 s measured);
+    a timer ends the process at STOP_DEADLINE_S whatever hangs. Only the main thread may set handlers."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        code = 128 + signum
+        threading.Timer(STOP_DEADLINE_S, os._exit, args=(code,)).start()
+        name = signal.Signals(signum).name
+        from medtx.runtime.processes import stop_descendants
+
+        stopped = stop_descendants(before, grace_s=3.0)
+        closed = _close_own_runs(settings, f"{name} received (stopped by a user or the system)")
+        _end_watchdogs(watchdogs)
+        _console.print(f"[red]medtx pipeline: stopped by {name}[/red]: {closed}; {len(stopped)} child "
+                       "process(es) stopped", highlight=False, soft_wrap=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _close_own_runs(settings, why: str) -> str:
+    """Mark this process's running runs interrupted, republish the snapshot, release the writer lock; says what
+    it did (best effort: what fails here, the watchdog and the next start do)."""
+    import os
+
+    from medtx.publish.snapshot import publish_snapshot
+    from medtx.store.db import open_warehouse, transaction
+    from medtx.store.run_owners import mark_own_interrupted
+    from medtx.store.writer_lock import read_holder, release
+
+    said = "no run was open"
+    try:
+        if settings.db.exists():
+            with open_warehouse(settings.db, wait_s=2) as con, transaction(con):
+                marked = mark_own_interrupted(con, why)
+            if marked:
+                publish_snapshot(settings.db, settings.snapshot)
+                said = "recorded as interrupted: " + ", ".join(f"{m.table} {m.run_id}" for m in marked)
+    except Exception as exc:  # noqa: BLE001 - the watchdog closes them when this process is gone
+        said = f"runs left to the watchdog ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    try:
+        holder = read_holder(settings.db)
+        if holder is not None and holder.pid == os.getpid():
+            release(settings.db, holder)
+    except Exception:  # noqa: BLE001 - a damaged file: the next start names it
+        pass
+    return said
 
 
 def _enough_space(settings) -> None:
@@ -98,13 +190,17 @@ def _flush_prefect_logs() -> None:
 
 
 def _run_with_display(config: Path, db: Path | None, settings, steps_only, refresh, verbose: bool):
+    import signal
+
     from flows.cli.console import PipelineDisplay, route_logs
-    from flows.pipeline import observed, run_pipeline  # imports Prefect: seconds, so after the refusal
+    from flows.pipeline import observed, run_pipeline, stopping_with  # imports Prefect: seconds, after the refusal
 
     out = Console()
     log_file = route_logs(settings.root / "logs", verbose)
     _console.print(f"medtx pipeline: {config} -> {settings.db}; log: {log_file}", highlight=False, soft_wrap=True)
-    with PipelineDisplay(out, live=out.is_terminal) as display, observed(display):
+    handler = signal.getsignal(signal.SIGTERM)
+    with (PipelineDisplay(out, live=out.is_terminal) as display, observed(display),
+          stopping_with(handler) if callable(handler) else nullcontext()):
         state = run_pipeline(config, db, steps_only=steps_only, refresh=refresh, return_state=True)
     return state, log_file
 

@@ -23,6 +23,11 @@ T = TypeVar("T")
 
 def _init_worker(log_files: list[str], level: int, preload: tuple[str, ...] = ()) -> None:
     import importlib
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent stops its workers itself (terminate, then kill), so a
+    # worker does not print a KeyboardInterrupt traceback per training on the way out.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     root = logging.getLogger()
     root.setLevel(level)

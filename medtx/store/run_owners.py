@@ -107,6 +107,26 @@ def mark_interrupted(con: duckdb.DuckDBPyConnection, timeout_s: float | None = N
     return marked
 
 
+def mark_own_interrupted(con: duckdb.DuckDBPyConnection, why: str, owner: Owner | None = None) -> list[Interrupted]:
+    """Mark every `running` pipeline/model run owned by this process (`owner`) as `interrupted` because `why`
+    (a stop signal): the owner is alive, so `mark_interrupted` would leave them."""
+    me = owner or this_process()
+    now = utcnow()
+    reason = f"interrupted: {why}; at {now.isoformat(sep=' ', timespec='seconds')} UTC"
+    marked = []
+    for table, key in _TABLES.items():
+        rows = con.execute(
+            f"SELECT {quote_ident(key)}, owner_started FROM {quote_table(table)}"
+            " WHERE status = 'running' AND owner_pid = ? AND owner_host = ?", [me.pid, me.host]).fetchall()
+        for run_id, started in rows:
+            if abs((started or 0) - me.started) >= 1.0:
+                continue  # an earlier process with the same pid
+            con.execute(f"UPDATE {quote_table(table)} SET status = 'interrupted', finished_at = ?, error = ?"
+                        f" WHERE {quote_ident(key)} = ? AND status = 'running'", [now, reason, run_id])
+            marked.append(Interrupted(table, run_id, reason))
+    return marked
+
+
 def claim(con: duckdb.DuckDBPyConnection, table: str, run_id: str, owner: Owner | None = None) -> None:
     """Record this process as the owner of a (just inserted) running row, with a first heartbeat."""
     key = _TABLES[table]
