@@ -3,8 +3,9 @@
 The definition of the MIMIC benchmarks (Harutyunyan et al. 2019) and MEDS-DEV's in-hospital mortality task, on
 the tables medtx loads (no vitals or labs). Per admission of the dataset (one row per hadm_id):
 - prediction time = admittime + 48 hours;
-- cohort: the admission has admittime, dischtime and hospital_expire_flag; it lasts at least 48 hours
-  (dischtime >= the prediction time); the patient is alive at the prediction time (deathtime, when present,
+- cohort: the admission has admittime, dischtime and hospital_expire_flag; it lasts more than 48 hours
+  (dischtime after the prediction time, so the discharge is never visible at it; as the ACES config and
+  PyHealth's "longer than 48 h"); the patient is alive at the prediction time (deathtime, when present,
   after it). Every exclusion is counted in the summary (`excluded_*`), never guessed;
 - label = hospital_expire_flag = 1 (death before discharge);
 - features = what the clock (medtx.tasks.clock) shows at the prediction time, through the one history relation
@@ -37,7 +38,7 @@ COHORT_SQL = f"""
     SELECT subject_id, hadm_id,
            CASE WHEN hospital_expire_flag IS NULL THEN 'without_flag'
                 WHEN admittime IS NULL OR dischtime IS NULL THEN 'without_times'
-                WHEN dischtime < {PREDICTION_TIME} THEN 'under_48h'
+                WHEN dischtime <= {PREDICTION_TIME} THEN 'under_48h'
                 WHEN deathtime IS NOT NULL AND deathtime <= {PREDICTION_TIME} THEN 'died_by_48h'
            END AS excluded
     FROM _samples_visits"""
