@@ -19,10 +19,12 @@ import pytest
 from medtx.pipeline.exchange import export_training_package, record_result_package
 from medtx.pipeline.integrity import PackageDamaged, file_digests
 from medtx.pipeline.packages import PackageError, read_training_package
+from medtx.pipeline.plan import TRAIN_READS
 from medtx.pipeline.steps import run_train_from_package
+from medtx.tasks import get_task
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
-READS = ("samples.readmission", "samples.splits", "samples.vocab")
+READS = ("samples.readmission", *TRAIN_READS, *get_task("readmission").train_reads)  # what the plan's step reads
 SCOPE = {"dataset": "mimic3_demo", "task": "readmission"}
 ML = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.predictions")
 
