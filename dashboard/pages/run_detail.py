@@ -12,6 +12,8 @@ from dash import Dash, Input, Output, State, dcc, html
 from dashboard import components as ui
 from dashboard import intervals as ci
 from dashboard import queries, validate
+from dashboard.pages.run_trust import register as register_trust
+from dashboard.pages.run_trust import trust_view
 
 PATH = "/run"
 NAME = "Run detail"
@@ -42,6 +44,8 @@ def layout(snapshot: Path, params: dict[str, str]) -> html.Div:
 
 
 def register(app: Dash, snapshot: Path) -> None:
+    register_trust(app, snapshot)  # the threshold control and the model card route (/card/<run id>)
+
     @app.callback(
         Output("run-select", "options"),
         Output("run-select", "value"),
@@ -91,6 +95,8 @@ def run_body(snapshot: Path, run_id: str) -> html.Div:
             ),
             ui.card("Paired comparison with the reference baseline (test, patient bootstrap)",
                     _comparison(snapshot, run_id)),
+            ui.card("Would a clinician trust it? Subgroups, calibration, operating points",
+                    trust_view(snapshot, run_id)),
             ui.card("Confusion matrix (test)", _confusion(snapshot, run_id)),
             ui.card("Config", html.Pre(_pretty(run["config"]), className="config small mb-0")),
         ]

@@ -235,6 +235,10 @@ def analyse_trust(con: duckdb.DuckDBPyConnection, run_id: str) -> TrustResult | 
             "AND r.dataset IS NOT DISTINCT FROM ? AND s.run_id <> ? AND s.run_id <> ? "
             "AND s.reference_run_id IS DISTINCT FROM ?",
             [task, dataset, run_id, result.reference_run_id or "", result.reference_run_id]).fetchall()]
+        started = time.perf_counter()
         for other in stale:  # the reference changed: their per-group verdicts named the old one
             write_trust(con, other, compute_trust(con, other))
+        if stale:
+            log.info("trust: the reference of %s/%s is now %s: %d other run(s) recomputed in %.2f s", task, dataset,
+                     result.reference_run_id, len(stale), time.perf_counter() - started)
     return result
