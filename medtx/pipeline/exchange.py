@@ -73,6 +73,12 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
 _publish_dir = publish_dir  # the one atomic publish (medtx.pipeline.packages)
 
 
+# Tables whose `task` column names the task a record is about, not the samples the step trains on: a task
+# trained on another's samples (readmission_notes on readmission's) needs its own rows, so these are scoped by
+# dataset only (one small row per task and dataset).
+PER_TASK_RECORDS = ("samples.leakage_gate", "samples.leakage_shortcuts")
+
+
 def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping[str, Any], exchange: Path | str,
                             key: str) -> Path:
     """Write the tables a training step reads (rows of its dataset/task where the table has those columns)
@@ -92,7 +98,8 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
     with open_warehouse(db, read_only=True, wait_s=120) as con:
         for table in sorted(set(reads)):
             cols = _columns(con, table)
-            filters = [(c, v) for c, v in scope.items() if c in cols and v is not None]
+            filters = [(c, v) for c, v in scope.items() if c in cols and v is not None
+                       and not (c == "task" and table in PER_TASK_RECORDS)]
             # COPY takes no bound parameters: the scope values go in through the quoting helper.
             where_sql = " AND ".join(f"{quote_ident(c)} = {sql_literal(v)}" for c, v in filters) or "true"
             select_sql = f"SELECT * FROM {quote_table(_checked(table))} WHERE {where_sql}"
