@@ -527,3 +527,20 @@ def test_medtx_report_writes_html_and_markdown_and_refuses_an_unknown_run(trust_
     assert out.read_text().startswith("<!DOCTYPE html>") and out.with_suffix(".md").exists()
     bad = CliRunner().invoke(app, ["report", "--run", "nope", "--db", str(trust_db)])
     assert bad.exit_code == 2 and "not in this warehouse" in bad.output
+
+
+def test_a_bad_risk_shift_is_one_line_and_exit_2(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from medtx.synth.shift import RiskShift
+
+    for text, message in (("sex=woman:1", "sex group must be one of"), ("sex=female", "expected ATTRIBUTE=GROUP"),
+                          ("height=tall:1", "attribute must be one of"), ("sex=female:x", "is not a number"),
+                          ("age_band=>=80:9", "within [-5, 5]")):
+        with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+            RiskShift.parse(text)
+    result = CliRunner().invoke(app, ["synth", "mimic3", "--patients", "5", "--out", str(tmp_path / "s"),
+                                      "--risk-shift", "sex=woman:1"])
+    assert result.exit_code == 2 and "--risk-shift" in result.output and not (tmp_path / "s").exists()
+    assert RiskShift.parse("age_band=>=80:-0.8").members(np.array([True]), np.array([85.0])).tolist() == [True]
