@@ -68,6 +68,31 @@ def sample_id(value: object) -> str:
     return value
 
 
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")  # an attention module, an averaging convention, a group key
+
+
+def name(what: str, value: object) -> str:
+    """A short identifier chosen from options the page offered (module, averaging, group): nothing else is
+    looked up, cached or echoed."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise InvalidParameter(f"{what} {str(value)[:40]!r} is not a valid {what}")
+    return value
+
+
+def small_int(what: str, value: object, low: int = -1, high: int = 1024) -> int:
+    """A layer or head index (and -1 for the mean of heads)."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).lstrip("-").isdigit() \
+            or len(str(value)) > 5 or not low <= int(value) <= high:
+        raise InvalidParameter(f"{what} {str(value)[:40]!r} is not an integer in [{low}, {high}]")
+    return int(value)
+
+
+def choice(what: str, value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InvalidParameter(f"{what} {str(value)[:40]!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
 def url_params(
     params: dict[str, str], checks: dict[str, Callable[[object], object]]
 ) -> tuple[dict[str, object], list[str]]:

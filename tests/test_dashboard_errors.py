@@ -108,26 +108,99 @@ def test_dash_config_does_not_report_the_python_build(snapshot: Path) -> None:
     assert "python_version" not in page and sys.version.split()[0] not in page
 
 
-def test_basic_auth_backs_off_per_client(snapshot: Path) -> None:
+def test_login_back_off_keeps_guessers_out_and_the_right_password_in(snapshot: Path) -> None:
+    """Failures back off per (address, user); a browser that logged in before keeps its access during a
+    guesser's lock-out of a shared address (a proxy); the lock-out answers guesses unchecked."""
     now = [1000.0]
     backoff = FailureBackoff(free=3, cap_s=60, clock=lambda: now[0])
-    from dashboard.security import install_basic_auth
+    from dashboard.security import DEVICE_COOKIE, install_basic_auth
 
     app = create_app(snapshot)
     install_basic_auth(app.server, "medtx", "s3cret", backoff)  # what credentials= installs, on a test clock
-    client = app.server.test_client()
+    user = app.server.test_client()  # the real user's browser: it keeps its cookies
+    guesser = app.server.test_client()
 
-    def get(password: str, addr: str = "10.0.0.1"):
-        token = base64.b64encode(f"medtx:{password}".encode()).decode()
+    def get(client, password: str, addr: str = "10.0.0.1", name: str = "medtx"):
+        token = base64.b64encode(f"{name}:{password}".encode()).decode()
         return client.get("/", headers={"Authorization": f"Basic {token}"}, environ_base={"REMOTE_ADDR": addr})
 
-    assert [get("guess").status_code for _ in range(3)] == [401, 401, 401]  # free failures
-    assert get("guess").status_code == 401  # the 4th failure starts a 1 s lock-out
-    locked = get("s3cret")  # even the right password waits: no oracle while locked
-    assert locked.status_code == 429 and locked.headers["Retry-After"] == "1"
-    assert get("s3cret", addr="10.0.0.2").status_code == 200  # per client
+    first = get(user, "s3cret")  # the user logged in earlier from behind the proxy: the browser keeps a cookie
+    assert first.status_code == 200 and DEVICE_COOKIE in first.headers.get("Set-Cookie", "")
+    assert [get(guesser, "guess").status_code for _ in range(3)] == [401, 401, 401]  # free failures
+    assert get(guesser, "guess").status_code == 401  # the 4th failure starts a 1 s lock-out of (address, user)
+    assert get(guesser, "s3cret").status_code == 429  # unchecked while locked: no oracle for a guesser
+    # every wrong user name of an address shares one key: rotating names gains nothing
+    assert [get(guesser, "g", name=n).status_code for n in ("root", "admin", "x", "y")] == [401] * 4
+    assert get(guesser, "g", name="z").status_code == 429
+    assert get(user, "s3cret").status_code == 200  # the right password from a known browser: never locked out
+    assert get(user, "wrong").status_code == 401  # a known browser's wrong password still counts
+    assert get(app.server.test_client(), "s3cret", addr="10.0.0.2").status_code == 200  # another address
     now[0] += 1.5
-    assert get("guess").status_code == 401  # 5th failure: 2 s
-    assert get("guess").status_code == 429 and backoff.wait_s("10.0.0.1") == pytest.approx(2.0)
-    now[0] += 2.5
-    assert get("s3cret").status_code == 200 and backoff.wait_s("10.0.0.1") == 0  # success resets
+    assert get(guesser, "guess").status_code == 429 and backoff.wait_s(("10.0.0.1", "medtx")) > 0
+    now[0] += 60
+    assert get(guesser, "s3cret").status_code == 200 and backoff.wait_s(("10.0.0.1", "medtx")) == 0  # reset
+
+
+def test_request_size_cap_and_compressed_bodies(snapshot: Path) -> None:
+    import gzip
+    import resource
+
+    client = create_app(snapshot).server.test_client()
+    key = "run-body.children"
+    body = json.dumps({"output": key, "outputs": {"id": "run-body", "property": "children"},
+                       "inputs": [{"id": "run-select", "property": "value", "value": "x" * 20_000_000}]})
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(10):  # 10 x 20 MB: refused unread
+        r = client.post("/_dash-update-component", data=body, content_type="application/json")
+        assert r.status_code == 413, r.status_code
+    bomb = gzip.compress(b"[" * 200_000_000, compresslevel=9)  # 200 MB of JSON in ~0.2 MB
+    r = client.post("/_dash-update-component", data=bomb, content_type="application/json",
+                    headers={"Content-Encoding": "gzip"})
+    assert r.status_code == 415 and "compressed request bodies are not accepted" in r.get_data(as_text=True)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+    assert grown_mb < 300, grown_mb  # the test's own 20 MB body and 200 MB bomb source, not the server's copies
+
+
+def test_unchecked_callback_values_are_refused_not_cached(snapshot: Path) -> None:
+    from dashboard.queries import core
+
+    app = create_app(snapshot)
+    client = app.server.test_client()
+    before = core._cached_query.cache_info().currsize, [c.cache_info().currsize for c in core._VIEW_CACHES]
+    huge = "m" * 500_000
+    cases = [  # (output key, the callback's inputs and states by id, the refused field)
+        ("pt-attention.children", {"pt-module": huge, "pt-layer": 0, "pt-head": 0, "pt-view": "single",
+                                   "pt-run": "r1", "pt-visit": 1}, "module"),
+        ("pt-attention.children", {"pt-module": "encoder", "pt-layer": 10**9, "pt-head": 0, "pt-view": "single",
+                                   "pt-run": "r1", "pt-visit": 1}, "layer"),
+        ("pt-attention.children", {"pt-module": "encoder", "pt-layer": 0, "pt-head": 0, "pt-view": huge,
+                                   "pt-run": "r1", "pt-visit": 1}, "view"),
+    ]
+    for key, values, field in cases:
+        cb = app.callback_map[key]
+        body = {"output": key, "outputs": _outputs(key),
+                "inputs": [{"id": i["id"], "property": i["property"], "value": values[i["id"]]} for i in cb["inputs"]],
+                "changedPropIds": [f"{i['id']}.{i['property']}" for i in cb["inputs"]]}
+        r = client.post("/_dash-update-component", json=body)
+        text = r.get_data(as_text=True)
+        assert r.status_code == 400 and f"{field} " in text and len(text) < 300, (field, r.status_code, text[:300])
+    lb = [k for k in app.callback_map if "leaderboard-grid.rowData" in k][0]
+    cb = app.callback_map[lb]
+    values = {"lb-task": "drug_rec", "lb-dataset": "d", "lb-averaging": huge, "lb-group": [],
+              "snapshot-version": "v"}
+    body = {"output": lb, "outputs": _outputs(lb),
+            "inputs": [{"id": i["id"], "property": i["property"], "value": values[i["id"]]} for i in cb["inputs"]],
+            "changedPropIds": ["lb-averaging.value"]}
+    r = client.post("/_dash-update-component", json=body)
+    assert r.status_code == 200 and "averaging" in r.get_data(as_text=True)
+    after = core._cached_query.cache_info().currsize, [c.cache_info().currsize for c in core._VIEW_CACHES]
+    assert after == before  # nothing a client sent was looked up or kept
+
+
+def test_a_400_names_no_internal_class(snapshot: Path) -> None:
+    client = create_app(snapshot).server.test_client()
+    for raw in ("not json", "{}", json.dumps({"output": "x.y", "inputs": 5}), "[" * 1000):
+        r = client.post("/_dash-update-component", data=raw, content_type="application/json")
+        text = r.get_data(as_text=True)
+        assert r.status_code == 400, (raw[:20], r.status_code)
+        assert not any(name in text for name in ("Error", "Exception", "KeyError", "JSONDecode", "Traceback")), text

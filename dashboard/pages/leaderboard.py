@@ -133,6 +133,11 @@ def register(app: Dash, snapshot: Path) -> None:
             return [], [], "No training runs in the warehouse yet: run `medtx train` or `medtx pipeline`.", None, None
         try:
             task, dataset = validate.task(task), validate.dataset(dataset)
+            # checked before they reach a (cached) query: a client's unchecked value is never kept
+            averaging = None if averaging is None else validate.name("averaging", averaging)
+            if group is not None and (not isinstance(group, list) or len(group) > 1):
+                raise validate.InvalidParameter("group is not a valid selection")
+            group = [validate.choice("group", g, ("group",)) for g in group or []]
         except validate.InvalidParameter as exc:
             return [], [], str(exc), None, None
         runs = queries.leaderboard_runs(snapshot, task, dataset)

@@ -15,6 +15,7 @@ from dashboard import queries, validate
 PATH = "/patient"
 NAME = "Patient explorer"
 MEAN_HEAD = -1  # head selector value for "mean over heads"
+VIEWS = ("single", "heads", "model")  # the attention view selector's values
 MAX_MODEL_VIEW = 48  # layer x head panels drawn in the model view before it gets unreadable
 SHOWN_PREDICTIONS = 25
 MAX_PATIENT_OPTIONS = 200  # the rest are found by typing an id (searched on the server)
@@ -154,7 +155,8 @@ def register(app: Dash, snapshot: Path) -> None:
     def layer_head_options(module: str | None, run_id: str | None, hadm_id: int | None, layer, head):
         if not module or not run_id or hadm_id is None:
             return [], None, [], None
-        df = queries.attention(snapshot, validate.run_id(run_id), str(validate.integer_id("hadm_id", hadm_id)), module)
+        df = queries.attention(snapshot, validate.run_id(run_id), str(validate.integer_id("hadm_id", hadm_id)),
+                               validate.name("module", module))
         layers = sorted(df["layer"].unique().to_list()) if df.height else []
         heads = sorted(df["head"].unique().to_list()) if df.height else []
         head_opts = [{"label": "mean of heads", "value": MEAN_HEAD}] + ui.options(heads, [f"head {h}" for h in heads])
@@ -171,8 +173,11 @@ def register(app: Dash, snapshot: Path) -> None:
     def attention(module, layer, head, view, run_id, hadm_id):
         if not module or layer is None or not run_id or hadm_id is None:
             return ui.empty("No attention stored for this visit (only neural models store it, for a few test visits).")
+        # every value is checked before it is looked up or cached: a client's 20 MB `module` is refused, not kept
         sample = str(validate.integer_id("hadm_id", hadm_id))
-        return attention_view(snapshot, validate.run_id(run_id), sample, module, int(layer), int(head), view)
+        return attention_view(snapshot, validate.run_id(run_id), sample, validate.name("module", module),
+                              validate.small_int("layer", layer, 0), validate.small_int("head", head, MEAN_HEAD),
+                              validate.choice("view", view, VIEWS))
 
 
 def patient_choices(patients: pl.DataFrame, current: int | None, search: str = "") -> list[dict]:
