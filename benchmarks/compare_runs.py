@@ -15,6 +15,8 @@ import sys
 
 import duckdb
 
+from medtx.store.db import quote_ident
+
 METRICS = ("SELECT r.task, r.dataset, r.model, r.seed, m.* EXCLUDE (run_id) "
            "FROM ml.metrics m JOIN ml.runs r USING (run_id)")
 
@@ -24,7 +26,8 @@ def _load(path: str) -> tuple[list[str], list[tuple], int | None, int, list[tupl
         rel = con.sql(METRICS)
         columns, rows = [c[0] for c in rel.description], rel.fetchall()
         pcols = [c[0] for c in con.sql("SELECT * FROM ml.predictions LIMIT 0").description if c[0] != "run_id"]
-        digest = con.sql(f"SELECT sum(hash(r.task, r.dataset, r.model, r.seed, {', '.join('p.' + c for c in pcols)})) "
+        columns_sql = ", ".join(f"p.{quote_ident(c)}" for c in pcols)
+        digest = con.sql(f"SELECT sum(hash(r.task, r.dataset, r.model, r.seed, {columns_sql})) "
                          "FROM ml.predictions p JOIN ml.runs r USING (run_id)").fetchall()[0][0]
         n_pred = con.sql("SELECT count(*) FROM ml.predictions").fetchall()[0][0]
         runs = con.sql("SELECT status, count(*) FROM ml.runs GROUP BY 1 ORDER BY 1").fetchall()

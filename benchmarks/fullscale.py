@@ -123,7 +123,9 @@ def warehouse_figures(db: Path, pipeline_run_id: str | None) -> dict:
                              "WHERE schema_name <> 'main'").fetchall()
         rows = {}
         for schema, table, _ in tables:
-            n = con.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchall()[0][0]
+            from medtx.store.db import quote_ident
+
+            n = con.execute(f"SELECT count(*) FROM {quote_ident(schema)}.{quote_ident(table)}").fetchall()[0][0]
             rows[schema] = rows.get(schema, 0) + n
         runs = con.execute("SELECT status, count(*) FROM ml.runs GROUP BY 1").fetchall()
     return {"pipeline_run_id": pipeline_run_id, "steps": steps, "rows": rows, "runs": dict(runs)}

@@ -29,7 +29,7 @@ from medtx.evaluation.groups import sample_groups
 from medtx.evaluation.subgroups import CITL, GAP_METHOD, gap_metrics, largest_gaps, subgroup_results
 from medtx.evaluation.uncertainty import RunData, load_run_data
 from medtx.metrics import intervals as iv
-from medtx.store.db import transaction
+from medtx.store.db import quote_table, transaction
 from medtx.tasks import Task, get_task
 
 log = logging.getLogger("medtx.evaluation.trust")
@@ -189,7 +189,7 @@ def write_trust(con: duckdb.DuckDBPyConnection, run_id: str, result: TrustResult
     """Replace the run's rows in the trust tables (one transaction); None clears them."""
     with transaction(con):
         for table in TABLES:
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
         if result is None:
             return
         ref = result.reference_run_id

@@ -89,11 +89,13 @@ def _stop(seen: dict[int, float]) -> list[int]:
 def _owns_a_running_run(db: Path, pid: int) -> bool:
     import duckdb
 
+    from medtx.store.db import quote_table
+
     if not db.exists():
         return False
     try:
         with duckdb.connect(str(db), read_only=True) as con:
-            return any(con.execute(f"SELECT count(*) FROM {table} WHERE status = 'running' AND owner_pid = ?",
+            return any(con.execute(f"SELECT count(*) FROM {quote_table(table)} WHERE status = 'running' AND owner_pid = ?",
                                    [pid]).fetchone()[0] for table in ("ml.pipeline_runs", "ml.runs"))
     except duckdb.Error:
         return True  # cannot tell (the file is busy): publishing checks again

@@ -91,13 +91,13 @@ HISTORY_TABLE = "_samples_history"
 EVENTS_TABLE = "_events"
 
 
-def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time: str, index_sql: str, *,
-                   visits: str = "TRUE") -> int:
+def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time_sql: str, index_sql: str, *,
+                   visits_sql: str = "TRUE") -> int:
     """(Re)create `_samples_history`: the one relation a builder reads its features from. Returns its rows.
 
     `index_sql` selects the samples' index admissions (`subject_id, hadm_id`, one row per sample) from
-    `_samples_visits`; `prediction_time` is the task's clock (`Task.prediction_time`, over the index admission's
-    `admittime` and `dischtime`); `visits` is a predicate over `_samples_visits` choosing which admissions enter a
+    `_samples_visits`; `prediction_time_sql` is the task's clock (`Task.prediction_time`, over the index admission's
+    `admittime` and `dischtime`); `visits_sql` is a predicate over `_samples_visits` choosing which admissions enter a
     history (the index admission must pass it). Columns, one row per sample: subject_id, hadm_id (the index
     admission), prediction_time, and per-visit lists over the patient's chosen admissions up to and including the
     index one (by admittime, then hadm_id): conditions, procedures, drugs (VARCHAR[][]), ages (INTEGER[], age at
@@ -111,13 +111,13 @@ def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time
     create_event_view(con, dataset, EVENTS_TABLE)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {INDEX_TABLE} AS
-        SELECT i.subject_id, i.hadm_id, CAST(({prediction_time}) AS TIMESTAMP) AS prediction_time
+        SELECT i.subject_id, i.hadm_id, CAST(({prediction_time_sql}) AS TIMESTAMP) AS prediction_time
         FROM (SELECT subject_id, hadm_id FROM ({index_sql})) i JOIN {VISITS_TABLE} v USING (hadm_id)""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {HISTORY_TABLE} AS
         WITH ranked AS (
             SELECT *, row_number() OVER (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id) AS visit_rank
-            FROM {VISITS_TABLE} WHERE {visits}
+            FROM {VISITS_TABLE} WHERE {visits_sql}
         ), pairs AS (   -- (sample, admission of its history)
             SELECT i.hadm_id AS sample_hadm_id, i.subject_id, i.prediction_time, r.*
             FROM {INDEX_TABLE} i

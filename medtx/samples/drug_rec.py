@@ -51,7 +51,7 @@ def build_drug_rec(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int, f
     from medtx.tasks import get_task
 
     params = {"dataset": dataset}
-    create_history(con, dataset, get_task(TASK).prediction_time, INDEX_SQL, visits=KEPT)
+    create_history(con, dataset, get_task(TASK).prediction_time, INDEX_SQL, visits_sql=KEPT)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_drug_rec AS {DRUG_REC_SQL}", params)
     drop_history(con)
     stats = visit_stats(con)

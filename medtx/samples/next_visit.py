@@ -59,7 +59,7 @@ def build_next_visit(con: duckdb.DuckDBPyConnection, dataset: str, *, seed: int,
     """Rewrite `samples.next_visit` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
     from medtx.tasks import get_task
 
-    create_history(con, dataset, get_task(TASK).prediction_time, NEXT_SQL, visits=HAS_DX)
+    create_history(con, dataset, get_task(TASK).prediction_time, NEXT_SQL, visits_sql=HAS_DX)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_next_visit AS {NEXT_VISIT_SQL}", {"dataset": dataset})
     drop_history(con)
     stats = visit_stats(con)

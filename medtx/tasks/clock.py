@@ -119,5 +119,7 @@ def create_event_view(con: duckdb.DuckDBPyConnection, dataset: str, name: str = 
     Returns `name`."""
     if not name.isidentifier():
         raise ValueError(f"event table name {name!r} is not a plain SQL identifier")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {events_sql()}", {"dataset": dataset})
+    from medtx.store.db import quote_ident  # here: the registry loads where DuckDB is absent (medtx.worker)
+
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {events_sql()}", {"dataset": dataset})
     return name

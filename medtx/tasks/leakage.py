@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from medtx.store.db import quote_ident, quote_table
 from medtx.tasks.base import Task
 from medtx.tasks.verdict import LeakageError, check_gate_rows, gated
 
@@ -86,8 +87,8 @@ class GateResult:
 
 def _rows_sql(task: Task, owner: Task) -> str:
     """The task's sample rows of `$dataset` (the owner task's table, filtered on `task` when shared)."""
-    own = " AND task = $owner" if owner.shared_table else ""
-    return f"SELECT * FROM {owner.sample_table} WHERE dataset = $dataset{own}"
+    own_sql = " AND task = $owner" if owner.shared_table else ""
+    return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}"
 
 
 def split_overlap(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int, str | None]:
@@ -126,15 +127,16 @@ def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tupl
     prediction times); None when the task has no clock."""
     if task.prediction_time is None:
         return None, None
-    truth = f"""
-        SELECT hadm_id, subject_id AS patient, CAST(({task.prediction_time}) AS TIMESTAMP) AS pt
+    clock_sql = task.prediction_time  # a SQL expression written in the task's file (code, not data)
+    truth_sql = f"""
+        SELECT hadm_id, subject_id AS patient, CAST(({clock_sql}) AS TIMESTAMP) AS pt
         FROM ({STAYS_SQL})"""
     params = {"dataset": dataset}
     columns = set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)
-    stored = "r.prediction_time" if "prediction_time" in columns else "NULL"
+    stored_sql = "r.prediction_time" if "prediction_time" in columns else "NULL"
     bad_clock = con.execute(f"""
-        SELECT r.hadm_id, {stored} AS stored, t.pt FROM {ROWS} r LEFT JOIN ({truth}) t USING (hadm_id)
-        WHERE t.pt IS NULL OR {stored} IS DISTINCT FROM t.pt ORDER BY r.hadm_id""", params).fetchall()
+        SELECT r.hadm_id, {stored_sql} AS stored, t.pt FROM {ROWS} r LEFT JOIN ({truth_sql}) t USING (hadm_id)
+        WHERE t.pt IS NULL OR {stored_sql} IS DISTINCT FROM t.pt ORDER BY r.hadm_id""", params).fetchall()
     n, first = len(bad_clock), None
     if bad_clock:
         hadm, got, want = bad_clock[0]
@@ -144,9 +146,9 @@ def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tupl
         if source == "static" or feature not in columns:
             continue
         late = con.execute(f"""
-            WITH t AS ({truth}),
+            WITH t AS ({truth_sql}),
             codes AS (
-                SELECT DISTINCT r.hadm_id, t.patient, t.pt, unnest(flatten(r."{feature}")) AS code
+                SELECT DISTINCT r.hadm_id, t.patient, t.pt, unnest(flatten(r.{quote_ident(feature)})) AS code
                 FROM {ROWS} r JOIN t USING (hadm_id)
             )
             SELECT c.hadm_id, c.patient, c.pt, c.code FROM codes c
@@ -168,15 +170,15 @@ def audit_shortcuts(con: duckdb.DuckDBPyConnection, task: Task, dataset: str,
                     acknowledge: Collection[str] = ()) -> tuple[tuple[Shortcut, ...], str | None]:
     """(c) single features that alone nearly give the label away on validation; (flagged, why-not-checked)."""
     params = {"dataset": dataset, "split_task": task.samples_task}
-    val = f"""SELECT r.* FROM {ROWS} r JOIN samples.splits sp ON sp.dataset = $dataset AND sp.task = $split_task
+    val_sql = f"""SELECT r.* FROM {ROWS} r JOIN samples.splits sp ON sp.dataset = $dataset AND sp.task = $split_task
               AND sp.subject_id = r.subject_id WHERE sp.split = 'val'"""
     ack = set(acknowledge)
     found: list[Shortcut] = []
     features = [f for f in task.features if f in set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)]
     if task.kind == "binary":
-        label = task.label_column
-        pos, neg = con.execute(f"SELECT count(*) FILTER (WHERE {label}), count(*) FILTER (WHERE NOT {label}) "
-                               f"FROM ({val})", params).fetchall()[0]
+        label_sql = quote_ident(task.label_column)
+        pos, neg = con.execute(f"SELECT count(*) FILTER (WHERE {label_sql}), count(*) FILTER (WHERE NOT {label_sql}) "
+                               f"FROM ({val_sql})", params).fetchall()[0]
         if min(pos, neg) < AUDIT_MIN_CLASS:
             return (), (f"shortcut audit not run: the validation split holds {pos} positive and {neg} negative "
                         f"samples, fewer than {AUDIT_MIN_CLASS} of a class")
@@ -184,8 +186,8 @@ def audit_shortcuts(con: duckdb.DuckDBPyConnection, task: Task, dataset: str,
             if task.family != "ehr":
                 continue  # text columns: no token audit
             rows = con.execute(f"""
-                WITH tok AS (SELECT DISTINCT hadm_id, {label} AS y, unnest(flatten("{feature}")) AS token FROM ({val}))
-                SELECT token, 0.5 * (1 + count(*) FILTER (WHERE y) / {pos} - count(*) FILTER (WHERE NOT y) / {neg})
+                WITH tok AS (SELECT DISTINCT hadm_id, {label_sql} AS y, unnest(flatten({quote_ident(feature)})) AS token FROM ({val_sql}))
+                SELECT token, 0.5 * (1 + count(*) FILTER (WHERE y) / {int(pos)} - count(*) FILTER (WHERE NOT y) / {int(neg)})
                        AS auroc
                 FROM tok GROUP BY token ORDER BY token""", params).fetchall()
             for token, auroc in rows:
@@ -193,12 +195,12 @@ def audit_shortcuts(con: duckdb.DuckDBPyConnection, task: Task, dataset: str,
                 if value >= SHORTCUT_AUROC:
                     found.append(Shortcut(feature, token, "val_auroc", value, f"{feature}:{token}" in ack))
     elif task.kind == "multilabel":
-        label = task.label_column
+        label_sql = quote_ident(task.label_column)
         for feature in features:
             share = con.execute(f"""
-                SELECT avg(CASE WHEN list_sort(list_distinct("{feature}"[-1])) = list_sort(list_distinct({label}))
+                SELECT avg(CASE WHEN list_sort(list_distinct({quote_ident(feature)}[-1])) = list_sort(list_distinct({label_sql}))
                            THEN 1.0 ELSE 0.0 END)
-                FROM ({val}) WHERE len({label}) > 0""", params).fetchall()[0][0]
+                FROM ({val_sql}) WHERE len({label_sql}) > 0""", params).fetchall()[0][0]
             if share is not None and share >= SHORTCUT_EXACT_SHARE:
                 found.append(Shortcut(feature, "*", "val_exact_share", share, f"{feature}:*" in ack))
     return tuple(found), None
