@@ -18,6 +18,7 @@ from medtx.codes import mapping as codes_stage
 from medtx.codes.reference import WRITES as REFERENCE
 from medtx.store.fingerprint import import_closure
 from medtx.pipeline.config import ModelEntry, PipelineConfig, resolve_devices
+from medtx.evaluation.groups import READS as TRUST_READS
 from medtx.synth.oracle import WRITES as SYNTH_ORACLE
 from medtx.tasks import Task, get_task
 
@@ -228,7 +229,9 @@ def train_step(task_name: str, dataset: str, model: str, *, label: str | None = 
         label or model,
         needs=(sample_step,),
         # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
-        reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE),
+        # a binary/multi-label EHR run's evaluation reads its test admissions' demographics (its subgroups)
+        reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE,
+               *(TRUST_READS if task.family == "ehr" and task.kind in ("binary", "multilabel") else ())),
         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
         device=device,
         scope={"dataset": dataset, "task": task.samples_task},
