@@ -33,7 +33,7 @@ CONFIG = """
           - {{model: most_frequent}}
           - {{model: logreg}}
           - {{model: gru, overrides: {{epochs: 2, d_model: 16, hidden: 16}}}}
-          - {{model: transformer, name: transformer_broken, overrides: {{epochs: 1, n_heads: 3}}}}
+          - {{model: transformer, name: transformer_broken, overrides: {{epochs: 1, copy_feature: no_such_feature}}}}
     runner: {{torch_threads: 1}}
     """
 
