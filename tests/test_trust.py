@@ -544,3 +544,48 @@ def test_a_bad_risk_shift_is_one_line_and_exit_2(tmp_path: Path):
                                       "--risk-shift", "sex=woman:1"])
     assert result.exit_code == 2 and "--risk-shift" in result.output and not (tmp_path / "s").exists()
     assert RiskShift.parse("age_band=>=80:-0.8").members(np.array([True]), np.array([85.0])).tolist() == [True]
+
+
+def test_every_subgroup_interval_agrees_with_sklearn_on_the_same_draws(trust_db: Path):
+    """Every group of every attribute that is not too small: its AUROC interval equals sklearn's weighted AUROC
+    over the same 1,000 patient draws (weights = how often each patient was drawn; groups read by SQL here)."""
+    from medtx.evaluation.groups import ethnicity_group
+
+    con = connect(trust_db)
+    try:
+        frame = con.sql(
+            "SELECT p.subject_id, p.prob, p.y_true, pt.gender, date_diff('day', pt.dob, a.admittime) / 365.25 AS age, "
+            "a.ethnicity, lower(a.insurance) AS insurance, lower(a.admission_type) AS admission_type "
+            "FROM ml.predictions p JOIN raw.admissions a ON a.hadm_id = p.hadm_id "
+            "JOIN raw.patients pt ON pt.subject_id = a.subject_id WHERE p.run_id = 'run' ORDER BY p.sample_id").pl()
+        stored = {(a, g): row for a, g, *row in con.sql(
+            "SELECT attribute, grp, n_patients, too_small, ci_low, ci_high FROM ml.subgroups "
+            "WHERE run_id = 'run' AND metric = 'auroc'").fetchall()}
+    finally:
+        con.close()
+    patients, unit = np.unique(frame["subject_id"].to_numpy(), return_inverse=True)
+    draws = _draws(len(patients))
+    weights = np.stack([np.bincount(d, minlength=len(patients)) for d in draws])[:, unit]  # (boot, samples)
+    labels = {"sex": np.where(frame["gender"].to_numpy() == "F", "female", "male"),
+              "age_band": age_band(frame["age"].to_numpy()),
+              "ethnicity": ethnicity_group(frame["ethnicity"].to_numpy()),
+              "insurance": frame["insurance"].to_numpy(), "admission_type": frame["admission_type"].to_numpy()}
+    y, p = frame["y_true"].to_numpy(), frame["prob"].to_numpy()
+    checked = 0
+    for attribute, values in labels.items():
+        for group in np.unique(values.astype(str)):
+            members = values.astype(str) == group
+            n_pat = len(np.unique(unit[members]))
+            _, too_small, lo, hi = stored[(attribute, group)]
+            assert stored[(attribute, group)][0] == n_pat and too_small == (n_pat < iv.MIN_UNITS)
+            if too_small:
+                assert lo is None and hi is None
+                continue
+            aucs = []
+            for w in weights[:, members]:
+                yy, pp, ww = y[members][w > 0], p[members][w > 0], w[w > 0]
+                if 0 < yy.sum() < len(yy):
+                    aucs.append(roc_auc_score(yy, pp, sample_weight=ww))
+            assert (lo, hi) == pytest.approx(_pct(aucs), abs=1e-9), (attribute, group)
+            checked += 1
+    assert checked >= 10
