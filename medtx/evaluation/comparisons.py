@@ -131,17 +131,5 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None,
     return len(rows)
 
 
-def analyse_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-    """Intervals for the run's test metrics, then its (task, dataset) comparisons, then its subgroups, calibration
-    and operating points (medtx.evaluation.trust; binary and multi-label EHR runs) (called by finish_run)."""
-    from medtx.evaluation.trust import analyse_trust
-    from medtx.evaluation.uncertainty import record_intervals
-
-    task, dataset = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
-    record_intervals(con, run_id)
-    compare_runs(con, task, dataset, [run_id])
-    analyse_trust(con, run_id)
-
-
 def _num(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None

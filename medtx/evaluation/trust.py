@@ -1,7 +1,7 @@
 """Would a clinician trust it? Subgroups, calibration and operating points of one recorded run -> ml.subgroups,
 ml.subgroup_gaps, ml.calibration, ml.reliability, ml.operating_points, ml.decision_curve (migration 0018).
 
-When: right after a run's intervals and comparisons (`medtx.evaluation.comparisons.analyse_run`, called by
+When: right after a run's intervals and comparisons (`medtx.evaluation.analysis.analyse_run`, called by
 records.finish_run), for every binary and multi-label EHR run; other runs get none. Everything is recomputed
 from what the warehouse stores: the run's test predictions (ml.predictions), its validation predictions
 (ml.val_predictions: the only data recalibration and operating-point thresholds are fitted on), the reference

@@ -280,7 +280,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     reference baseline (the other runs of the (task, dataset) live only here) and the rest of `analyse_run`.
     A run whose figures cannot be qualified (e.g. other test samples than the reference's) is marked failed, as
     in finish_run; the other runs of the package are still analysed."""
-    from medtx.evaluation.comparisons import analyse_run
+    from medtx.evaluation.analysis import analyse_run
     from medtx.training.records import fail_run
 
     completed = [r for (r,) in con.execute(f"SELECT run_id FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "

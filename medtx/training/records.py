@@ -141,7 +141,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     # intervals and the paired comparisons against the reference baseline are computed now, once.
     # A run whose figures cannot be qualified (e.g. it predicted other test samples than the reference) must
     # not stay `completed` beside comparisons that left it out: it is marked failed with the reason.
-    from medtx.evaluation.comparisons import analyse_run
+    from medtx.evaluation.analysis import analyse_run
 
     try:
         analyse_run(con, run_id)
