@@ -50,7 +50,11 @@ def tiny_db(tmp_db: Path) -> Path:
     con = connect(tmp_db)
     try:
         con.register("f", frame.to_arrow())
-        con.execute("INSERT INTO samples.drug_rec SELECT * FROM f")
+        con.execute("INSERT INTO samples.drug_rec BY NAME SELECT * FROM f")  # prediction_time: NULL (no clock here)
+        # hand-made samples have no raw events for the leakage gate to check: record it as passed, as the gate
+        # would after a build, so training (which refuses a task without a record) runs
+        con.execute("INSERT INTO samples.leakage_gate VALUES (?, 'drug_rec', 'pass', ?, 0, 0, 0, 0, "
+                    "'test fixture: hand-made samples', current_timestamp)", [DATASET, frame.height])
         con.register("sp", _splits(frame).to_arrow())
         con.execute("INSERT INTO samples.splits SELECT * FROM sp")
         train = frame.join(_splits(frame).filter(pl.col("split") == "train").select("subject_id"), on="subject_id")
@@ -145,19 +149,20 @@ def test_a_tasks_trainer_default_that_is_no_trainer_field_is_named(monkeypatch: 
     import dataclasses
 
     from medtx.tasks import get_task
-    from medtx.training import experiment
+    from medtx.training import ehr_run
 
     typo = dataclasses.replace(get_task("drug_rec"), train_defaults={"transformer": {"length_bucket": 16}})
-    monkeypatch.setattr(experiment, "get_task", lambda name: typo)
+    monkeypatch.setattr(ehr_run, "get_task", lambda name: typo)
     with pytest.raises(ValueError, match=r"task 'drug_rec': train_defaults for 'transformer' name \['length_bucket'\]"):
-        experiment.task_train_defaults("drug_rec", "transformer")
+        ehr_run.task_train_defaults("drug_rec", "transformer")
 
 
 def test_failure_is_recorded(tiny_db: Path):
-    with pytest.raises(ValueError, match="nothing to train on"):
+    # a dataset with no samples has no leakage-gate record either: the gate refuses first, naming the fix
+    with pytest.raises(ValueError, match="no record for task 'drug_rec' on dataset 'absent'"):
         run_ehr_experiment(tiny_db, "absent", "drug_rec", "logreg")
     status, error = _q(tiny_db, "SELECT status, error FROM ml.runs WHERE dataset = 'absent'")[0]
-    assert status == "failed" and "nothing to train on" in error
+    assert status == "failed" and "medtx build-samples --task drug_rec --dataset absent" in error
 
 
 def test_cli_train_prints_run_and_metrics(tiny_db: Path):
