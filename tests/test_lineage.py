@@ -116,7 +116,9 @@ def test_code_keys_come_from_the_import_closure(plan):
     mortality, drug_rec = plan["samples.mortality.mimic3_demo"].code, plan["samples.drug_rec.mimic3_demo"].code
     assert {"tasks/mortality", "samples/common", "samples/splits", "samples/vocab"} <= set(mortality)
     assert "samples/drug_rec" not in mortality and {"tasks/drug_rec", "samples/drug_rec"} <= set(drug_rec)
-    assert not any(m.startswith("models/") for m in mortality)
+    # the one model-package module a samples step imports is the Vocab record (medtx/models/vocab.py, moved there
+    # so the torch-only worker reads vocabularies without DuckDB); no model file enters a samples key
+    assert {m for m in mortality if m.startswith("models/")} <= {"models/__init__", "models/vocab"}
     train = plan["train.mortality.mimic3_demo.logreg.s42"].code
     assert {"models/baselines", "training/experiment", "tasks/mortality"} <= set(train)
     assert "text/experiment" in plan["train.specialty.mtsamples.majority.s42"].code
