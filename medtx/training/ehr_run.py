@@ -141,7 +141,7 @@ def vocab_from_table(vocab: pa.Table, dataset: str, task: str, feature: str) -> 
 def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: str, model: str) -> EhrSamples:
     """The run's samples per split, vocabularies (those the model needs), DDI pairs (tasks that read them) and
     oracle rows (the oracle baseline), from the tables of its training step (see the module docstring). A task
-    the leakage gate blocked, or never checked, is refused first (medtx.tasks.verdict.check_gate_rows: the step's
+    the leakage gate blocked, or never checked, is refused before any model is built (medtx.tasks.verdict.check_gate_rows: the step's
     samples.leakage_gate rows, one line naming task, dataset and first offending row)."""
     from medtx.models.registry import (
         ehr_neural_models,
@@ -150,8 +150,8 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
     )
     from medtx.tasks.verdict import check_gate_rows
 
-    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task, dataset)
-    parts = split_samples(tables, dataset, task)
+    parts = split_samples(tables, dataset, task)  # no samples at all: "nothing to train on", with the commands
+    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task, dataset)  # before any model exists
     vocab = _table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
