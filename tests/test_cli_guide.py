@@ -151,8 +151,10 @@ def test_leaderboard_prints_intervals_and_paired_verdicts(tmp_path: Path, monkey
         stored = {(model, metric): (value, lo, hi, sd) for model, metric, value, lo, hi, sd in con.sql(
             "SELECT r.model, m.metric, m.value, m.ci_low, m.ci_high, m.sd FROM ml.metrics m JOIN ml.runs r "
             "USING (run_id) WHERE m.split = 'test' AND m.metric IN ('auroc', 'auprc')").fetchall()}
-        diff, d_lo, d_hi, verdict = con.sql("SELECT diff, ci_low, ci_high, verdict FROM ml.comparisons "
-                                            "WHERE metric = 'auprc'").fetchall()[0]
+        diff, d_lo, d_hi, verdict, ref, other = con.sql(
+            "SELECT c.diff, c.ci_low, c.ci_high, c.verdict, rr.model, r.model FROM ml.comparisons c "
+            "JOIN ml.runs r USING (run_id) JOIN ml.runs rr ON rr.run_id = c.reference_run_id "
+            "WHERE c.metric = 'auprc'").fetchall()[0]
     assert n_test >= 30
     # `medtx train`'s own table: the test size is a count (it printed "87.0000")
     assert re.search(rf"│ n_patients\s+│ none\s+│ {n_test}\s+│", trained[1]), trained[1]
@@ -163,9 +165,10 @@ def test_leaderboard_prints_intervals_and_paired_verdicts(tmp_path: Path, monkey
     for (model, metric), (value, lo, hi, _) in stored.items():
         assert f"{value:.3f} [{lo:.3f}, {hi:.3f}]" in lines[model], (model, metric, board)
         assert f"│ {n_test:>6} │" in lines[model], board
-    assert "reference" in lines["most_frequent"]
+    # the reference is whichever baseline is better on validation (on this cohort: logreg)
+    assert {ref, other} == {"most_frequent", "logreg"} and "reference" in lines[ref]
     word = {"better": "better", "worse": "worse", "no_detectable_difference": "no detectable diff."}[verdict]
-    assert word in lines["logreg"] and f"{diff:+.3f} [{d_lo:+.3f}, {d_hi:+.3f}]" in lines["logreg"], board
+    assert word in lines[other] and f"{diff:+.3f} [{d_lo:+.3f}, {d_hi:+.3f}]" in lines[other], board
     assert "±" not in board and "Too small" not in board
     assert "paired bootstrap on auprc" in " ".join(board.split())
     with_sd = _ok("leaderboard", "--task", "readmission", "--metrics", "1", "--safedrug-sd", "--db", str(db))
