@@ -80,8 +80,9 @@ def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
            "retain"}
     assert set(models_for("drug_rec")) == ehr | {"copy_last", "seq2seq"}
     assert set(models_for("next_visit")) == ehr | {"copy_last"}  # seq2seq: no separate diagnosis column
-    assert set(models_for("readmission")) == ehr  # copy_last and seq2seq serve no binary task
-    assert set(models_for("mortality")) == ehr - {"behrt"}  # the task's excluded_models
+    # copy_last and seq2seq serve no binary task; lightgbm serves binary tasks only
+    assert set(models_for("readmission")) == ehr | {"lightgbm"}
+    assert set(models_for("mortality")) == (ehr | {"lightgbm"}) - {"behrt"}  # the task's excluded_models
     assert set(models_for("faq")) == {"retrieval", "seq2seq"}
     assert "bert" in models_for("specialty") and "bert" not in models_for("drug_rec")
     assert model_tasks()["retain"] == tuple(t.name for t in tasks_of_family("ehr"))

@@ -1,6 +1,6 @@
 """`lightgbm`: a gradient-boosted tree baseline on the same binary bag of codes as `logreg` (medtx.models.baselines:
 every history code per feature plus the current visit's codes), the comparator reviewers ask for beside logistic
-regression. Binary tasks (readmission, mortality).
+regression. Binary tasks only (one booster per label would cost too much on the multi-label ones).
 
 Tuned on validation only: a small grid over the number of leaves and the learning rate, each fit with early
 stopping on the validation AUPRC (at most `MAX_TREES` trees); the setting with the best validation AUPRC is kept.
