@@ -124,6 +124,8 @@ def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
         assert models() == expected
 
     header = dash_duo.find_element("#leaderboard-grid .ag-header-cell[col-id='model'] .ag-header-cell-label")
+    # content added above the grid can leave the header under another element: bring it to the window's middle
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", header)
     header.click()
     wait_for_order(["logreg", "transformer"])
     header.click()
