@@ -88,6 +88,7 @@ def test_workers_that_cannot_see_the_warehouse_train_every_run(cluster, tmp_path
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(hidden / "models"))
     monkeypatch.setenv("MEDTX_RESULTS_DIR", str(shared / "prefect-results"))  # workers persist task results
     monkeypatch.setenv("MEDTX_EXCHANGE_DIR", str(shared / "exchange"))
+    monkeypatch.setenv("MEDTX_KEEP_RESULTS", "1")  # recorded result packages stay, to read who trained each run
     config = tmp_path / "pipeline.yaml"
     config.write_text(textwrap.dedent(f"""
         datasets: [{{source: {DATA / 'mimic3_demo'}}}]

@@ -264,8 +264,8 @@ def check_result_package(result_dir: Path, models_dir: Path) -> dict[str, Any]:
 
 def _remove_result(result_dir: Path, cleanup: bool) -> None:
     """A recorded result package is deleted (23 MB per tiny run were kept forever), and its run's folder with
-    its last package."""
-    if not cleanup:
+    its last package. MEDTX_KEEP_RESULTS=1 keeps them (to inspect which worker trained what)."""
+    if not cleanup or os.environ.get("MEDTX_KEEP_RESULTS") == "1":
         return
     shutil.rmtree(result_dir, ignore_errors=True)
     try:
