@@ -158,15 +158,20 @@ class _Recorder:
         return min(range(len(handles)), key=lambda i: handles[i].order)
 
 
-def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Settings, a migrated empty warehouse and the plan of CONFIG; training packages stubbed (they are the
+    exchange module's business, tested there: here a folder name is enough)."""
     config = _config(tmp_path)
     settings = get_settings(db=tmp_path / "warehouse.duckdb")
-    cfg = load_config(config, sources=True)
-    plan = build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_dir))
+    plan = build_plan(load_config(config, sources=True), Path(settings.cache_dir) / "synth", Path(settings.data_dir))
     with open_warehouse(settings.db):
         pass
-    # training packages are the exchange module's business (tested there): here a folder name is enough
     monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key: Path(ex) / key)
+    return settings, plan
+
+
+def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings, plan = _planned(tmp_path, monkeypatch)
     samples = "samples.drug_rec.mimic3_demo"
     backend = _Recorder(fail={samples})
     selected = list(plan.steps)
@@ -187,13 +192,7 @@ def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: py
 
 
 def test_training_layer_runs_width_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = _config(tmp_path)
-    settings = get_settings(db=tmp_path / "warehouse.duckdb")
-    cfg = load_config(config, sources=True)
-    plan = build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_dir))
-    with open_warehouse(settings.db):
-        pass
-    monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key: Path(ex) / key)
+    settings, plan = _planned(tmp_path, monkeypatch)
     trains = [s for s in plan.steps if s.kind == "train" and s.dataset == "mimic3_demo"]
     backend = _Recorder(fail=set())
     executor.start(settings, "width", {}, trains, lambda e, p: None)

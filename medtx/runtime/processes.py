@@ -58,19 +58,20 @@ def _freeze(before: set[int]) -> list[psutil.Process]:
     return [child for child in frozen.values() if child is not None]
 
 
-def _end(children: list[psutil.Process], grace_s: float) -> None:
-    """SIGTERM (and SIGCONT, so a stopped process sees it), then SIGKILL what is still alive after `grace_s`."""
+def end_processes(children: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM (and SIGCONT, so a stopped process sees it), then SIGKILL what is still alive after `grace_s`.
+    A process that is gone, or not ours to signal, is passed over. Used here and by medtx.runtime.watchdog."""
     for child in children:
         try:
             child.terminate()
             child.resume()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
     _, alive = psutil.wait_procs(children, timeout=grace_s)
     for child in alive:
         try:
             child.kill()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=grace_s)
 
@@ -87,7 +88,7 @@ def stop_descendants(before: set[int] | None = None, grace_s: float = 5.0) -> li
             children = _freeze(before or set())
             if not children:
                 break
-            _end(children, grace_s)
+            end_processes(children, grace_s)
             stopped += [c.pid for c in children]
     if stopped:
         log.info("stopped %d child process(es): %s", len(stopped), stopped)

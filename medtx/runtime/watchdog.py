@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from medtx.runtime.processes import end_processes
+
 POLL_S = 0.5
 GRACE_S = 3.0
 WATCHDOG_COMMAND = "medtx pipeline watchdog"  # how it names itself in the writer file
@@ -70,19 +72,7 @@ def _stop(seen: dict[int, float]) -> list[int]:
                 procs.append(p)
         except psutil.Error:
             continue
-    for p in procs:
-        try:
-            p.terminate()
-            p.resume()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=GRACE_S)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=GRACE_S)
+    end_processes(procs, GRACE_S)
     return [p.pid for p in procs]
 
 
