@@ -72,3 +72,36 @@ def test_a_failed_training_is_recorded_and_exits_1_an_unknown_model_writes_nothi
     code, out = _invoke("train", "--task", "drug_rec", "--model", "bilstm", "--db", str(db))
     assert code == 1 and "does not serve task 'drug_rec'" in " ".join(out.split()) and "transformer" in out
     assert len(_runs(db)) == len(before) + 1
+
+
+def test_a_run_recorded_as_failed_exits_1_with_one_line_and_no_metrics(home: Path, tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """Issue 34 case 15: the training itself succeeds, but recording its result package marks the run failed
+    (its test samples differ from the reference baseline's, so its figures cannot be compared): `medtx train`
+    reads the status it stored and says so in one line, exit 1, no metrics table, no run id on stdout."""
+    import shutil
+
+    shutil.copy(home / "w.duckdb", tmp_path / "w.duckdb")  # a copy: the other tests keep their warehouse
+    monkeypatch.setenv("MEDTX_HOME", str(tmp_path))
+    db = tmp_path / "w.duckdb"
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "most_frequent", "--db", str(db))
+    assert code == 0, out
+    with duckdb.connect(str(db)) as con:  # the reference's predictions lose one test sample (an older split)
+        [(ref_id,)] = con.sql("SELECT run_id FROM ml.runs WHERE model = 'most_frequent' AND status = 'completed'"
+                              ).fetchall()
+        con.execute("DELETE FROM ml.predictions WHERE run_id = ? AND sample_id = "
+                    "(SELECT min(sample_id) FROM ml.predictions WHERE run_id = ?)", [ref_id, ref_id])
+    runs_sql = "SELECT run_id, model, status, error FROM ml.runs ORDER BY started_at, run_id"
+    with duckdb.connect(str(db), read_only=True) as con:
+        before = con.sql(runs_sql).fetchall()
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "gru", "--epochs", "1", "--db", str(db))
+    with duckdb.connect(str(db), read_only=True) as con:
+        after = con.sql(runs_sql).fetchall()
+        [(run_id, model, status, error)] = after[len(before):]
+        n_metrics = con.execute("SELECT count(*) FROM ml.metrics WHERE run_id = ?", [run_id]).fetchone()[0]
+    assert after[:len(before)] == before
+    assert (model, status) == ("gru", "failed") and n_metrics > 0  # trained and scored, then refused
+    assert "the runs predicted different test samples" in error
+    assert code == 1, out
+    assert out.strip().splitlines() == [f"train failed: run {run_id} is stored as failed: {error}"], out
+    assert "roc_auc" not in out and "│" not in out  # no metrics table
