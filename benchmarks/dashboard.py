@@ -72,7 +72,7 @@ def build_full_warehouse(folder: Path, source: Path, *, skip_ingest: bool = Fals
     from medtx.ingest import ingest_mimic3, ingest_mtsamples
     from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
     from medtx.publish.snapshot import publish_snapshot
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.settings import snapshot_path
     from medtx.text.experiment import run_text_experiment
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment

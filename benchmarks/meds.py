@@ -41,7 +41,8 @@ def prepare(source: Path, db: Path, patients: int, seed: int) -> None:
     from medtx.codes import map_codes
     from medtx.store.db import connect
     from medtx.ingest import ingest_mimic3
-    from medtx.samples import EHR_TASKS, build_samples
+    from medtx.tasks import names_of_family
+    from medtx.tasks.build import build_samples
     from medtx.settings import BUNDLED_DATA
     from medtx.synth import generate_mimic3
 
@@ -53,7 +54,7 @@ def prepare(source: Path, db: Path, patients: int, seed: int) -> None:
     con = connect(db)
     try:
         map_codes(con, BUNDLED_DATA, [DATASET])
-        build_samples(con, BUNDLED_DATA, list(EHR_TASKS), [DATASET])
+        build_samples(con, BUNDLED_DATA, list(names_of_family("ehr")), [DATASET])
     finally:
         con.close()
     print(f"prepared (ingest + map-codes + build-samples, not timed for the target): {time.perf_counter() - t:.1f}s")

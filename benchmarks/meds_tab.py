@@ -43,7 +43,7 @@ def prepare(workdir: Path, patients: int, seed: int, task: str) -> tuple[Path, s
     from medtx.codes import map_codes
     from medtx.ingest import ingest_mimic3
     from medtx.meds import export_meds
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.store.db import connect
     from medtx.synth import generate_mimic3
 

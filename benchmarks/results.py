@@ -53,7 +53,7 @@ def prepare_cohort(db: Path, n_patients: int, seed: int, workdir: Path) -> str:
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables, reference_loaded
     from medtx.ingest import CORE_MIMIC3_TABLES, ingest_mimic3_table
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.settings import get_settings
     from medtx.synth.generate import generate_mimic3
     from medtx.synth.oracle import load_oracle

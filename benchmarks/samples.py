@@ -38,7 +38,7 @@ from medtx.codes.mapping import map_prescriptions
 from medtx.codes.reference import load_reference_tables
 from medtx.store.db import connect
 from medtx.ingest import CORE_MIMIC3_TABLES
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from medtx.samples.common import VISITS_TABLE, create_visits
 from medtx.samples.drug_rec import DRUG_REC_SQL
 from medtx.samples.reference import drug_rec_reference, drug_recommendation_fn

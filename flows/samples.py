@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medtx.codes import map_codes as _map_codes
 from medtx.store.db import open_warehouse
-from medtx.samples import build_samples as _build_samples
+from medtx.tasks.build import build_samples as _build_samples
 from medtx.settings import get_settings
 
 

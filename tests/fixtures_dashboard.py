@@ -46,7 +46,7 @@ def _build(folder: Path) -> tuple[Path, Path]:
     from medtx.ingest import ingest_mimic3, ingest_mtsamples
     from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
     from medtx.publish.snapshot import publish_snapshot
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.text.experiment import run_text_experiment
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 

@@ -11,7 +11,7 @@ import pytest
 from medtx.codes import map_codes
 from medtx.store.db import connect
 from medtx.ingest import ingest_mimic3, ingest_mtsamples
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from tests.conftest import DATA
 
 DEMO = "mimic3_demo"

@@ -34,7 +34,7 @@ def published() -> tuple[Path, dict[str, str]]:
     from medtx.codes import map_codes
     from medtx.ingest import ingest_mimic3
     from medtx.publish.snapshot import publish_snapshot
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.store.db import connect
     from medtx.synth import generate_mimic3
     from medtx.synth.shift import RiskShift

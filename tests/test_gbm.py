@@ -19,7 +19,7 @@ _BUILT: dict[str, Path] = {}
 def synth_db(tmp_path_factory) -> Path:
     from medtx.codes import map_codes
     from medtx.ingest import ingest_mimic3
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.synth import generate_mimic3
     from tests.conftest import DATA
 

@@ -25,7 +25,7 @@ from medtx.codes import map_codes
 from medtx.store.db import connect
 from medtx.store.fingerprint import table_fingerprint
 from medtx.ingest import ingest_mimic3
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 
 from medtx.codes import map_codes
 from medtx.ingest import ingest_mimic3
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from medtx.store.db import connect
 from medtx.synth import generate_mimic3
 from medtx.synth.death import LEAK_CODE

@@ -16,7 +16,7 @@ import pytest
 from medtx.codes import map_codes
 from medtx.store.db import connect
 from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from medtx.meds import ExportError, export_meds
 from medtx.meds.events import CAPPED_AGE_YEARS
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from medtx.store.db import connect
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db, insert_rows  # noqa: F401  (session fixture)

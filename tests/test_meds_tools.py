@@ -30,7 +30,7 @@ from flows.cli import app
 from medtx.codes import map_codes
 from medtx.ingest import ingest_mimic3
 from medtx.meds import export_meds
-from medtx.samples import build_samples
+from medtx.tasks.build import build_samples
 from medtx.store.db import connect
 from medtx.synth import generate_mimic3
 from medtx.training.experiment import run_ehr_experiment

@@ -11,7 +11,9 @@ from flows.cli import app
 from medtx.codes import map_codes
 from medtx.codes.mapping import ATC3_PATTERN
 from medtx.store.db import connect
-from medtx.samples import EmptyCohortError, build_samples, load_vocab
+from medtx.samples.common import EmptyCohortError
+from medtx.samples.vocab import load_vocab
+from medtx.tasks.build import build_samples
 from medtx.samples.reference import drug_rec_reference
 from medtx.samples.splits import assign_splits, split_sizes
 from tests.conftest import DATA

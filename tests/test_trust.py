@@ -436,7 +436,7 @@ def test_a_shift_planted_in_a_synthetic_cohort_is_found_where_it_was_planted(tmp
     calibration-in-the-large gap between women and men is detected, the oracle's is not."""
     from medtx.codes import map_codes
     from medtx.ingest import ingest_mimic3
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.synth import generate_mimic3
     from medtx.synth.oracle import load_oracle
     from medtx.synth.shift import RiskShift

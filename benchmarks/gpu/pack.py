@@ -66,7 +66,7 @@ def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ..
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables, reference_loaded
     from medtx.ingest import CORE_MIMIC3_TABLES, ingest_mimic3_table
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.store.db import open_warehouse
     from medtx.synth.generate import dataset_name, generate_mimic3
 

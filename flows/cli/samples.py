@@ -14,7 +14,7 @@ from rich.table import Table
 from flows.cli import app
 from flows.cli.locking import writes_warehouse
 from medtx.store.db import open_warehouse
-from medtx.samples import EmptyCohortError, buildable_tasks
+from medtx.tasks.build import EmptyCohortError, buildable_tasks
 from medtx.settings import get_settings
 
 _console = Console(stderr=True)
@@ -58,7 +58,7 @@ def build_samples_cmd(
     prefect: bool = _PREFECT,
 ) -> None:
     """Build samples.* task tables, splits, vocabularies and summaries."""
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
 
     settings = get_settings(db=db)
     if task is not None and task not in buildable_tasks():

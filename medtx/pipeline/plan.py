@@ -42,7 +42,7 @@ ENTRY = {
     "oracle": ("medtx.synth.oracle",),
     "reference": ("medtx.codes.reference",),
     "codes": ("medtx.codes.mapping",),
-    "samples": ("medtx.samples",),
+    "samples": ("medtx.tasks.build",),
     "train": ("medtx.training.experiment",),
     "train_text": ("medtx.text.experiment",),
 }

@@ -78,7 +78,7 @@ def run_samples(spec: Spec, paths: Paths) -> dict[str, Any]:
 
     `params.options` may set `fractions` (train/val/test, default 70/10/20), `min_count` and `k_folds`.
     """
-    from medtx.samples import build_samples
+    from medtx.tasks.build import build_samples
     from medtx.tasks import get_task
 
     p, task = spec["params"], spec["task"]

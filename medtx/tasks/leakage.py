@@ -1,6 +1,6 @@
 """The leakage gate: before any training, is a task's sample set free of the three leaks medtx can check?
 
-Run per (task, dataset) after the task's samples are built (medtx.samples.build_samples) and recorded in
+Run per (task, dataset) after the task's samples are built (medtx.tasks.build.build_samples) and recorded in
 `samples.leakage_gate` (+ `samples.leakage_shortcuts`); training refuses a task whose record says `blocked`
 (`require_pass`). The checks read the warehouse, not the builder's word:
 
