@@ -309,3 +309,38 @@ def test_fit_reproduces_the_committed_parameters() -> None:
     for key in ("patients", "visits", "diagnoses", "procedures"):
         assert params[key] == committed[key], key
     assert params["drugs"] == committed["drugs"]
+
+
+def test_no_synthetic_death_is_implausible() -> None:
+    """Issue 34: a 46,520-patient cohort (seed 0) had subject 1031105 discharged at 18 and dead 238 years later
+    (dod 2409-11-15, the ingest's implausible_year rule). Chunks are seeded by (seed, chunk), so simulating the
+    chunk that holds it (31) and the first three (3,000 patients, synth_2000's among them) is what that cohort
+    holds: every dod is on or after the last stay's discharge day, inside the plausible years, and at a real age
+    (a MIMIC-shifted dob counts as 90 at the first admission) of at most MAX_DEATH_AGE."""
+    from medtx.ingest.plausibility import YEARS
+    from medtx.synth.generate import (CHUNK_PATIENTS, MAX_DEATH_AGE, PARAMS_PATH, SHIFTED_AGE, SUBJECT_ID_START,
+                                      Generator)
+
+    gen = Generator(load_params(PARAMS_PATH))
+    for chunk in (0, 1, 2, 31):
+        subjects = SUBJECT_ID_START + np.arange(chunk * CHUNK_PATIENTS, (chunk + 1) * CHUNK_PATIENTS)
+        frames = gen.simulate_chunk(np.random.default_rng([0, chunk]), subjects, 0)
+        stays = frames["ADMISSIONS"].group_by("subject_id").agg(first=pl.col("admittime").min(),
+                                                                 last=pl.col("dischtime").max())
+        dead = frames["PATIENTS"].join(stays, on="subject_id").filter(pl.col("dod").is_not_null()).with_columns(
+            age_first=(pl.col("first") - pl.col("dob")).dt.total_seconds() / (365.25 * 86_400))
+        dead = dead.with_columns(real_age_death=pl.col("age_first").clip(upper_bound=SHIFTED_AGE)
+                                 + (pl.col("dod") - pl.col("first")).dt.total_seconds() / (365.25 * 86_400))
+        assert dead.height > 200, chunk
+        assert dead.filter(pl.col("dod") < pl.col("last").dt.truncate("1d")).height == 0, chunk
+        assert dead.filter(~pl.col("dod").dt.year().is_between(*YEARS)).height == 0, chunk
+        assert dead["real_age_death"].max() <= MAX_DEATH_AGE + 1 / 365, chunk
+        if chunk == 31:
+            [(dob, dod)] = dead.filter(pl.col("subject_id") == 1_031_105).select("dob", "dod").rows()
+            assert str(dob.date()) == "2153-07-09" and dod.year <= 2153 + MAX_DEATH_AGE, dod
+
+
+def test_the_cohort_passes_the_ingest_plausibility_checks(warehouse) -> None:
+    con, _ = warehouse
+    assert con.execute("SELECT rule, table_name, n_rows, example FROM raw.ingest_checks WHERE dataset = ?",
+                       [DATASET]).fetchall() == []

@@ -66,6 +66,17 @@ def _ts(seconds: np.ndarray, valid: np.ndarray | None = None) -> pl.Series:
     return pl.Series(values)
 
 
+MAX_DEATH_AGE = 110.0  # the oldest age at which a synthetic patient dies after the last stay
+SHIFTED_AGE = 90.0  # the real age of a patient whose dob MIMIC shifted (> 89 at first admission: ages ~300)
+
+
+def latest_death(dob: np.ndarray, first_admit: np.ndarray) -> np.ndarray:
+    """Per patient (epoch seconds): when the patient reaches MAX_DEATH_AGE in real years. A dob shifted by MIMIC's
+    > 89 rule counts as SHIFTED_AGE at the first admission, not its ~300 years."""
+    real_age_first = np.minimum((first_admit - dob) / YEAR, SHIFTED_AGE)
+    return first_admit + ((MAX_DEATH_AGE - real_age_first) * YEAR).astype(np.int64)
+
+
 def _midnight(seconds: np.ndarray) -> np.ndarray:
     return (seconds // DAY) * DAY
 
@@ -270,6 +281,9 @@ class Generator:
         died_in_hospital[patient[died]] = True
         later = rng.random(n) < self.params["patients"]["dod_share_if_alive"]
         after = (np.exp(rng.normal(np.log(400.0), 1.2, n)) * DAY).astype(np.int64)
+        # The lognormal's tail reaches centuries (subject 1031105 of a 46,520-patient cohort: discharged at 18,
+        # dead 238 years later, at 256): a death after the last stay comes at the latest at MAX_DEATH_AGE.
+        after = np.minimum(after, np.maximum(latest_death(pat["dob"], pat["first_admit"]) - last_disch, 0))
         dod = _midnight(np.where(died_in_hospital, last_disch, last_disch + after))
         has_dod = died_in_hospital | later
         ssn = has_dod & (~died_in_hospital | (rng.random(n) < 0.7))
