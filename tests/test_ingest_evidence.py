@@ -36,7 +36,7 @@ def test_prescriptions_cut_at_60_percent_of_its_bytes_fails_within_the_shrink_al
     with gzip.open(folder / "PRESCRIPTIONS.csv.gz", "wb") as fh:
         fh.write(cut)
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort")
-    assert code == 1, out
+    assert code == 2, out
     line = cut.count(b"\n") + 1
     assert (f"{folder}/PRESCRIPTIONS.csv.gz: the file ends in the middle of line {line:,} (byte {len(cut):,} has "
             "no line end after it): it looks cut short; nothing was changed") in out
@@ -45,7 +45,7 @@ def test_prescriptions_cut_at_60_percent_of_its_bytes_fails_within_the_shrink_al
     (folder / "PRESCRIPTIONS.csv.gz").unlink()
     (folder / "PRESCRIPTIONS.csv").write_bytes(cut)
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort", "--allow-shrink")
-    assert code == 1 and "PRESCRIPTIONS.csv: the file ends in the middle of line" in out, out
+    assert code == 2 and "PRESCRIPTIONS.csv: the file ends in the middle of line" in out, out
     assert counts(db) == BASE
 
 
@@ -58,7 +58,7 @@ def test_a_cut_in_the_last_column_is_caught_too(db, tmp_path) -> None:
     (folder / "PRESCRIPTIONS.csv.gz").unlink()
     (folder / "PRESCRIPTIONS.csv").write_bytes(cut)
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort")
-    assert code == 1 and "PRESCRIPTIONS.csv: the file ends in the middle of line" in out, out
+    assert code == 2 and "PRESCRIPTIONS.csv: the file ends in the middle of line" in out, out
     assert counts(db) == BASE
 
 
@@ -69,7 +69,7 @@ def test_mtsamples_cut_mid_file_fails(db, tmp_path) -> None:
     with gzip.open(cut, "wt", newline="") as fh:
         fh.write(notes[:at])
     code, out = run("mtsamples", "--db", str(db), "--source", str(cut))
-    assert code == 1 and "cut.csv.gz: the file ends in the middle of line" in out and "cut short" in out, out
+    assert code == 2 and "cut.csv.gz: the file ends in the middle of line" in out and "cut short" in out, out
     assert counts(db) == BASE
 
 
@@ -81,7 +81,7 @@ def test_a_gzip_whose_trailer_does_not_match_fails(db, tmp_path) -> None:
     folder = cohort(tmp_path / "cohort")
     (folder / "PRESCRIPTIONS.csv.gz").write_bytes(bytes(blob))
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort")
-    assert code == 1, out
+    assert code == 2, out
     assert "PRESCRIPTIONS.csv.gz: the gzip stream is cut or damaged (CRC check failed" in out
     assert counts(db) == BASE
 
@@ -96,7 +96,7 @@ def test_a_quote_that_opens_and_closes_merging_100_rows_fails(db, tmp_path) -> N
     assert all('"' not in line for line in rx[51:150])
     folder = cohort(tmp_path / "cohort", prescriptions=rx)
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort", "--allow-shrink")
-    assert code == 1, out
+    assert code == 2, out
     assert (f"{folder}/PRESCRIPTIONS.csv.gz: column drug_name_poe of the row with row_id {first[0]}, subject_id "
             f"{first[1]}, hadm_id {first[2]} holds 100 line break(s), 99 of them followed by a whole record (18+ "
             "commas): a quote opened in one record and closed 100 line(s) later merged those records into one") in out
@@ -125,5 +125,5 @@ def test_a_bad_byte_in_row_10_is_a_reject_of_row_10_not_the_header(db, tmp_path)
     with gzip.open(folder / "PRESCRIPTIONS.csv.gz", "wb") as fh:
         fh.write(b"\n".join(raw))
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort")
-    assert code == 1 and "PRESCRIPTIONS.csv.gz: the header (line 1) is not UTF-8 text" in out, out
+    assert code == 2 and "PRESCRIPTIONS.csv.gz: the header (line 1) is not UTF-8 text" in out, out
     assert counts(db) == after

@@ -75,5 +75,5 @@ def test_cli_ingest_mimic3_and_mtsamples(tmp_path):
     bad.mkdir()
     (bad / "PATIENTS.csv").write_text("")
     out = runner.invoke(app, ["ingest", "mimic3", "--db", str(db), "--source", str(bad), "--table", "patients"])
-    assert out.exit_code == 1 and "PATIENTS.csv: the file is empty" in out.output
+    assert out.exit_code == 2 and "PATIENTS.csv: the file is empty" in out.output
     assert rows(db, "SELECT count(*) FROM raw.patients") == [(100,)]

@@ -97,7 +97,7 @@ def test_failing_last_table_changes_no_table_of_the_dataset(db: Path, tmp_path: 
     rx = (DEMO / "PRESCRIPTIONS.csv.gz").read_bytes()
     (folder / "PRESCRIPTIONS.csv.gz").write_bytes(rx[: len(rx) // 2])
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort")
-    assert code == 1
+    assert code == 2
     assert "PRESCRIPTIONS.csv.gz: cannot read the file" in out
     assert counts(db) == BASE  # every table of every dataset as before, nothing logged
     # the same folder with a whole PRESCRIPTIONS goes in as one unit
@@ -116,7 +116,7 @@ def test_failing_last_table_changes_no_table_of_the_dataset(db: Path, tmp_path: 
 def test_header_only_file_is_refused_unless_allow_shrink(db: Path, tmp_path: Path) -> None:
     folder = cohort(tmp_path / "cohort", patients=demo_lines("patients")[:1])
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort")
-    assert code == 1
+    assert code == 2
     assert (f"{folder}/PATIENTS.csv.gz: raw.patients [cohort] would shrink from 100 to 0 rows (more than 50% "
             "fewer); nothing was changed — pass --allow-shrink") in out
     assert counts(db) == BASE
@@ -132,14 +132,14 @@ def test_mtsamples_header_only_and_max_shrink(db: Path, tmp_path: Path) -> None:
     header_only = tmp_path / "header.csv"
     header_only.write_text(lines[0] + "\n")
     code, out = run("mtsamples", "--db", str(db), "--source", str(header_only))
-    assert code == 1 and "header.csv: raw.mtsamples [mtsamples] would shrink from 4,999 to 0 rows" in out
+    assert code == 2 and "header.csv: raw.mtsamples [mtsamples] would shrink from 4,999 to 0 rows" in out
     assert counts(db) == BASE
     # 10% fewer notes: accepted by the default 50% guard, refused by --max-shrink 0.05
     fewer = tmp_path / "fewer.csv"
     notes = gzip.open(MTSAMPLES, "rt", newline="").read()
     fewer.write_text(notes[: notes.index("\n4500,")] + "\n", newline="")
     code, out = run("mtsamples", "--db", str(db), "--source", str(fewer), "--max-shrink", "0.05")
-    assert code == 1 and "would shrink from 4,999 to 4,499 rows (more than 5% fewer)" in out
+    assert code == 2 and "would shrink from 4,999 to 4,499 rows (more than 5% fewer)" in out
     assert counts(db) == BASE
     assert run("mtsamples", "--db", str(db), "--source", str(fewer))[0] == 0
     assert counts(db) == {**BASE, "mtsamples": 4499, "ingest_log": BASE["ingest_log"] + 1}
@@ -154,7 +154,7 @@ def test_mtsamples_cut_mid_quote_is_refused(db: Path, tmp_path: Path) -> None:
         fh.write(notes[:at])
     code, out = run("mtsamples", "--db", str(db), "--source", str(cut))
     # issue 34: a cut file is refused for being cut (no line end at its end), before any row-count guard
-    assert code == 1 and "cut.csv.gz: the file ends in the middle of line" in out, out
+    assert code == 2 and "cut.csv.gz: the file ends in the middle of line" in out, out
     assert counts(db) == BASE
 
 
@@ -168,7 +168,7 @@ def test_unterminated_quote_swallowing_rows_fails_naming_the_line(db: Path, tmp_
     rx[50] = ",".join(fields)
     folder = cohort(tmp_path / "cohort", prescriptions=rx)
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort", "--allow-shrink")
-    assert code == 1
+    assert code == 2
     assert f"{folder}/PRESCRIPTIONS.csv.gz: " in out
     assert "data line(s) are neither a parsed row nor a rejected record" in out
     assert "the rejected record starting on line 51 (byte" in out
@@ -185,7 +185,7 @@ def test_mtsamples_unterminated_quote_mid_file_fails(db: Path, tmp_path: Path) -
     broken = tmp_path / "broken.csv"
     broken.write_text(notes[:start] + row[: row.rindex('"')] + notes[end:], newline="")  # drop a closing quote
     code, out = run("mtsamples", "--db", str(db), "--source", str(broken), "--allow-shrink")
-    assert code == 1 and "broken.csv: " in out and "swallowed them" in out
+    assert code == 2 and "broken.csv: " in out and "swallowed them" in out
     assert counts(db) == BASE
 
 

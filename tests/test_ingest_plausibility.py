@@ -92,7 +92,7 @@ def test_fail_changes_nothing_and_names_the_rule(db, tmp_path) -> None:
     folder = cohort(tmp_path / "cohort", admissions=adm)
     code, out = run("mimic3", "--db", str(db), "--source", str(folder), "--dataset", "cohort",
                     "--plausibility", "fail")
-    assert code == 1, out
+    assert code == 2, out
     assert "raw.admissions [cohort]: 1 row(s) with dischtime before admittime (rule discharge_before_admission; " \
            f"e.g. hadm_id {hadm}: admittime" in out
     assert "nothing was changed — plausibility policy 'fail'" in out
@@ -116,7 +116,7 @@ def test_mtsamples_id_twice_with_other_text(db, tmp_path, policy: str) -> None:
     broken.write_text(notes.rstrip("\n") + twin + "\n", newline="")
     code, out = run("mtsamples", "--db", str(db), "--source", str(broken), "--plausibility", policy)
     if policy == "fail":
-        assert code == 1 and "raw.mtsamples [mtsamples]: 2 row(s) with the same note_id twice with different text" \
+        assert code == 2 and "raw.mtsamples [mtsamples]: 2 row(s) with the same note_id twice with different text" \
             in out, out
         assert counts(db) == BASE
         return

@@ -44,7 +44,7 @@ def test_cli_export_then_ingest_and_one_line_failures(exported, tmp_path):
     bad_codes = tmp_path / "codes.yaml"
     bad_codes.write_text("name: x\nadmission: 'A//'\ndischarge: 'D//'\ndiagnoses: [{prefx: 'DX//'}]\n")
     result = cli.invoke(app, ["ingest", "meds", "--source", str(out), "--codes", str(bad_codes), "--db", str(db)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "codes.yaml: key 'diagnoses.0.prefix'" in result.output.replace("\n", "")
 
 

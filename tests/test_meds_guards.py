@@ -109,7 +109,7 @@ def test_a_10_subject_folder_over_100_patients_is_refused_unless_allowed(base, d
     _keep_subjects(src, 10)
     before = counts(db)
     code, out = cli("--source", str(src), "--dataset", "demo_meds", "--db", str(db))
-    assert code == 1, out
+    assert code == 2, out
     assert (f"{src}: raw.patients [demo_meds] would shrink from 100 to 10 rows (more than 50% fewer); nothing was "
             "changed — pass --allow-shrink") in out
     assert counts(db) == before  # every table of every dataset, splits, codes and log as they were
@@ -125,7 +125,7 @@ def test_a_valid_0_row_shard_is_refused(base, db: Path, tmp_path: Path) -> None:
     _keep_subjects(src, 0)
     before = counts(db)
     code, out = cli("--source", str(src), "--dataset", "demo_meds", "--db", str(db))
-    assert code == 1 and "raw.patients [demo_meds] would shrink from 100 to 0 rows" in out, out
+    assert code == 2 and "raw.patients [demo_meds] would shrink from 100 to 0 rows" in out, out
     assert counts(db) == before
 
 
@@ -134,7 +134,7 @@ def test_a_meds_import_over_a_csv_ingested_dataset_is_guarded(base, db: Path, tm
     _keep_subjects(src, 10)
     before = counts(db)
     code, out = cli("--source", str(src), "--dataset", DEMO, "--db", str(db))
-    assert code == 1 and f"raw.patients [{DEMO}] would shrink from 100 to 10 rows" in out, out
+    assert code == 2 and f"raw.patients [{DEMO}] would shrink from 100 to 10 rows" in out, out
     assert counts(db) == before
 
 
@@ -296,7 +296,7 @@ def test_a_duplicate_admission_at_another_time_is_reported(base, db: Path, tmp_p
     frame.drop("i", "rank").write_parquet(path)
     before = counts(db)
     code, out = cli("--source", str(src), "--dataset", "demo_meds", "--db", str(db))
-    assert code == 1, out
+    assert code == 2, out
     assert (f"{path}: row {row} (subject {first['subject_id']}): stay (hadm_id) {first['hadm_id']} has 2 "
             "admission events at different times") in out
     assert "(rule: one admission per stay)" in out
@@ -317,7 +317,7 @@ def test_a_null_in_the_split_file_is_one_line(base, db: Path, tmp_path: Path, co
                                     pa.array(values, table.schema.field(column).type)), path)
     before = counts(db)
     code, out = cli("--source", str(src), "--dataset", "demo_meds", "--db", str(db))
-    assert code == 1, out
+    assert code == 2, out
     assert f"{path}: row 4 has a null {column} (1 null(s) in all; rule: subject_id, split are never null)" in out
     assert "Traceback" not in out
     assert counts(db) == before

@@ -52,8 +52,10 @@ _PLAUSIBILITY = typer.Option(
     Plausibility.warn, "--plausibility", help="Implausible rows (duplicate ids with other data, discharge before "
     "admission, birth after admission, years outside 1750..2300, MTSamples ids twice): warn (keep, report), "
     "reject (move to raw.ingest_rejects) or fail (change nothing). Counts per rule: raw.ingest_checks.")
-# Errors a user can act on: shown as one line, exit code 1, no traceback.
+# Refusals of the input (a cut or empty file, a shrink, a missing source, an implausible row under `fail`, a
+# download that failed or does not match its checksum): one line, exit code 2 (bad input), no traceback.
 _USER_ERRORS = (IngestError, SourceNotFound, DownloadError, ChecksumError, ValueError)
+BAD_INPUT = 2
 
 
 @ingest_app.command("mimic3")
@@ -175,4 +177,4 @@ def plausibility_summary(datasets: set[str], db: Path) -> None:
 
 def _fail(exc: Exception) -> None:
     _console.print(f"[red]ingest failed:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
+    raise typer.Exit(BAD_INPUT)

@@ -1,6 +1,7 @@
 """`medtx export meds`, `medtx export predictions` and `medtx ingest meds`: MEDS 0.4 datasets out of and into
 the warehouse, and a run's test predictions in the meds-evaluation schema. An export refused for its input
-(a protected or foreign --out, an unknown dataset, run or task) prints one line and exits 2."""
+(a protected or foreign --out, an unknown dataset, run or task) prints one line and exits 2; so does an import
+refused for its input (a format error, a shrink, an implausible row under `fail`)."""
 
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def ingest(
         else:
             r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility)
     except _USER_ERRORS as exc:
-        _fail("ingest", exc)
+        _fail("ingest", exc, code=2)
     table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")
     table.add_column("table")
     table.add_column("rows loaded", justify="right")
