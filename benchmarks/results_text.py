@@ -41,8 +41,7 @@ FAQ_MODELS = (("retrieval", {}), ("retrieval", {"embedding": "minilm"}), ("seq2s
 
 def prepare(db: Path) -> None:
     """raw.mtsamples from the bundled CSV, then samples.specialty and samples.faq (split seed 42)."""
-    from medtx.samples.faq import build_faq
-    from medtx.samples.specialty import build_specialty
+    from medtx.tasks import BuildContext, get_task
 
     con = connect(db)
     try:
@@ -52,8 +51,9 @@ def prepare(db: Path) -> None:
             "INSERT INTO raw.mtsamples SELECT note_id, description, medical_specialty, sample_name, transcription, "
             "keywords FROM read_csv(?, header = true, all_varchar = false)", [src]
         )
-        build_specialty(con, seed=42, fractions=(0.7, 0.1, 0.2), min_count=1)
-        build_faq(con, BUNDLED_DATA, seed=42, k_folds=5)
+        ctx = BuildContext(None, BUNDLED_DATA, seed=42, fractions=(0.7, 0.1, 0.2), min_count=1, k_folds=5)
+        for task in ("specialty", "faq"):
+            get_task(task).build(con, ctx)
     finally:
         con.close()
 

@@ -40,7 +40,7 @@ from medtx.store.db import connect
 from medtx.ingest import CORE_MIMIC3_TABLES
 from medtx.tasks.build import build_samples
 from medtx.samples.common import VISITS_TABLE, create_visits
-from medtx.samples.drug_rec import DRUG_REC_SQL
+from medtx.tasks.drug_rec import DRUG_REC_SQL
 from medtx.samples.reference import drug_rec_reference, drug_recommendation_fn
 from medtx.settings import BUNDLED_DATA
 

@@ -20,10 +20,10 @@ def test_token_f1_and_exact_match():
 
 @pytest.fixture
 def faq_db(tmp_db):
-    from medtx.samples.faq import build_faq
+    from medtx.tasks import BuildContext, get_task
 
     con = connect(tmp_db)
-    build_faq(con, DATA, seed=0, k_folds=5)
+    get_task("faq").build(con, BuildContext("mental_health_faq", DATA, seed=0, fractions=(), k_folds=5))
     con.close()
     return tmp_db
 

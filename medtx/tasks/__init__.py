@@ -3,8 +3,9 @@
     from medtx.tasks import get_task, all_tasks, tasks_of_family
     get_task("readmission").sample_table     # "samples.readmission"
 
-Discovery is lazy (first call) so that task modules may import their builders from medtx.samples, which in
-turn reads this registry.
+A task module holds its record and its sample builder (SQL); it imports the sample-building kit
+(medtx.samples) and DuckDB only inside `build`, because this registry loads on the torch-only training worker
+(medtx.worker). The kit never imports medtx.tasks; the samples stage's entry point is medtx.tasks.build.
 """
 
 from __future__ import annotations

@@ -1,5 +1,13 @@
 """Task `drug_rec`: the ATC-3 drugs of a visit from its diagnoses and procedures and the patient's history
-(PyHealth drug_recommendation_mimic3_fn; builder and rule in medtx/samples/drug_rec.py)."""
+(PyHealth's `drug_recommendation_mimic3_fn`, set-based). Its record and its SQL (`samples.drug_rec`).
+
+Per admission: conditions = ICD-9 diagnoses, procedures = ICD-9 procedures, drugs = mapped ATC-3 codes.
+Visits lacking any of the three are skipped; patients left with fewer than 2 visits are dropped. Visits are
+ordered by admittime (then hadm_id). Each sample's conditions/procedures/drugs_hist are the per-visit lists
+of all kept visits up to and including the current one, with the current visit's drugs blanked in
+drugs_hist (`drugs_hist[-1] = []`); the label `drugs` is the current visit's ATC-3 set (sorted).
+`medtx.samples.reference.drug_rec_reference` is the same definition as a plain per-patient loop.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +18,83 @@ from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, T
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
 
+NAME = "drug_rec"
+TABLE = "samples.drug_rec"
+# The SafeDrug/PyHealth convention: the drugs of a visit are recommended once its diagnoses and procedures are
+# coded, i.e. at discharge; the current visit's own drugs (the label) are blanked from the features.
+PREDICTION_TIME = "dischtime"
+
+KEPT = "len(conditions) > 0 AND len(procedures) > 0 AND len(drugs) > 0"
+
+# The samples' index admissions: every kept visit of a patient with 2 or more kept visits.
+INDEX_SQL = f"""
+    SELECT subject_id, hadm_id FROM (
+        SELECT subject_id, hadm_id, count(*) OVER (PARTITION BY subject_id) AS n_kept
+        FROM _samples_visits WHERE {KEPT}
+    ) WHERE n_kept >= 2"""
+
+# Features come from the history relation (medtx.samples.common.create_history: only what the clock shows at
+# the prediction time, the current visit's discharge); the label is the current visit's drugs.
+DRUG_REC_SQL = """
+    SELECT $dataset AS dataset, h.subject_id, h.hadm_id, CAST(h.n_visits - 1 AS INTEGER) AS visit_index,
+           v.admittime, h.prediction_time, h.conditions, h.procedures,
+           list_concat(h.drugs[1:len(h.drugs) - 1], [[]::VARCHAR[]]) AS drugs_hist,
+           v.drugs
+    FROM _samples_history h JOIN _samples_visits v USING (hadm_id)"""
+
+# Each kept visit is the last history element of exactly one sample, so these count every visit once.
+VOCAB = {
+    "conditions": "conditions[-1]",
+    "procedures": "procedures[-1]",
+    "drugs_hist": "drugs",  # history drugs are earlier visits' labels: the same ATC-3 space
+    "drugs": "drugs",
+}
+
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
-    from medtx.samples.drug_rec import build_drug_rec
+    """Rewrite `samples.drug_rec` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
+    from medtx.samples.common import (
+        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
+    )
 
-    return build_drug_rec(con, ctx.dataset, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
+    params = {"dataset": ctx.dataset}
+    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL, visits_sql=KEPT)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {DRUG_REC_SQL}", params)
+    drop_history(con)
+    stats = visit_stats(con)
+    n, patients, mean_labels, distinct_labels = con.sql(
+        f"""SELECT count(*), count(DISTINCT subject_id), avg(len(drugs)),
+                  (SELECT count(DISTINCT d) FROM (SELECT unnest(drugs) AS d FROM _samples_{NAME}))
+           FROM _samples_{NAME}"""
+    ).fetchall()[0]
+    if n == 0:
+        mapped = con.execute(
+            "SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
+        ).fetchall()[0][0]
+        hint = f" - run `medtx map-codes --dataset {ctx.dataset}` first" if not mapped else ""
+        raise EmptyCohortError(
+            f"drug_rec: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses, procedures and "
+            f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code types; "
+            f"core.prescriptions_atc3 holds {mapped} rows for it{hint})"
+        )
+    figures = {
+        "samples": n, "patients": patients, "mean_labels_per_visit": mean_labels,
+        "distinct_labels": distinct_labels, **stats, **unknown_code_counts(con),
+    }
+    store_task(
+        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
+        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
+    )
+    return n
 
 
 # Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py); the
 # transformer's also apply to transformer_rope (medtx/models/registry.py).
 TASK = Task(
-    name="drug_rec",
+    name=NAME,
     kind="multilabel",
     family="ehr",
-    sample_table="samples.drug_rec",
+    sample_table=TABLE,
     sample_columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "prediction_time", "conditions",
                     "procedures", "drugs_hist", "drugs"),
     features=("conditions", "procedures", "drugs_hist"),
@@ -41,7 +112,7 @@ TASK = Task(
     # models: every EHR model serving a multi-label task (the default)
     build=build,
     reads=EHR_VISIT_READS,
-    writes=("samples.drug_rec", *EHR_SAMPLE_EXTRAS),
+    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
     train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={
         # The last 2 visits, 64 codes per feature and no dropout on the attention weights: chosen on synth_10000
@@ -64,9 +135,7 @@ TASK = Task(
     # the plain shuffle. Not transformer_rope: its mean moved -0.0003 (-0.0011 to +0.0005), so it was left alone
     # (benchmarks/README.md, round 5).
     train_defaults={"transformer": {"length_buckets": 16}},
-    # The SafeDrug/PyHealth convention: the drugs of a visit are recommended once its diagnoses and procedures are
-    # coded, i.e. at discharge; the current visit's own drugs (the label) are blanked from the features.
-    prediction_time="dischtime",
+    prediction_time=PREDICTION_TIME,
     clock="at the current visit's discharge (SafeDrug/PyHealth convention)",
     observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
     feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),

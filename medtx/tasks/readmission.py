@@ -1,5 +1,17 @@
 """Task `readmission`: unplanned readmission within 30 days of discharge, from the admission's codes and the
-patient's history (the corrected ClinicalBERT rule; builder in medtx/samples/readmission.py)."""
+patient's history (the corrected ClinicalBERT rule). Its record and its SQL (`samples.readmission`).
+
+Rule, per admission A of a patient (admissions ordered by admittime, then hadm_id):
+- A is excluded when the patient died in hospital (hospital_expire_flag = 1 or deathtime set) or when
+  A is a NEWBORN admission.
+- The *next admission* is the first later admission whose admission_type is not ELECTIVE (planned
+  admissions are not readmissions; a later unplanned one still counts).
+- label = that next admission starts less than 30 days (30 * 24 h) after A's discharge. An overlapping
+  next admission (admittime before A's dischtime) counts as a readmission.
+Features: the per-visit conditions/procedures/ATC-3 drugs of all the patient's admissions up to and
+including A (excluded admissions still count as history). text = A's discharge summaries from NOTEEVENTS
+(category 'Discharge summary', error rows dropped), joined in chart order; NULL when there is none.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +22,77 @@ from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, T
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
 
+NAME = "readmission"
+TABLE = "samples.readmission"
+PREDICTION_TIME = "dischtime"
+
+WINDOW_DAYS = 30
+
+# The samples' index admissions: every admission but in-hospital deaths and newborns, with its label (the first
+# later non-elective admission within 30 days of discharge).
+INDEX_SQL = """
+    SELECT * FROM (
+        SELECT subject_id, hadm_id, dischtime, hospital_expire_flag, deathtime, admission_type,
+               min(CASE WHEN admission_type IS DISTINCT FROM 'ELECTIVE' THEN admittime END)
+                   OVER (w ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_admittime
+        FROM _samples_visits
+        WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)
+    ) WHERE coalesce(hospital_expire_flag, 0) <> 1 AND deathtime IS NULL
+        AND admission_type IS DISTINCT FROM 'NEWBORN'"""
+
+# Features from the history relation (medtx.samples.common.create_history: what the clock shows at discharge).
+READMISSION_SQL = f"""
+    WITH notes AS (
+        SELECT hadm_id, string_agg(text, chr(10) || chr(10) ORDER BY chartdate, charttime, row_id) AS text
+        FROM raw.noteevents
+        WHERE dataset = $dataset AND lower(trim(category)) = 'discharge summary'
+          AND coalesce(trim(iserror), '') <> '1' AND nullif(trim(text), '') IS NOT NULL
+        GROUP BY hadm_id
+    )
+    SELECT $dataset AS dataset, h.subject_id, h.hadm_id, v.admittime, v.dischtime, h.prediction_time,
+           h.conditions, h.procedures, h.drugs, notes.text,
+           coalesce(date_diff('second', i.dischtime, i.next_admittime) < {WINDOW_DAYS} * 86400, false) AS label
+    FROM _samples_history h JOIN ({INDEX_SQL}) i USING (hadm_id) JOIN _samples_visits v USING (hadm_id)
+    LEFT JOIN notes USING (hadm_id)"""
+
+VOCAB = {"conditions": "conditions[-1]", "procedures": "procedures[-1]", "drugs": "drugs[-1]"}
+
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
-    from medtx.samples.readmission import build_readmission
+    """Rewrite `samples.readmission` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
+    from medtx.samples.common import (
+        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
+    )
 
-    return build_readmission(con, ctx.dataset, seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count)
+    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {READMISSION_SQL}", {"dataset": ctx.dataset})
+    drop_history(con)
+    stats = visit_stats(con)
+    n, patients, positives, with_text = con.sql(
+        "SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label), count(text) "
+        f"FROM _samples_{NAME}"
+    ).fetchall()[0]
+    if n == 0:
+        raise EmptyCohortError(
+            f"readmission: dataset {ctx.dataset!r} has no admission left after excluding in-hospital deaths and "
+            f"newborns ({stats['cohort_visits']} admissions)"
+        )
+    figures = {
+        "samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
+        "samples_with_text": with_text, **stats, **unknown_code_counts(con),
+    }
+    store_task(
+        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
+        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
+    )
+    return n
 
 
 TASK = Task(
-    name="readmission",
+    name=NAME,
     kind="binary",
     family="ehr",
-    sample_table="samples.readmission",
+    sample_table=TABLE,
     sample_columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "prediction_time", "conditions",
                     "procedures", "drugs", "text", "label"),
     features=("conditions", "procedures", "drugs"),
@@ -37,8 +108,8 @@ TASK = Task(
     # and seq2seq generates drug sets, so neither serves it)
     build=build,
     reads=EHR_VISIT_READS,  # raw.noteevents among them: the discharge summaries, for the note-text view
-    writes=("samples.readmission", *EHR_SAMPLE_EXTRAS),
-    prediction_time="dischtime",
+    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
+    prediction_time=PREDICTION_TIME,
     clock="at discharge of the admission",
     observation_window="every admission of the patient up to and including this one",
     feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug")),
