@@ -54,3 +54,23 @@ def test_models_train_under_cuda_bf16_autocast(name):
     assert torch.isfinite(out.loss) and out.logits.shape == batch["labels"].shape
     for layers in (out.attentions or {}).values():
         assert torch.isfinite(layers[0]).all()
+
+
+@pytest.mark.parametrize("name", model_names("ehr"))
+def test_checkpoint_round_trip_on_cuda(name, tmp_path):
+    """On CUDA, cuDNN packs an RNN's weights into one flat buffer after a forward; the checkpoint still saves and
+    loads (the first GPU run lost every rnn/gru/lstm/retain checkpoint to safetensors' save_model refusing it)."""
+    from medtx.models.checkpoint import load_weights, save_checkpoint
+
+    device = torch.device("cuda")
+    vocabs = {f: Vocab(["<pad>", "<unk>", *TOKENS[f]]) for f in required_features(name, "drug_rec")}
+    bundle = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name))
+    bundle.model.to(device)
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+             for k, v in bundle.collate(bundle.encode(_frame())).items()}
+    bundle.model(batch).loss.backward()
+    save_checkpoint(bundle.model, tmp_path, {"model": {}}, {"epoch": 1})
+    fresh = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name)).model.to(device)
+    load_weights(fresh, tmp_path, device)
+    for (key, a), b in zip(bundle.model.state_dict().items(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b), key

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 
@@ -47,11 +47,39 @@ def save_checkpoint(model: nn.Module, folder: Path, config: dict[str, Any], stat
     `folder` (created or overwritten), each file replaced whole (`replace_file`)."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = {"epoch": str(state.get("epoch", ""))}
-    # save_model handles tied/shared weights
-    replace_file(folder / "model.safetensors", lambda p: save_model(model, str(p), metadata=stamp))
+    tensors, _ = weight_tensors(model)
+    replace_file(folder / "model.safetensors", lambda p: save_file(tensors, str(p), metadata=stamp))
     replace_file(folder / "config.json", lambda p: p.write_text(json.dumps(config, indent=2, default=str)))
     replace_file(folder / "trainer_state.json", lambda p: p.write_text(json.dumps(state, indent=2, default=str)))
     return folder
+
+
+def weight_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The model's state as CPU tensors that own their memory, plus its tied names (name -> the kept name).
+
+    A tied weight (one tensor under two names, e.g. an MLM decoder sharing the embedding) is kept once. Tensors
+    that only share storage are copied apart: on CUDA, cuDNN packs an RNN's weights into one flat buffer
+    (`flatten_parameters`), views that no single name covers, which safetensors' own `save_model` refuses
+    ("found no suitable name to keep"): the first GPU run lost every rnn/gru/lstm/retain checkpoint to it.
+    """
+    state = model.state_dict()
+    tied = tied_names(state)
+    kept = {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in state.items()
+            if name not in tied}
+    return kept, tied
+
+
+def tied_names(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Names whose tensor is the very same tensor (same memory, shape and strides) as an earlier name's."""
+    tied: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for name, tensor in state.items():
+        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if tensor.numel() and key in seen:
+            tied[name] = seen[key]
+        else:
+            seen[key] = name
+    return tied
 
 
 def weights_epoch(folder: Path) -> int | None:
@@ -66,7 +94,13 @@ def load_weights(model: nn.Module, folder: Path, device: torch.device | str = "c
     path = Path(folder) / "model.safetensors"
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint weights at {path}")
-    load_model(model, str(path), strict=True, device=str(device))
+    state = load_file(str(path), device=str(device))
+    for name, kept in tied_names(model.state_dict()).items():  # a tied name is stored once, under either of its names
+        if name not in state and kept in state:
+            state[name] = state[kept]
+        elif kept not in state and name in state:
+            state[kept] = state[name]
+    model.load_state_dict(state, strict=True)  # copies into the model's own tensors, wherever they live
     return model
 
 
