@@ -60,7 +60,7 @@ def weight_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str,
     A tied weight (one tensor under two names, e.g. an MLM decoder sharing the embedding) is kept once. Tensors
     that only share storage are copied apart: on CUDA, cuDNN packs an RNN's weights into one flat buffer
     (`flatten_parameters`), views that no single name covers, which safetensors' own `save_model` refuses
-    ("found no suitable name to keep"): the first GPU run lost every rnn/gru/lstm/retain checkpoint to it.
+    ("found no suitable name to keep"): the first GPU run lost every recurrent model's checkpoint to it.
     """
     state = model.state_dict()
     tied = tied_names(state)
