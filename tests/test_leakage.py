@@ -20,7 +20,7 @@ from medtx.store.db import connect
 from medtx.synth import generate_mimic3
 from medtx.synth.death import LEAK_CODE
 from medtx.tasks import get_task
-from medtx.tasks.clock import create_event_view
+from medtx.samples.clock import create_event_view
 from medtx.tasks.leakage import LeakageError, require_pass, run_gate
 from tests.conftest import DATA
 from tests.fixtures_samples import insert_rows

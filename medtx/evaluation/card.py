@@ -222,7 +222,7 @@ def _clock(task) -> Section:
     when = task.clock or "not stated"
     paragraphs = [f"Task {task.name} ({task.kind}): {task.description}",
                   f"Prediction time: {when}" + (f" (SQL: {task.prediction_time})" if task.prediction_time else "")
-                  + ". Features hold only events known at or before it (medtx/tasks/clock.py)."]
+                  + ". Features hold only events known at or before it (medtx/samples/clock.py)."]
     return Section("clock", "The task's clock", paragraphs)
 
 

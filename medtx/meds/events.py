@@ -5,7 +5,7 @@ tool trained on MIMIC-IV MEDS sees the same vocabulary shape; see docs/MEDS.md f
 Where MIMIC-III spells a value differently the MIMIC-IV word is written (DISCHARGE_LOCATIONS: `DEAD/EXPIRED` is
 `DIED`, the code PyHealth's and ACES' MEDS mortality definitions look for).
 
-Times follow the task clock (medtx.tasks.clock, the one place stating when each MIMIC-III table's events become
+Times follow the task clock (medtx.samples.clock, the one place stating when each MIMIC-III table's events become
 known): diagnoses and procedures at the stay's discharge; a prescription at the end of its start date, clamped
 into its stay (never before the admission, never after the discharge); a note at its chart time, else the end
 of its chart date. So a MEDS tool cutting data "up to and including" a task's prediction time sees what the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from medtx.store.db import sql_literal
-from medtx.tasks.clock import CODED_AT_DISCHARGE, drug_time_sql, end_of_day_sql, note_time_sql
+from medtx.samples.clock import CODED_AT_DISCHARGE, drug_time_sql, end_of_day_sql, note_time_sql
 
 BIRTH = "MEDS_BIRTH"
 DEATH = "MEDS_DEATH"

@@ -102,11 +102,11 @@ def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time
     admission), prediction_time, and per-visit lists over the patient's chosen admissions up to and including the
     index one (by admittime, then hadm_id): conditions, procedures, drugs (VARCHAR[][]), ages (INTEGER[], age at
     each visit, 0 when unknown), n_visits. Of each admission a list holds only the codes that the event table
-    (medtx.tasks.clock, `_events`) shows at or before the sample's prediction time, in `_samples_visits`' order;
+    (medtx.samples.clock, `_events`) shows at or before the sample's prediction time, in `_samples_visits`' order;
     a code known later is absent, however the builder reads the history. Labels are not features: a builder
     still reads them from `_samples_visits`.
     """
-    from medtx.tasks.clock import create_event_view
+    from medtx.samples.clock import create_event_view
 
     create_event_view(con, dataset, EVENTS_TABLE)
     con.execute(f"""

@@ -26,7 +26,7 @@ EHR_VISIT_READS = (
     "raw.admissions", "raw.patients", "raw.diagnoses_icd", "raw.procedures_icd", "core.prescriptions_atc3",
     "ref.icd9_diagnoses", "ref.icd9_procedures",
     "raw.meds_splits",  # a dataset imported from MEDS keeps its own splits (medtx/samples/splits.py)
-    "raw.noteevents",  # the event-time view (medtx.tasks.clock) holds notes too
+    "raw.noteevents",  # the event-time view (medtx.samples.clock) holds notes too
 )
 SAMPLE_EXTRAS = ("samples.splits", "samples.vocab", "samples.task_summary")
 # The leakage gate's record (medtx.tasks.leakage), written after an EHR task's samples are built.
@@ -100,12 +100,12 @@ class Task:
     order: int = 100  # position in listings (CLI help, leaderboard); ties by name
     # The clock (docs/TASKS.md). `prediction_time`: a SQL expression over the sample's index admission's
     # `admittime` and `dischtime` (e.g. "dischtime", "admittime + INTERVAL 48 HOUR"); every sample row stores it
-    # as `prediction_time` and its features hold only events known at or before it (medtx.tasks.clock's rule,
+    # as `prediction_time` and its features hold only events known at or before it (medtx.samples.clock's rule,
     # read through medtx.samples.common.create_history). None: the task has no admission clock (text corpora).
     prediction_time: str | None = None
     clock: str = ""  # the prediction time in words, e.g. "48 hours after admission"
     observation_window: str = ""  # what the features may hold, in words
-    # feature column -> the medtx.tasks.clock event source its codes come from ('diagnosis', 'procedure', 'drug'),
+    # feature column -> the medtx.samples.clock event source its codes come from ('diagnosis', 'procedure', 'drug'),
     # or 'static' for tokens known at admission (age, sex, admission type: not events). The leakage gate checks
     # every code of an event-sourced feature against the warehouse's event times (medtx.tasks.leakage).
     feature_sources: tuple[tuple[str, str], ...] = ()

@@ -9,7 +9,7 @@ Run per (task, dataset) after the task's samples are built (medtx.tasks.build.bu
     raw.admissions does not know fail too (their patient cannot be checked).
 (b) late codes: the sample's prediction time is recomputed from raw.admissions and the task's clock
     (`Task.prediction_time`), and every code of every event-sourced feature column (`Task.feature_sources`) must be
-    explained by an event of that patient, with that source and code, known at or before it (medtx.tasks.clock's
+    explained by an event of that patient, with that source and code, known at or before it (medtx.samples.clock's
     event times). A code known only later, or a stored `prediction_time` that disagrees with the recomputed one,
     fails the gate. (The check is by patient, source and code: a code the patient also had earlier passes, so it
     proves "nothing the patient could not have known then", the leak that matters.)
@@ -41,7 +41,7 @@ __all__ = ["GateResult", "LeakageError", "Shortcut", "check_gate_rows", "gate_al
 
 if TYPE_CHECKING:  # annotations only: the training worker checks the gate's record without DuckDB
     import duckdb
-from medtx.tasks.clock import STAYS_SQL, create_event_view
+from medtx.samples.clock import STAYS_SQL, create_event_view
 
 log = logging.getLogger("medtx.leakage")
 

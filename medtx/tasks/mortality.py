@@ -8,7 +8,7 @@ the tables medtx loads (no vitals or labs). Per admission of the dataset (one ro
   PyHealth's "longer than 48 h"); the patient is alive at the prediction time (deathtime, when present,
   after it). Every exclusion is counted in the summary (`excluded_*`), never guessed;
 - label = hospital_expire_flag = 1 (death before discharge);
-- features = what the clock (medtx.tasks.clock) shows at the prediction time, through the one history relation
+- features = what the clock (medtx.samples.clock) shows at the prediction time, through the one history relation
   (medtx.samples.common.create_history): the diagnoses and procedures of the patient's earlier admissions (coded
   at their discharge; the current stay's own codes, assigned at its discharge, are never visible), the drugs of
   earlier admissions and those of this stay whose start day ended by the prediction time; one visit per

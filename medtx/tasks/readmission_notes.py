@@ -22,7 +22,7 @@ TASK = Task(
     # Every text model pools chunks the ClinicalBERT way here (medtx/models/bert_text.py): "*" = any model.
     model_defaults={"*": {"pooling": "clinicalbert"}},
     # The ClinicalBERT convention: the discharge summary is read at discharge (MIMIC-III charts many summaries a day
-    # or more after discharge, so by the note clock (medtx.tasks.clock) this is a retrospective task; docs/TASKS.md).
+    # or more after discharge, so by the note clock (medtx.samples.clock) this is a retrospective task; docs/TASKS.md).
     prediction_time="dischtime",
     clock="at discharge of the admission (ClinicalBERT convention; the summary may be charted later)",
     observation_window="the admission's discharge summaries",

@@ -2,9 +2,9 @@
 
 Every task declares a prediction time (`Task.prediction_time`, an expression over its index admission's
 `admittime` and `dischtime`); a feature may only hold events known at or before it (MEDS: "up to and
-including"). This module is the one place that says when each table's events become known; the sample
-builders (medtx.samples.common.create_history), the leakage gate (medtx.tasks.leakage) and the MEDS export read
-the times from here instead of restating them.
+including"). This module (part of the sample-building kit, medtx.samples) is the one place that says when
+each table's events become known; the sample builders (medtx.samples.common.create_history), the leakage gate
+(medtx.tasks.leakage) and the MEDS export read the times from here instead of restating them.
 
 The rules (each conservative: an event is never counted as known before it could have been):
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: medtx.tasks loads where DuckDB is absent (medtx.worker)
+if TYPE_CHECKING:  # annotations only
     import duckdb
 
 SOURCES = ("diagnosis", "procedure", "drug", "note")
@@ -119,7 +119,7 @@ def create_event_view(con: duckdb.DuckDBPyConnection, dataset: str, name: str = 
     Returns `name`."""
     if not name.isidentifier():
         raise ValueError(f"event table name {name!r} is not a plain SQL identifier")
-    from medtx.store.db import quote_ident  # here: the registry loads where DuckDB is absent (medtx.worker)
+    from medtx.store.db import quote_ident
 
     con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {events_sql()}", {"dataset": dataset})
     return name
