@@ -249,7 +249,10 @@ def test_published_marts_equal_their_definitions_on_the_base_tables(warehouse):
     try:
         for name, mart in MARTS.items():
             stored = con.sql(f"SELECT count(*) FROM dash.{name}").fetchall()[0][0]
-            assert stored > 0, f"mart {name} is empty on a warehouse with real runs"
+            if name == "ingest_checks":  # the demo and MTSamples have no plausibility finding (filled and
+                assert stored == 0       # compared in tests/test_dashboard_checks.py)
+            else:
+                assert stored > 0, f"mart {name} is empty on a warehouse with real runs"
             for a, b in ((f"dash.{name}", f"({mart.select})"), (f"({mart.select})", f"dash.{name}")):
                 diff = con.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchall()
                 assert diff[0][0] == 0, f"mart {name} differs from its definition"

@@ -86,6 +86,7 @@ def test_every_page_renders_real_data_without_console_errors(dash_duo, snapshot)
     dash_duo.driver.get(dash_duo.server_url + "/")
     dash_duo.wait_for_contains_text("#cohort-card", "100", timeout=20)  # 100 demo patients
     dash_duo.wait_for_contains_text("#pipeline-status", "completed", timeout=20)
+    dash_duo.wait_for_contains_text("#plausibility-card", "No plausibility findings", timeout=20)  # issue 34
 
 
 def test_patient_explorer_selectors_redraw_the_heatmap(dash_duo, snapshot):

@@ -130,6 +130,8 @@ def dataset_body(snapshot: Path, dataset: str) -> html.Div:
                     dbc.Col(ui.card("Ingest rejects by table and reason", _rejects(snapshot, dataset)), lg=6),
                 ]
             ),
+            ui.card("Plausibility checks at the latest ingest, per table and rule",
+                    _plausibility(snapshot, dataset), id="plausibility-card"),
             ui.card("Leakage gate per task (split overlap, codes after the prediction time, shortcuts)",
                     _gates(snapshot, dataset), id="gate-card"),
             dbc.Row(
@@ -181,6 +183,32 @@ def _gates(snapshot: Path, dataset: str) -> object:
     head = html.Thead(html.Tr([html.Th(h) for h in ("task", "gate", "patients in 2 splits", "codes after prediction",
                                                     "flagged features", "verdict")]))
     return dbc.Table([head, html.Tbody(rows)], size="sm", bordered=False, className="mb-0", id="gate-table")
+
+
+POLICY_COLORS = {"warn": "warning", "reject": "danger"}
+
+
+def _plausibility(snapshot: Path, dataset: str) -> object:
+    """Issue 34: rows that parsed but cannot be true (medtx.ingest.plausibility), as raw.ingest_checks holds them
+    for the dataset's latest ingest: one row per table and rule with its count, the policy and what it did."""
+    df = queries.ingest_checks(snapshot, dataset)
+    if not df.height:
+        if queries.ingest_log(snapshot, dataset).height:
+            return ui.empty("No plausibility findings: no duplicate ids with other data, no discharge before "
+                            "admission, no birth after admission, no year outside 1750..2300.")
+        return ui.empty("Nothing ingested for this dataset yet.")
+    rows = [html.Tr([html.Td(r["table_name"]), html.Td([html.Code(r["rule"]), html.Div(r["says"], className="small")]),
+                     html.Td(f"{r['n_rows']:,}", className="text-end"),
+                     html.Td(dbc.Badge(r["policy"], color=POLICY_COLORS.get(r["policy"], "secondary"))),
+                     html.Td(r["action"]), html.Td(r["example"] or "-", className="small")])
+            for r in df.to_dicts()]
+    head = html.Thead(html.Tr([html.Th(h) for h in ("table", "rule", "rows", "policy", "rows are", "example")]))
+    total = int(df["n_rows"].sum())
+    summary = html.Div(f"{df.height} rule(s) found {total:,} row(s) at the latest ingest "
+                       "(policy: medtx ingest --plausibility, pipeline config ingest.plausibility).",
+                       className="small mb-1", id="plausibility-summary")
+    return html.Div([summary, dbc.Table([head, html.Tbody(rows)], size="sm", bordered=False, className="mb-0",
+                                        id="plausibility-table")])
 
 
 def _rejects(snapshot: Path, dataset: str) -> object:

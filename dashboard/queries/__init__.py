@@ -23,6 +23,7 @@ from dashboard.queries.core import (  # noqa: F401  (the public names of the pac
 from dashboard.queries.overview import (  # noqa: F401
     cohort_counts,
     datasets,
+    ingest_checks,
     ingest_log,
     ingest_rejects,
     last_pipeline_run,

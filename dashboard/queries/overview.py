@@ -69,6 +69,17 @@ def ingest_rejects(snapshot: Path, dataset: str) -> pl.DataFrame:
     )
 
 
+def ingest_checks(snapshot: Path, dataset: str) -> pl.DataFrame:
+    """The plausibility rules that found rows at the dataset's latest ingest: table, rule, what it says, rows,
+    policy and what it did (kept / moved to raw.ingest_rejects), one example (medtx.ingest.plausibility)."""
+    return query(
+        snapshot,
+        "SELECT table_name, rule, says, n_rows, policy, action, example, checked_at "
+        f"FROM {_mart_sql(snapshot, 'ingest_checks')} WHERE dataset = ? ORDER BY table_name, rule",
+        [dataset],
+    )
+
+
 def ingest_log(snapshot: Path, dataset: str) -> pl.DataFrame:
     """The latest ingest of each table of a dataset: rows loaded and rejected."""
     return query(

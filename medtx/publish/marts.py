@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import duckdb
 
+from medtx.ingest.plausibility import RULES
 from medtx.tasks import all_tasks, tasks_of_family
 from medtx.store.db import quote_ident, quote_table, sql_literal
 
@@ -50,6 +51,16 @@ def _sample_counts_sql() -> str:
     )
 
 
+def _ingest_checks_sql() -> str:
+    """Plausibility findings of each dataset's latest ingest (raw.ingest_checks), one row per (table, rule), with
+    what the rule says (medtx.ingest.plausibility.RULES, constants) and what the policy did with the rows."""
+    says_sql = ", ".join(f"({sql_literal(r.table)}, {sql_literal(r.name)}, {sql_literal(r.says)})" for r in RULES)
+    return ("SELECT c.dataset, c.table_name, c.rule, coalesce(r.says, c.rule) AS says, c.n_rows, c.policy, "
+            "CASE c.policy WHEN 'reject' THEN 'moved to raw.ingest_rejects' ELSE 'kept' END AS action, "
+            "c.example, c.checked_at FROM raw.ingest_checks c "
+            f"LEFT JOIN (VALUES {says_sql}) r(table_name, rule, says) USING (table_name, rule)")
+
+
 def _note_tasks_sql() -> str:
     """The text classification tasks (whose predictions are notes), as an SQL list literal."""
     return "(" + ", ".join(f"'{t.name}'" for t in tasks_of_family("text") if t.kind != "generation") + ")"
@@ -71,6 +82,8 @@ MARTS: dict[str, Mart] = {
         ),
         key="dataset, table_name",
     ),
+    # Overview: the plausibility checks' findings at each dataset's latest ingest, per table and rule (issue 34).
+    "ingest_checks": Mart(select=_ingest_checks_sql(), key="dataset, table_name, rule"),
     # Overview: samples per task and split (text-group tasks have their own split column and fixed dataset).
     "sample_counts": Mart(select=_sample_counts_sql(), key="dataset, task, split"),
     # Explorers: completed runs with stored predictions, and whether they stored attention.
