@@ -6,6 +6,7 @@ Tiny configs only (hidden 16-32, a few notes) so the whole file runs in well und
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -347,6 +348,11 @@ def test_bert_scratch_run_pretrains_then_fine_tunes(specialty_db, tmp_path, monk
         assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
         kinds = {k for (k,) in con.sql(f"SELECT kind FROM ml.models WHERE run_id = '{run_id}'").fetchall()}
         assert kinds == {"best", "last", "pretrained"}
+        # the MLM encoder lives in a cache seeds share; the run records its own copy (a result package may name only
+        # the run's own folder: the full-scale pipeline refused every bert_scratch run until it did)
+        paths = [Path(p) for (p,) in con.sql(f"SELECT path FROM ml.models WHERE run_id = '{run_id}'").fetchall()]
+        assert all(p.resolve().is_relative_to((tmp_path / "models" / run_id).resolve()) and p.exists()
+                   for p in paths), paths
         # 1 layer x 2 heads x 8 x 8 weights of one showcase note, [CLS] first
         assert con.sql(f"SELECT count(*), min(query_token) FILTER (WHERE query_pos = 0) FROM ml.attention "
                        f"WHERE run_id = '{run_id}'").fetchall() == [(128, "[CLS]")]

@@ -193,6 +193,18 @@ def run_text_experiment(
     return run_id
 
 
+def _own_copy(folder: Path, kind: str, path: Path) -> Path:
+    """A checkpoint the run recorded from outside its own folder (bert_scratch's MLM encoder lives in a cache that
+    seeds share) is copied into `folder/kind`: a run's record names only its own files, which is what a result
+    package may carry (medtx.pipeline.exchange refuses a path outside the run's folder) and what survives the cache."""
+    if path.resolve().is_relative_to(folder.resolve()):
+        return path
+    import shutil
+
+    shutil.copytree(path, folder / kind, dirs_exist_ok=True)
+    return folder / kind
+
+
 def _fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, folder: Path,
                       on_epoch: OnEpoch) -> records.RunResults:
     """Fit (and predict the test notes: fit_text_model), evaluate, and say what to record."""
@@ -201,7 +213,7 @@ def _fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, fo
     return records.RunResults(
         metrics={"test": evaluation.metrics}, label_metrics={"test": evaluation.label_metrics},
         confusion={"test": evaluation.confusion}, predictions=evaluation.predictions, attention=fitted.attention,
-        checkpoints={kind: (str(path), fitted.best_epoch if kind == "best" else None)
+        checkpoints={kind: (str(_own_copy(folder, kind, Path(path))), fitted.best_epoch if kind == "best" else None)
                      for kind, path in fitted.checkpoints.items()},
         summary={"collapsed": evaluation.collapsed, "collapse_reason": evaluation.collapse_reason,
                  "n_params": fitted.n_params, "best_epoch": fitted.best_epoch,
