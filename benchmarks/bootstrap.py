@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from medtx.evaluation.comparisons import compare_pair  # noqa: E402
 from medtx.metrics import intervals as iv  # noqa: E402
 from medtx.evaluation.uncertainty import RunData  # noqa: E402
+from medtx.tasks import get_task  # noqa: E402
 
 
 def make_split(n_visits: int, n_labels: int, seed: int = 0) -> tuple[RunData, RunData]:
@@ -63,7 +64,7 @@ def main() -> None:
         for stat in data.stats(inverse, n_units).values():
             iv.interval(stat, counts)
             n_intervals += 1
-    comparisons = compare_pair(run, ref, "drug_rec", "run", "ref", counts, inverse)
+    comparisons = compare_pair(run, ref, get_task("drug_rec"), "run", "ref", counts, inverse)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"drug_rec test split: {args.visits:,} visits, {n_units:,} patients, {args.labels} labels; "

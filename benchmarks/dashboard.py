@@ -40,6 +40,7 @@ sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).re
 
 from dashboard import create_app, queries, resolve_snapshot
 from dashboard.warm import PAGE_CALLBACKS, load_page, warm
+from medtx.tasks import all_tasks, tasks_of_family
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -176,10 +177,11 @@ def measure(app, client, page: str, snapshot: Path, repeats: int, cold: bool, cl
 def every_run(app, client, snapshot: Path) -> list[tuple[str, int, list[float], str]]:
     """Cold load of the run-specific pages for EVERY run (not just the default one), the patient page also
     with the all-layers x all-heads attention view: (page, runs, callback seconds, slowest run)."""
-    ehr = queries.explorer_runs(snapshot, queries.EHR_TASKS)["run_id"].to_list()
+    ehr = queries.explorer_runs(snapshot, tasks_of_family("ehr"))["run_id"].to_list()
+    notes = [t for t in all_tasks() if t.classifies_text]
     sweeps = {("run_detail", "single"): queries.runs_index(snapshot)["run_id"].to_list(),
               ("patient", "single"): ehr, ("patient", "model"): ehr,
-              ("notes", "single"): queries.explorer_runs(snapshot, queries.NOTE_TASKS)["run_id"].to_list()}
+              ("notes", "single"): queries.explorer_runs(snapshot, notes)["run_id"].to_list()}
     rows = []
     for (page, view), run_ids in sweeps.items():
         seconds: list[float] = []

@@ -13,8 +13,9 @@ import logging
 from pathlib import Path
 
 from medtx.evaluation.comparisons import compare_runs
-from medtx.evaluation.uncertainty import COMPARED, record_intervals
+from medtx.evaluation.uncertainty import record_intervals
 from medtx.store.db import open_warehouse
+from medtx.tasks import get_task
 
 log = logging.getLogger("medtx.benchmarks")
 MIN_SEEDS = 3
@@ -29,14 +30,14 @@ def recompute(db: Path, dataset: str, tasks: list[str]) -> None:
         for (run_id,) in runs:
             record_intervals(con, run_id)
         for task in tasks:
-            n = compare_runs(con, task, dataset)
+            n = compare_runs(con, get_task(task), dataset)
             log.info("%s/%s: %d comparison rows", task, dataset, n)
 
 
 def comparison_lines(db: Path, dataset: str, task: str) -> list[str]:
     """One line per (model, compared metric): each seed's paired difference vs the reference with its 95%
     interval and verdict, and the claim the seeds support."""
-    if task not in COMPARED:
+    if not get_task(task).compared:
         return []
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(

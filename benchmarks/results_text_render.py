@@ -16,7 +16,7 @@ import numpy as np
 
 from benchmarks.results_intervals import difference, seed_claim, seed_difference
 from benchmarks.results_text_data import VARIANT_SQL, Run, group_runs, load_runs, model_label
-from medtx.evaluation.uncertainty import COMPARED
+from medtx.tasks import get_task
 
 SPECIALTY_MODELS = ("majority", "tfidf_logreg", "bilstm", "bert_scratch", "minilm")
 NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1", "weighted_f1": "weighted-F1", "token_f1": "token F1",
@@ -119,7 +119,7 @@ def verdict_lines(runs: list[Run], task: str) -> list[str]:
     for group in group_runs(mine):
         if group[0].label == reference.label:  # the reference model's other seeds against its chosen run
             continue
-        for metric, averaging in COMPARED.get(task, ()):
+        for metric, averaging in get_task(task).compared:
             if averaging == "none":
                 lines.append(_verdict_line(group, metric, reference.label, unit))
     return lines
@@ -155,7 +155,7 @@ def per_run_table(groups: list[list[Run]], metrics: tuple[str, ...], lead: list[
                   tail: tuple[str, ...] = (), cells: Callable[[Run], list[str]] | None = None) -> list[str]:
     """One row per run: each metric with its 95% interval, the paired difference from the reference on the
     task's headline compared metric, then `tail` columns filled by `cells(run)`."""
-    headline = {g[0].task: COMPARED[g[0].task][0][0] for g in groups if g[0].task in COMPARED}
+    headline = {g[0].task: get_task(g[0].task).compared[0][0] for g in groups if get_task(g[0].task).compared}
     names = sorted({NAMES[m] for m in headline.values()})
     header = [*lead, "seed", *(f"{NAMES[m]} [95% CI]" for m in metrics),
               f"{' / '.join(names) or 'headline'} − reference [paired 95% CI], verdict", *tail]

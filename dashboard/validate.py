@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
-from dashboard.queries import TASKS
+from medtx.tasks import task_names
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 _DATASET = re.compile(r"^[a-z0-9_:]{0,64}$")  # '' = runs without a dataset
@@ -49,8 +49,8 @@ def dataset(value: object) -> str:
 
 
 def task(value: object) -> str:
-    if value not in TASKS:
-        raise InvalidParameter(f"task {str(value)[:40]!r} is not one of {', '.join(TASKS)}")
+    if value not in (known := task_names()):
+        raise InvalidParameter(f"task {str(value)[:40]!r} is not one of {', '.join(known)}")
     return str(value)
 
 

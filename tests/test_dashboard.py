@@ -15,6 +15,12 @@ from dashboard import create_app, queries, resolve_snapshot, validate
 from dashboard.pages import leaderboard
 from dashboard.security import InsecureBindError, is_loopback, require_password_for
 from tests.fixtures_dashboard import DATASET, real_warehouse
+from medtx.tasks import all_tasks, tasks_of_family
+
+
+def _note_tasks():
+    """The tasks the note explorer lists (dashboard/pages/notes.py): the registry's text classification tasks."""
+    return [t for t in all_tasks() if t.classifies_text]
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +162,7 @@ def test_leaderboard_has_every_run_with_mean_and_sd(warehouse):
 
 def test_explorer_queries_reach_attention_of_real_runs(warehouse):
     _, snap = warehouse
-    runs = queries.explorer_runs(snap, queries.EHR_TASKS)
+    runs = queries.explorer_runs(snap, tasks_of_family("ehr"))
     transformer = runs.filter(model="transformer").row(0, named=True)
     assert transformer["has_attention"]
     patients = queries.run_patients(snap, transformer["run_id"])
@@ -173,7 +179,7 @@ def test_explorer_queries_reach_attention_of_real_runs(warehouse):
     history = queries.patient_history(snap, DATASET, subject)
     diagnoses = [d for visit in history["diagnoses"] for d in visit]
     assert any(" " in d for d in diagnoses)  # "code description": ICD-9 descriptions joined
-    notes = queries.explorer_runs(snap, queries.NOTE_TASKS)
+    notes = queries.explorer_runs(snap, _note_tasks())
     bert = notes.filter(model="bert_scratch").row(0, named=True)
     assert bert["has_attention"]
     assert queries.top_tokens_per_class(snap, bert["run_id"]).height > 0
@@ -184,7 +190,7 @@ def test_the_run_page_metrics_say_why_the_ece_has_no_interval(warehouse):
     from medtx.metrics.intervals import CI_METHOD, WITHHELD
 
     _, snap = warehouse
-    run_id = queries.explorer_runs(snap, queries.EHR_TASKS).filter(model="transformer").row(0, named=True)["run_id"]
+    run_id = queries.explorer_runs(snap, tasks_of_family("ehr")).filter(model="transformer").row(0, named=True)["run_id"]
     test = queries.run_metrics(snap, run_id).filter(split="test")
     ece = test.filter(metric="ece").row(0, named=True)
     assert ece["value"] is not None and ece["ci_low"] is None and ece["ci_method"] == CI_METHOD + WITHHELD
@@ -268,12 +274,12 @@ def test_a_snapshot_without_marts_gives_the_same_answers(warehouse, tmp_path: Pa
     con = duckdb.connect(str(old))
     con.execute("DROP SCHEMA dash CASCADE")
     con.close()
-    run = queries.explorer_runs(snap, queries.EHR_TASKS).filter(model="transformer")["run_id"][0]
-    note_run = queries.explorer_runs(snap, queries.NOTE_TASKS).filter(model="bert_scratch")["run_id"][0]
+    run = queries.explorer_runs(snap, tasks_of_family("ehr")).filter(model="transformer")["run_id"][0]
+    note_run = queries.explorer_runs(snap, _note_tasks()).filter(model="bert_scratch")["run_id"][0]
     subject = queries.run_patients(snap, run)["subject_id"][0]
     for read in (
         lambda s: queries.cohort_counts(s), lambda s: queries.sample_counts(s, DATASET),
-        lambda s: queries.explorer_runs(s, queries.EHR_TASKS), lambda s: queries.run_patients(s, run),
+        lambda s: queries.explorer_runs(s, tasks_of_family("ehr")), lambda s: queries.run_patients(s, run),
         lambda s: queries.patient_visits(s, run, subject), lambda s: queries.patient_history(s, DATASET, subject),
         lambda s: queries.run_calibration(s, run), lambda s: queries.run_notes(s, note_run),
         lambda s: queries.top_tokens_per_class(s, note_run),
@@ -454,7 +460,7 @@ def test_the_leakage_gate_shows_on_overview_leaderboard_and_run_detail(warehouse
         "outputs": [{"id": c, "property": p} for c, p in outputs], "inputs": inputs, "state": [],
         "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs]}).get_json())
     assert "lb-gate" in board and "Leakage gate: pass." in board
-    run_id = queries.explorer_runs(snap, queries.EHR_TASKS).filter(model="logreg").row(0, named=True)["run_id"]
+    run_id = queries.explorer_runs(snap, tasks_of_family("ehr")).filter(model="logreg").row(0, named=True)["run_id"]
     page = json.dumps(_dash_post(client, "run-body.children", [
         {"id": "run-select", "property": "value", "value": run_id},
         {"id": "snapshot-version", "property": "data", "value": "v1"}]).get_json())

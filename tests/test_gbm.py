@@ -11,6 +11,7 @@ import pytest
 from medtx.evaluation.comparisons import reference_run
 from medtx.models.registry import model_names, reference_models
 from medtx.store.db import connect
+from medtx.tasks import get_task
 
 _BUILT: dict[str, Path] = {}
 
@@ -57,7 +58,7 @@ def test_lightgbm_is_tuned_on_validation_deterministic_and_joins_the_reference_c
         val = dict(con.execute("SELECT run_id, value FROM ml.metrics WHERE split = 'val' AND metric = 'auprc' "
                                "AND run_id IN (?, ?, ?)", [*runs, logreg]).fetchall())
         best = max(val, key=lambda r: (val[r], r in runs))
-        ref = reference_run(con, "readmission", "synth_gbm")
+        ref = reference_run(con, get_task("readmission"), "synth_gbm")
         assert val[ref] == pytest.approx(val[best])  # whichever of logreg / lightgbm is best on validation
         (auroc,), = con.execute("SELECT value FROM ml.metrics WHERE run_id = ? AND split = 'test' AND metric = 'auroc'",
                                 [runs[0]]).fetchall()

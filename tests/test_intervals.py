@@ -18,6 +18,7 @@ from medtx.store.db import connect
 from medtx.metrics import intervals as iv
 from medtx.training import records
 from medtx.evaluation.uncertainty import record_intervals
+from medtx.tasks import get_task
 
 
 def _naive_interval(units, per_sample_score, n_units, draws):
@@ -181,7 +182,7 @@ def test_warehouse_intervals_reference_on_validation_and_verdicts(tmp_db: Path):
         _record_binary_run(con, "mf", "most_frequent", 0.3 * noise + 0.1 * y, y, subjects, val_auprc=0.70)
         _record_binary_run(con, "tf", "transformer", 0.2 * noise + 0.8 * y, y, subjects, val_auprc=0.95)
         _record_binary_run(con, "rnd", "rnn", noise, y, subjects, val_auprc=0.99)
-        assert reference_run(con, "readmission", "sim") == "mf"
+        assert reference_run(con, get_task("readmission"), "sim") == "mf"
         rows = {(r, m): (ref, v, lo, hi) for r, ref, m, v, lo, hi in con.sql(
             "SELECT run_id, reference_run_id, metric, verdict, ci_low, ci_high FROM ml.comparisons").fetchall()}
         assert {r for r, _ in rows} == {"lr", "tf", "rnd"}  # every run but the reference, against the reference
@@ -222,7 +223,7 @@ def test_a_baseline_on_a_pretrained_encoder_is_never_the_reference(tmp_db: Path)
                            config={"faq": {"embedding": "tfidf"}})
         _record_binary_run(con, "mini", "retrieval", 0.2 * noise + 0.8 * y, y, subjects, val_auprc=None,
                            config={"faq": {"embedding": "minilm"}})
-        assert reference_run(con, "readmission", "sim") == "tfidf"
+        assert reference_run(con, get_task("readmission"), "sim") == "tfidf"
     finally:
         con.close()
 
@@ -253,7 +254,7 @@ def test_warehouse_mismatched_test_samples_fail_loudly(tmp_db: Path):
         assert status == "failed" and "different test samples" in error
         # The reference's stored intervals are untouched by the failure.
         assert con.sql("SELECT count(*) FROM ml.metrics WHERE run_id = 'mf' AND ci_low IS NOT NULL").fetchall()[0][0] > 0
-        assert compare_runs(con, "readmission", "sim", ["mf"]) == 0
+        assert compare_runs(con, get_task("readmission"), "sim", ["mf"]) == 0
     finally:
         con.close()
 

@@ -1,17 +1,19 @@
 """Task facts read from the registry instead of task names spelled in code (issue 13): each view equals what
-the code used to spell out."""
+the code used to spell out. The facts are read off the `Task` objects (issue 32: no task-keyed tables)."""
 
 from __future__ import annotations
 
 import pytest
 
-from medtx.tasks import get_task
+from medtx.tasks import all_tasks, get_task
 
 
 def test_compared_metrics_are_the_tasks_declarations():
-    from medtx.evaluation.uncertainty import COMPARED
+    # what medtx.evaluation.comparisons compares each task on (`Task.compared`; the dashboard's headline metric)
+    from dashboard.pages.leaderboard import headline_metric
 
-    assert COMPARED == {
+    compared = {t.name: t.compared for t in all_tasks() if t.compared}
+    assert compared == {
         "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
         "next_visit": (("pr_auc_samples", "visit"), ("f1_samples", "visit")),
         "readmission": (("auprc", "none"), ("rp80", "none")),
@@ -20,12 +22,14 @@ def test_compared_metrics_are_the_tasks_declarations():
         "specialty": (("macro_f1", "none"), ("accuracy", "none")),
         "faq": (("token_f1", "none"), ("exact_match", "none")),
     }
+    assert {t: headline_metric(t) for t in compared} == {t: c[0][0] for t, c in compared.items()}
+    assert headline_metric("no_such_task") is None
 
 
 def test_meds_split_order_and_bootstrap_units():
-    from medtx.meds.export import SPLIT_TASK_ORDER
+    from medtx.meds.export import split_ranked_tasks
 
-    assert SPLIT_TASK_ORDER == ("readmission", "drug_rec", "next_visit")
+    assert tuple(t.name for t in split_ranked_tasks()) == ("readmission", "drug_rec", "next_visit")
     assert get_task("specialty").unit_name == "text groups"
     assert get_task("faq").unit_name == "pairs"
     assert get_task("readmission_notes").unit_name == "patients"

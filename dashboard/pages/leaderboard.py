@@ -15,7 +15,8 @@ from dash import Dash, Input, Output, State, dcc, html
 from dashboard import components as ui
 from dashboard import intervals as ci
 from dashboard import queries, validate
-from medtx.evaluation.uncertainty import COMPARED
+from medtx.tasks import find_task, get_task
+from medtx.tasks.verdict import gated
 
 PATH = "/leaderboard"
 NAME = "Leaderboard"
@@ -157,7 +158,7 @@ def register(app: Dash, snapshot: Path) -> None:
             "needs at least 30. Intervals are shown, verdicts are not.", color="warning", className="py-2",
             id="lb-too-small") if rows and ci.too_small(n_units) else None
         gate = ui.gate_alert(queries.leakage_gate(snapshot, task, dataset), id="lb-gate") \
-            if task in queries.GATED_TASKS else None
+            if gated(get_task(task)) else None
         alert = html.Div([a for a in (gate, small) if a is not None]) if gate or small else None
         headline = headline_metric(task)
         reference = next((r["run_id"] for r in rows if r.get("verdict") == "reference"), None)
@@ -175,8 +176,10 @@ def default_dataset(names: list[str], sizes: list[int | None]) -> str | None:
 
 
 def headline_metric(task: str) -> str | None:
-    """The metric the verdict and forest plot are on (the task's first compared metric)."""
-    return COMPARED[task][0][0] if task in COMPARED else None
+    """The metric the verdict and forest plot are on (the task's first compared metric; None for a task that
+    declares none or that the registry does not know)."""
+    compared = spec.compared if (spec := find_task(task)) is not None else ()
+    return compared[0][0] if compared else None
 
 
 def _field(metric: str) -> str:

@@ -10,6 +10,7 @@ from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components as ui
 from dashboard import queries, validate
+from medtx.tasks import all_tasks
 
 PATH = "/notes"
 NAME = "Note explorer"
@@ -47,7 +48,7 @@ def register(app: Dash, snapshot: Path) -> None:
         Input("snapshot-version", "data"), State("note-run", "value"),
     )
     def run_options(_version: str | None, current: str | None):
-        runs = queries.explorer_runs(snapshot, queries.NOTE_TASKS)
+        runs = queries.explorer_runs(snapshot, [t for t in all_tasks() if t.classifies_text])
         if not runs.height:
             return [], None
         ids = runs["run_id"].to_list()

@@ -11,6 +11,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from dashboard import components as ui
 from dashboard import queries, validate
+from medtx.tasks import tasks_of_family
 
 PATH = "/patient"
 NAME = "Patient explorer"
@@ -76,7 +77,7 @@ def register(app: Dash, snapshot: Path) -> None:
         Input("snapshot-version", "data"), State("pt-run", "value"),
     )
     def run_options(_version: str | None, current: str | None):
-        runs = queries.explorer_runs(snapshot, queries.EHR_TASKS)
+        runs = queries.explorer_runs(snapshot, tasks_of_family("ehr"))
         if not runs.height:
             return [], None
         ids = runs["run_id"].to_list()

@@ -14,6 +14,8 @@ from dashboard import intervals as ci
 from dashboard import queries, validate
 from dashboard.pages.run_trust import register as register_trust
 from dashboard.pages.run_trust import trust_view
+from medtx.tasks import find_task
+from medtx.tasks.verdict import gated
 
 PATH = "/run"
 NAME = "Run detail"
@@ -122,7 +124,8 @@ def _summary(run: dict) -> dbc.Alert:
 
 def _gate(snapshot: Path, run: dict) -> object:
     """The leakage gate's verdict of the run's task and dataset (tasks split by patient only)."""
-    if run["task"] not in queries.GATED_TASKS:
+    task = find_task(run["task"])  # a snapshot may hold runs of a task this version does not know
+    if task is None or not gated(task):
         return None
     return ui.gate_alert(queries.leakage_gate(snapshot, run["task"], run["dataset"] or ""), id="run-gate")
 

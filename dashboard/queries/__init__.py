@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from dashboard.queries.core import (  # noqa: F401  (the public names of the package)
     ADMISSION_NOTE_TABLES,
-    EHR_TASKS,
-    GATED_TASKS,
-    NOTE_TASKS,
     Signature,
-    TASKS,
     _cached_query,  # its cache_info() is what the cache tests read
     cached_view,
     clear_cache,

@@ -40,13 +40,9 @@ from medtx.tasks import all_tasks, tasks_of_family
 
 log = logging.getLogger("medtx.dashboard")
 
-# Views of the task registry (medtx/tasks/): the patient explorer shows EHR tasks, the note explorer the text
-# classification tasks, and a `task` request parameter must name a registered task.
-EHR_TASKS = tuple(t.name for t in tasks_of_family("ehr"))
-NOTE_TASKS = tuple(t.name for t in tasks_of_family("text") if t.kind != "generation")
-TASKS = tuple(t.name for t in all_tasks())
-# Tasks the leakage gate covers (split by patient: medtx.tasks.leakage.gated); their pages show its verdict.
-GATED_TASKS = tuple(t.name for t in all_tasks() if t.split_unit == "patient")
+# Which tasks a page lists, whether the leakage gate covers one and what a `task` request parameter may name are
+# read off the registry's `Task` objects where they are used (dashboard.validate, dashboard.pages); only the
+# constant SQL identifiers and parameters below are kept here.
 # Note tasks over EHR admissions (split by patient) -> the sample table holding their note text; constant
 # identifiers from the registry, never from a request.
 ADMISSION_NOTE_TABLES = {t.name: t.sample_table for t in tasks_of_family("text") if t.split_unit == "patient"}

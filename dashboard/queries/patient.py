@@ -8,18 +8,20 @@ from pathlib import Path
 import polars as pl
 
 from dashboard.queries.core import _mart_sql, query
+from medtx.tasks import Task
 
 
-def explorer_runs(snapshot: Path, tasks: Sequence[str]) -> pl.DataFrame:
-    """Completed runs of the given tasks that stored predictions; runs with attention first, then in the order
-    of `tasks` with the Transformer first (so the default selection is the headline model on the headline task),
-    newest first."""
+def explorer_runs(snapshot: Path, tasks: Sequence[Task]) -> pl.DataFrame:
+    """Completed runs of the given tasks (the registry's, chosen by the page) that stored predictions; runs with
+    attention first, then in the order of `tasks` with the Transformer first (so the default selection is the
+    headline model on the headline task), newest first."""
+    names = [t.name for t in tasks]
     return query(
         snapshot,
         "SELECT run_id, task, model, dataset, seed, has_attention "
         f"FROM {_mart_sql(snapshot, 'explorer_runs')} WHERE list_contains(?, task) "
         "ORDER BY has_attention DESC, list_position(?, task), model = 'transformer' DESC, started_at DESC",
-        [list(tasks), list(tasks)],
+        [names, names],
     )
 
 

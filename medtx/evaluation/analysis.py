@@ -10,11 +10,14 @@ import duckdb
 from medtx.evaluation.comparisons import compare_runs
 from medtx.evaluation.trust import analyse_trust
 from medtx.evaluation.uncertainty import record_intervals
+from medtx.tasks import find_task
 
 
 def analyse_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-    """Intervals, then comparisons, then the trust figures of one stored run."""
-    task, dataset = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
+    """Intervals, then comparisons, then the trust figures of one stored run. The run's task name is resolved
+    here, once; a name the registry no longer knows gets intervals but no comparisons."""
+    name, dataset = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
     record_intervals(con, run_id)
-    compare_runs(con, task, dataset, [run_id])
+    if (task := find_task(name)) is not None:
+        compare_runs(con, task, dataset, [run_id])
     analyse_trust(con, run_id)

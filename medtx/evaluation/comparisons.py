@@ -7,8 +7,9 @@ retrieval, copy_last, most_frequent, majority), the highest validation value of 
 first model of that fixed order — a rule set before looking at any result. Ties go to the latest run.
 
 Each run is compared with the reference by a paired bootstrap: the same resampled test units (one count matrix,
-same seed) for both, on the task's headline and set metrics (`uncertainty.COMPARED`). The two runs must have
-predictions on the same test samples; otherwise the comparison is refused with a clear error.
+same seed) for both, on the task's headline and set metrics (`Task.compared`). The two runs must have
+predictions on the same test samples; otherwise the comparison is refused with a clear error. The functions take
+the registry's `Task` (a recorded run's task name is resolved once, by the caller: medtx.evaluation.analysis).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 from medtx.store.db import transaction
 from medtx.metrics import intervals as iv
-from medtx.evaluation.uncertainty import COMPARED, RunData, load_run_data
+from medtx.evaluation.uncertainty import RunData, load_run_data
+from medtx.tasks import Task
 
 log = logging.getLogger("medtx.evaluation.uncertainty")
 
@@ -30,11 +32,14 @@ log = logging.getLogger("medtx.evaluation.uncertainty")
 NEURAL_CONFIG_SQL = "coalesce(json_extract_string(r.config, '$.faq.embedding'), '') = 'minilm'"
 
 
-def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None) -> str | None:
-    """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none."""
+def reference_run(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None) -> str | None:
+    """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none
+    (or the task declares no compared metrics)."""
     from medtx.models.registry import reference_models
 
-    metric, averaging = COMPARED[task][0]
+    if not task.compared:
+        return None
+    metric, averaging = task.compared[0]
     candidates = reference_models()
     rows = con.execute(
         f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
@@ -43,7 +48,7 @@ def reference_run(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None
               AND r.model IN (SELECT unnest(?)) AND NOT {NEURAL_CONFIG_SQL}
               AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions)
             ORDER BY r.started_at DESC, r.run_id DESC""",
-        [metric, averaging, task, dataset, list(candidates)]).fetchall()
+        [metric, averaging, task.name, dataset, list(candidates)]).fetchall()
     if not rows:
         return None
     scored = [r for r in rows if r[2] is not None]
@@ -61,14 +66,14 @@ def _align(run: RunData, ref: RunData, run_id: str, ref_id: str) -> RunData:
     return run.reorder(np.array([position[s] for s in ref.sample_ids]))
 
 
-def compare_pair(run: RunData, ref: RunData, task: str, run_id: str, ref_id: str, counts: np.ndarray,
+def compare_pair(run: RunData, ref: RunData, task: Task, run_id: str, ref_id: str, counts: np.ndarray,
                  inverse: np.ndarray) -> list[tuple]:
     """ml.comparisons rows of one run against the reference (shared count matrix and unit index)."""
     aligned = _align(run, ref, run_id, ref_id)
     n_units = counts.shape[1]
     run_stats, ref_stats = aligned.stats(inverse, n_units), ref.stats(inverse, n_units)
     rows = []
-    for metric, averaging in COMPARED[task]:
+    for metric, averaging in task.compared:
         if (metric, averaging) not in run_stats:
             continue
         c = iv.paired_comparison(run_stats[(metric, averaging)], ref_stats[(metric, averaging)], counts)
@@ -78,21 +83,21 @@ def compare_pair(run: RunData, ref: RunData, task: str, run_id: str, ref_id: str
     return rows
 
 
-def compare_runs(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None, run_ids: list[str] | None = None,
+def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None, run_ids: list[str] | None = None,
                  n_boot: int = iv.N_BOOT, seed: int = 0) -> int:
     """Bring ml.comparisons of (task, dataset) up to date; returns the rows written.
 
     `run_ids`: the runs just recorded; all completed runs are recompared when the reference changed (or when
     `run_ids` is None)."""
-    if task not in COMPARED:
+    if not task.compared:
         return 0
     ref_id = reference_run(con, task, dataset)
     runs = [r for r, in con.execute(
         "SELECT run_id FROM ml.runs WHERE task = ? AND dataset IS NOT DISTINCT FROM ? AND status = 'completed' "
-        "AND run_id IN (SELECT DISTINCT run_id FROM ml.predictions) ORDER BY run_id", [task, dataset]).fetchall()]
+        "AND run_id IN (SELECT DISTINCT run_id FROM ml.predictions) ORDER BY run_id", [task.name, dataset]).fetchall()]
     stored_refs = {r for r, in con.execute(
         "SELECT DISTINCT c.reference_run_id FROM ml.comparisons c JOIN ml.runs r USING (run_id) "
-        "WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ?", [task, dataset]).fetchall()}
+        "WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ?", [task.name, dataset]).fetchall()}
     if ref_id is None:
         targets = []
     elif run_ids is None or stored_refs - {ref_id}:
@@ -123,7 +128,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None,
     with transaction(con):
         if ref_id is None or targets == runs:  # a new reference: nothing of the old one may stay
             con.execute("DELETE FROM ml.comparisons WHERE run_id IN (SELECT run_id FROM ml.runs WHERE task = ? "
-                        "AND dataset IS NOT DISTINCT FROM ?)", [task, dataset])
+                        "AND dataset IS NOT DISTINCT FROM ?)", [task.name, dataset])
         else:
             con.execute("DELETE FROM ml.comparisons WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [targets])
         if rows:

@@ -100,7 +100,7 @@ def _test_labels(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
                                          [run_id]).fetchall()]
 
 
-def _aligned_reference(con: duckdb.DuckDBPyConnection, task: str, dataset: str | None, run_id: str,
+def _aligned_reference(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None, run_id: str,
                        data: RunData) -> tuple[str | None, RunData | None]:
     from medtx.evaluation.comparisons import reference_run
 
@@ -137,7 +137,7 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
     # subgroups
     hadm = np.array([int(s) for s in data.sample_ids], dtype=np.int64)
     groups = sample_groups(con, dataset, hadm)
-    ref_id, ref = _aligned_reference(con, task_name, dataset, run_id, data)
+    ref_id, ref = _aligned_reference(con, task, dataset, run_id, data)
     metrics = subgroup_metrics(task)
     data.stats(inverse, n_units)  # per-visit rows computed once; group subsets reuse them
     group_rows, boot = subgroup_results(data, ref, groups, metrics, counts, inverse)

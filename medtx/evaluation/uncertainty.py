@@ -27,16 +27,13 @@ from medtx.store.db import quote_table, transaction
 from medtx.metrics import intervals as iv
 from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
 from medtx.metrics.multilabel import average_precision_rows, recall_at_k_rows, roc_auc_rows, set_metric_rows
-from medtx.tasks import Task, all_tasks, get_task
+from medtx.tasks import find_task
 
 log = logging.getLogger("medtx.evaluation.uncertainty")
 
 AVERAGED = ("pr_auc_samples", "roc_auc_samples", "jaccard_samples", "f1_samples", "precision_samples",
             "recall_samples", "recall_at_10", "recall_at_20", "brier")
 RANKING = ("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20")
-# The task's headline metric first, then its set (thresholded) metric: what comparisons are made on (each
-# task declares its own, medtx.tasks; a task without any gets no comparisons).
-COMPARED = {t.name: t.compared for t in all_tasks() if t.compared}
 
 
 @dataclass
@@ -114,14 +111,6 @@ _BUILDERS = {"multilabel": _multilabel_stats, "binary": _binary_stats, "multicla
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def _task(name: str) -> Task | None:
-    """The registered task of a recorded run (None for a name the registry no longer knows)."""
-    try:
-        return get_task(name)
-    except ValueError:
-        return None
-
-
 def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | None, float | None]:
     found = con.execute("SELECT task, dataset, threshold FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()
     row = found[0] if found else None
@@ -152,7 +141,7 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
                     "WHERE run_id = ?", params=[run_id]).pl()
     if frame.height == 0:
         return None
-    spec = _task(task)
+    spec = find_task(task)
     kind = spec.kind if spec is not None else None
     if kind == "generation":
         frame = frame.sort("sample_id")
@@ -231,7 +220,7 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
                             "ci_high, ci_method) VALUES (?, 'test', ?, ?, ?, ?, ?, ?, ?)",
                             [run_id, metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method])
         con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
-                    [n_units, spec.unit_name if (spec := _task(task)) else "patients", run_id])
+                    [n_units, spec.unit_name if (spec := find_task(task)) else "patients", run_id])
     return sum(1 for row in rows if np.isfinite(row[3]))
 
 

@@ -32,7 +32,7 @@ from medtx.store.db import quote_ident, sql_literal
 from medtx.meds.events import AGE, DATA_ARROW_SCHEMA, EXTRA_COLUMNS, events_sql
 from medtx.meds.labels import LABEL_ARROW_SCHEMA, label_sql, label_tasks, missing_time_count, outcome_leak
 from medtx.samples.splits import DEFAULT_SEED, assign_splits
-from medtx.tasks import all_tasks
+from medtx.tasks import Task, all_tasks
 
 log = logging.getLogger("medtx.meds")
 
@@ -43,11 +43,6 @@ TO_MEDS_SPLIT = {"train": "train", "val": "tuning", "test": "held_out"}
 # What a previous medtx MEDS export holds at its top level; `--overwrite` replaces nothing else.
 EXPORT_ENTRIES = frozenset({"data", "metadata", "labels"})
 EXPORT_SUFFIXES = frozenset({".parquet", ".json"})
-# The subject split of a subject is the one of the first of these tasks that holds it (each task declares its
-# `meds_split_rank`, medtx.tasks); others get a seeded draw like any medtx split.
-SPLIT_TASK_ORDER = tuple(t.name for t in sorted((t for t in all_tasks() if t.meds_split_rank is not None),
-                                                 key=lambda t: t.meds_split_rank))
-
 CODES_ARROW_SCHEMA = pa.schema([("code", pa.string()), ("description", pa.string()),
                                 ("parent_codes", pa.list_(pa.string()))])
 SPLITS_ARROW_SCHEMA = pa.schema([("subject_id", pa.int64()), ("split", pa.string())])
@@ -299,9 +294,16 @@ def _write_codes(con, root: Path, params: dict) -> int:
     return _count_rows(con, path)
 
 
-def _task_order_sql() -> str:
-    """`WHEN task THEN rank` from the code constant SPLIT_TASK_ORDER."""
-    return " ".join(f"WHEN {sql_literal(t)} THEN {int(i)}" for i, t in enumerate(SPLIT_TASK_ORDER))
+def split_ranked_tasks() -> tuple[Task, ...]:
+    """The tasks whose split a subject's MEDS split is taken from, first first: a subject takes the split of the
+    lowest-ranked task that holds it (each task declares its `meds_split_rank`); others get a seeded draw like
+    any medtx split."""
+    return tuple(sorted((t for t in all_tasks() if t.meds_split_rank is not None), key=lambda t: t.meds_split_rank))
+
+
+def _task_order_sql(ranked: Sequence[Task]) -> str:
+    """`WHEN task THEN rank`, the rank read off each task (`Task.meds_split_rank`)."""
+    return " ".join(f"WHEN {sql_literal(t.name)} THEN {int(t.meds_split_rank or 0)}" for t in ranked)
 
 
 def _to_meds_split_sql() -> str:
@@ -312,10 +314,11 @@ def _to_meds_split_sql() -> str:
 def _write_splits(con, dataset: str, root: Path) -> None:
     """subject_splits.parquet (one MEDS split per subject) and medtx_task_splits.parquet (per task); leaves the
     temp table _meds_subject_split (subject_id, split as MEDS names it) for the sharding."""
+    ranked = split_ranked_tasks()
     con.execute("CREATE OR REPLACE TEMP TABLE _meds_task_splits AS SELECT subject_id, task, split, seed "
                 "FROM samples.splits WHERE dataset = ? AND task IN (SELECT unnest(?))",
-                [dataset, list(SPLIT_TASK_ORDER)])
-    chosen = dict(con.sql(f"""SELECT subject_id, arg_min(split, CASE task {_task_order_sql()} END)
+                [dataset, [t.name for t in ranked]])
+    chosen = dict(con.sql(f"""SELECT subject_id, arg_min(split, CASE task {_task_order_sql(ranked)} END)
                               FROM _meds_task_splits GROUP BY 1""").fetchall())
     seed = con.sql("SELECT min(seed) FROM _meds_task_splits").fetchall()[0][0]
     seed = DEFAULT_SEED if seed is None else seed

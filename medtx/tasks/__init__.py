@@ -17,7 +17,7 @@ from functools import lru_cache
 from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
 
 __all__ = [
-    "EHR_VISIT_READS", "SAMPLE_EXTRAS", "BuildContext", "Task", "all_tasks", "get_task", "task_names",
+    "EHR_VISIT_READS", "SAMPLE_EXTRAS", "BuildContext", "Task", "all_tasks", "find_task", "get_task", "task_names",
     "tasks_of_family", "tasks_of_kind",
 ]
 
@@ -58,6 +58,12 @@ def get_task(name: str) -> Task:
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; expected one of {', '.join(tasks)}")
     return tasks[name]
+
+
+def find_task(name: str) -> Task | None:
+    """The task called `name`, or None for a name the registry does not know (a recorded run of a task since
+    removed, a snapshot from another version): where a stored name is read back, not where a user names one."""
+    return _registry().get(name)
 
 
 def tasks_of_kind(*kinds: str) -> tuple[Task, ...]:

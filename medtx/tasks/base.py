@@ -115,6 +115,12 @@ class Task:
         return self.kind == "binary"
 
     @property
+    def classifies_text(self) -> bool:
+        """A text task whose models classify notes (medtx.text.experiment trains it, the dashboard's note explorer
+        shows it); the FAQ's generation task has its own runner (medtx.text.faq)."""
+        return self.family == "text" and self.kind != "generation"
+
+    @property
     def samples_task(self) -> str:
         """The task whose builder fills the sample table (itself unless `builds` says otherwise)."""
         return self.builds or self.name

@@ -29,7 +29,7 @@ import polars as pl
 
 from medtx.store.db import quote_table
 from medtx.store.fingerprint import tables_fingerprint
-from medtx.tasks import Task, get_task, tasks_of_family
+from medtx.tasks import Task, all_tasks, find_task, get_task
 from medtx.text.base import TextConfig, TextData
 from medtx.text.evaluation import TextEvaluation, evaluate_text  # noqa: F401  (re-exported: the text stage's API)
 from medtx.text.fitting import TextFit, fit_text_model  # noqa: F401  (re-exported: the text stage's API)
@@ -37,10 +37,6 @@ from medtx.training import records
 from medtx.training.skeleton import OnEpoch, RunPlan, execute_run
 
 log = logging.getLogger("medtx.text")
-
-# The text classification tasks of the registry (the FAQ's generation task has its own runner, medtx.text.faq).
-TEXT_TASKS = tuple(t.name for t in tasks_of_family("text") if t.kind != "generation")
-
 
 def text_models() -> tuple[str, ...]:
     """The text models (baselines, then neural), a view of the model registry."""
@@ -60,7 +56,8 @@ def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: st
         raise ValueError(f"unknown text config keys {unknown}; known: {sorted(known)}")
     family = "text" if model in model_names("text") else "text_baseline"  # unknown: an error naming the known
     # the model's registered defaults, then the task's own for it (readmission notes: ClinicalBERT pooling)
-    task = task or TEXT_TASKS[0]  # no task: the first text classification task's (the registry's order)
+    # no task: the first text classification task's (the registry's order)
+    task = task or next(t.name for t in all_tasks() if t.classifies_text)
     values = {**model_defaults(model, task, get_task(task).kind, family), **overrides}
     return TextConfig(**values)
 
@@ -107,15 +104,24 @@ def patient_split_data(frame: pl.DataFrame, task: Task) -> TextData:
     return TextData(out, [f"no_{task.label_name}", task.label_name], binary=True)
 
 
-def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> TextData:
+def _text_task(name: str, *, generation: bool = False) -> Task:
+    """The registered task a text run names: a text classification task (`Task.classifies_text`), or also the
+    FAQ's generation task where the caller hands that to its runner; anything else is an error naming them."""
+    def takes(t: Task) -> bool:
+        return t.classifies_text or (generation and t.family == "text")
+
+    task = find_task(name)
+    if task is None or not takes(task):
+        raise ValueError(f"unknown text task {name!r}; choose one of {tuple(t.name for t in all_tasks() if takes(t))}")
+    return task
+
+
+def load_text_data(con, spec: Task, dataset: str, *, dedupe: bool = True) -> TextData:
     """Read a text task's samples from the warehouse (see TextData): split by text group when the split is a
     column of the sample table, else by patient from samples.splits (the split of the task it trains on)."""
-    if task not in TEXT_TASKS:
-        raise ValueError(f"unknown text task {task!r}; choose one of {TEXT_TASKS}")
-    spec = get_task(task)
     from medtx.tasks.leakage import require_pass
 
-    require_pass(con, task, dataset)  # a task split by patient trains only past the leakage gate
+    require_pass(con, spec.name, dataset)  # a task split by patient trains only past the leakage gate
     if spec.split_unit == "text_group":
         # ORDER BY: a parallel scan returns rows in any order, and the order feeds the tokenizer and batches.
         frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)} "
@@ -136,8 +142,7 @@ def load_text_data(con, task: str, dataset: str, *, dedupe: bool = True) -> Text
 # --------------------------------------------------------------------------------------------- recording
 
 
-def _fingerprint(con, task: str, dataset: str) -> str:
-    spec = get_task(task)
+def _fingerprint(con, spec: Task, dataset: str) -> str:
     if spec.split_unit == "text_group":  # the split is a column of the sample table
         return tables_fingerprint(con, [spec.sample_table])
     return tables_fingerprint(con, [spec.sample_table, "samples.splits"],
@@ -161,26 +166,23 @@ def run_text_experiment(
     The run follows the shared skeleton (medtx.training.skeleton). Checkpoints go to `<models_dir>/<run_id>`
     (default: settings `models_dir`). A failure marks the run `failed` with the error text and re-raises.
     """
-    generation = tuple(t.name for t in tasks_of_family("text") if t.kind == "generation")
-    if task in generation:
+    if (spec := _text_task(task, generation=True)).kind == "generation":
         from medtx.text.faq import run_faq_experiment
 
         return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id,
                                   models_dir=models_dir)
-    if task not in TEXT_TASKS:
-        raise ValueError(f"unknown text task {task!r}; choose one of {(*TEXT_TASKS, *generation)}")
     if model not in text_models():
         raise ValueError(f"unknown text model {model!r} for {task}; choose one of {text_models()}")
     cfg = text_config(model, overrides, task=task)
-    dataset = dataset or get_task(task).dataset
+    dataset = dataset or spec.dataset
     if dataset is None:
         raise ValueError(f"{task} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
     plan = RunPlan(
         task, model, dataset, seed,
-        load=lambda con: load_text_data(con, task, dataset, dedupe=cfg.dedupe),
+        load=lambda con: load_text_data(con, spec, dataset, dedupe=cfg.dedupe),
         describe=lambda data: {"text": dataclasses.asdict(cfg), "n_classes": len(data.classes),
                                "n_notes": {s: data.split(s).height for s in ("train", "val", "test")}},
-        fingerprint=lambda con: _fingerprint(con, task, dataset),
+        fingerprint=lambda con: _fingerprint(con, spec, dataset),
         train=lambda data, folder, on_epoch: _fit_and_evaluate(data, model, cfg, seed, folder, on_epoch),
         code_parts=("text", "models", "training", "metrics"),
         run_id=run_id, pipeline_run_id=pipeline_run_id, models_dir=models_dir,
