@@ -282,3 +282,28 @@ def test_config_fuzz_every_mutation_fails_with_one_line_or_validates(tmp_path: P
     assert not (tmp_path / "w.duckdb").exists()
     assert outcomes["refused"] >= N_MUTATIONS // 2, outcomes  # the fuzz does reach the checks
     print(f"fuzz: {outcomes}, slowest check {slowest:.2f} s")
+
+
+@pytest.mark.parametrize(("model", "overrides", "expected"), [
+    ("logreg", {"C": -1}, [("C", -1, "must be a finite number > 0 or one of 'auto'")]),
+    ("logreg", {"C": True}, [("C", True, "must be a finite number > 0 or one of 'auto'")]),
+    ("logreg", {"C": float("inf")}, [("C", float("inf"), "must be a finite number > 0 or one of 'auto'")]),
+    ("logreg", {"max_iter": 0}, [("max_iter", 0, "must be an integer in [1, 1000000]")]),
+    ("logreg", {"max_iter": 2.0}, [("max_iter", 2.0, "must be an integer in [1, 1000000]")]),
+    ("logreg", {"penalty": "l1"}, [("penalty", "l1", "not a setting of logreg; allowed: C, max_iter")]),
+    ("logreg", {"C": 0.1, "max_iter": 500}, []),
+    ("logreg", {"C": 1, "max_iter": 1_000_000}, []),
+    ("logreg", {"C": "auto"}, []),
+    ("most_frequent", {"C": 1}, [("C", 1, "not a setting of most_frequent; allowed: none (this model takes no "
+                                          "overrides)")]),
+    ("oracle", {}, []),
+])
+def test_baseline_overrides_are_checked_against_the_config_their_model_file_registers(model, overrides, expected):
+    """The EHR baselines' settable overrides are declared in their own file (medtx/models/baselines.py's
+    LogRegConfig on logreg's registry entry; none registered: no overrides), checked like every model config:
+    one line per bad key, naming what is allowed; medtx/pipeline/checks.py names no model."""
+    from medtx.pipeline.checks import override_problems
+
+    assert override_problems("readmission", model, overrides) == expected
+    checks = (REPO / "medtx" / "pipeline" / "checks.py").read_text()
+    assert not any(name in checks for name in ("logreg", "most_frequent", "copy_last", "oracle", "lightgbm"))

@@ -24,17 +24,19 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, StrictInt
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
 from medtx.models import frames
+from medtx.models.bounds import PositiveFloat
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.frames import Frame
 from medtx.models.registry import ModelSpec, get_spec, register_model
@@ -133,13 +135,23 @@ def bag_of_codes(frame: Frame, task: str) -> list[list[str]]:
     return docs
 
 
+@dataclass(frozen=True)
+class LogRegConfig:
+    """logreg's settings a pipeline config may override (`overrides: {C: 0.1}`), with their bounds; the config
+    check (medtx.pipeline.checks) validates against them. The other baselines of this file take none."""
+
+    C: PositiveFloat | Literal["auto"] = "auto"  # inverse regularisation; "auto": chosen from C_GRID on validation
+    max_iter: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 200  # liblinear's iterations per fit
+
+
 class LogReg:
     """One-vs-rest logistic regression on a binary bag of codes; C chosen on validation by default."""
 
     # Wide enough that validation picks an interior C: on synth_10000 every task improved steadily down to 0.03.
     C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 
-    def __init__(self, task: str, labels: LabelSpace, C: float | str = "auto", max_iter: int = 200) -> None:
+    def __init__(self, task: str, labels: LabelSpace, C: float | str = LogRegConfig.C,
+                 max_iter: int = LogRegConfig.max_iter) -> None:
         self.task, self.labels = task, labels
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"C": C, "max_iter": max_iter, "solver": "liblinear",
@@ -263,9 +275,10 @@ def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: Frame 
 # copy_last copies the previous visit's labels: a multi-label task only (a binary task has no label to copy).
 # reference: the preference as a task's reference baseline (medtx.models.registry.ModelSpec.reference); the
 # oracle knows the generating process and is never the reference.
-for _rank, (_name, _kinds, _reference) in enumerate((("most_frequent", ("multilabel", "binary"), 50),
-                                                     ("copy_last", ("multilabel",), 40),
-                                                     ("logreg", ("multilabel", "binary"), 10),
-                                                     ("oracle", ("multilabel", "binary"), None))):
+# config: the settings a pipeline config may override (None: the baseline takes no overrides).
+for _rank, (_name, _kinds, _reference, _config) in enumerate((("most_frequent", ("multilabel", "binary"), 50, None),
+                                                              ("copy_last", ("multilabel",), 40, None),
+                                                              ("logreg", ("multilabel", "binary"), 10, LogRegConfig),
+                                                              ("oracle", ("multilabel", "binary"), None, None))):
     register_model(ModelSpec(name=_name, family="ehr_baseline", kinds=_kinds, rank=10 * (_rank + 1),
-                             reference=_reference))
+                             reference=_reference, config=_config))

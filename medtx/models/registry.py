@@ -199,7 +199,9 @@ class ModelSpec:
     name: str
     family: str  # one of FAMILIES
     kinds: tuple[str, ...]  # task kinds served (KINDS)
-    config: type | None = None  # the config dataclass (None: the family's own, e.g. text models' TextConfig)
+    # the config dataclass (None: the family's own, e.g. text models' TextConfig; an EHR baseline registering none
+    # takes no overrides)
+    config: type | None = None
     # neural EHR: ModelContext -> EHRModelBundle; neural text: TextContext -> TextModelBundle; text baselines:
     # TextContext -> an unfitted scikit-learn classifier (fit, predict_proba, classes_); FAQ: FAQContext ->
     # FAQAnswerer

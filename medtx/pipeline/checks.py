@@ -10,32 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import types
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import annotated_types
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
-
-# The EHR baselines have no config dataclass: logreg's two scikit-learn settings, with their bounds.
-BASELINE_OVERRIDES: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
-    "most_frequent": {}, "copy_last": {}, "oracle": {},
-    "logreg": {"C": (lambda v: _is_num(v) and 0 < v < math.inf, "a finite number > 0"),
-               "max_iter": (lambda v: _is_int(v) and 1 <= v <= 1_000_000, "an integer in [1, 1000000]")},
-}
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
 
 def models_for(task: str) -> tuple[str, ...]:
     """The model names a task accepts (baselines first): a view of the model and task registries."""
@@ -55,15 +37,17 @@ def _settable(cls: type) -> list[str]:
 
 def config_classes(task: str, model: str) -> list[tuple[type, dict[str, Any]]]:
     """(config dataclass, its defaults for this task) for each config a (task, model) run's overrides go to:
-    the model's registered config and the trainer's for neural EHR models, else the family's run config;
-    none for the EHR baselines."""
+    the model's registered config and the trainer's for neural EHR models, the baseline's registered config (none
+    for a baseline that registers none: it takes no overrides), else the family's run config."""
     from medtx.models.registry import model_defaults, specs
     from medtx.tasks import get_task
 
     info = get_task(task)
     spec = next((s for s in specs() if s.name == model and s.serves(info)), None)
-    if spec is None or spec.family == "ehr_baseline":
+    if spec is None:
         return []
+    if spec.family == "ehr_baseline":
+        return [(spec.config, model_defaults(model, task, info.kind, spec.family))] if spec.config else []
     if spec.family == "ehr":
         from medtx.training.trainer import TrainConfig
 
@@ -108,7 +92,9 @@ def dataclass_problems(cls: type, defaults: dict[str, Any], overrides: dict[str,
                 out.append((key, values.get(key), cause.message))
             elif err["loc"] and err["loc"][0] in names:
                 key = err["loc"][0]
-                out.append((key, values.get(key), f"must be {describe_allowed(_hints(cls)[key])}"))
+                line = (key, values.get(key), f"must be {describe_allowed(_hints(cls)[key])}")
+                if line not in out:  # a union field (`C: float | "auto"`) fails once per member: one line
+                    out.append(line)
             else:
                 out.append(("", overrides, err["msg"].removeprefix("Value error, ")))
         return out
@@ -118,19 +104,10 @@ def dataclass_problems(cls: type, defaults: dict[str, Any], overrides: dict[str,
 def override_problems(task: str, model: str, overrides: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """(override key, value, problem) for one model spec: keys that are no setting of the model, and values
     outside what the model's (and the trainer's) config dataclass allows."""
-    if model in BASELINE_OVERRIDES:
-        rules = BASELINE_OVERRIDES[model]
-        out = []
-        for key, value in overrides.items():
-            if key not in rules:
-                shown = ", ".join(sorted(rules)) or "none (this model takes no overrides)"
-                out.append((key, value, f"not a setting of {model}; allowed: {shown}"))
-            elif not rules[key][0](value):
-                out.append((key, value, f"must be {rules[key][1]}"))
-        return out
     classes = config_classes(task, model)
     settable = sorted({k for cls, _ in classes for k in _settable(cls)})
-    out = [(key, value, f"not a setting of {model}; allowed: {', '.join(settable) or 'none'}")
+    shown = ", ".join(settable) or "none (this model takes no overrides)"
+    out = [(key, value, f"not a setting of {model}; allowed: {shown}")
            for key, value in overrides.items() if key not in settable]
     for cls, defaults in classes:
         mine = {k: v for k, v in overrides.items() if k in _settable(cls)}
