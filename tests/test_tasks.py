@@ -260,7 +260,7 @@ def _dashboard_shows(db: Path, snap: Path, run_id: str, other: str) -> None:
     # the note explorer finds an admission note task's text through the registry's sample table
     with open_warehouse(db, read_only=True) as con:
         hadm = con.sql("SELECT hadm_id FROM samples.readmission WHERE dataset = 'mimic3_demo' LIMIT 1").fetchall()[0][0]
-    assert queries.discharge_note_text(snap, "readmission_notes", "mimic3_demo", hadm)["note_id"] == str(hadm)
+    assert queries.discharge_note_text(snap, get_task("readmission_notes"), "mimic3_demo", hadm)["note_id"] == str(hadm)
     assert "mortality \\u00b7 logreg \\u00b7 dataset mimic3_demo" in detail and "auroc" in detail
 
 

@@ -10,7 +10,7 @@ from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components as ui
 from dashboard import queries, validate
-from medtx.tasks import all_tasks
+from medtx.tasks import all_tasks, find_task
 
 PATH = "/notes"
 NAME = "Note explorer"
@@ -120,8 +120,9 @@ def top_tokens_view(snapshot: Path, run_id: str):
 @queries.cached_view
 def note_body(snapshot: Path, run_id: str, note_id: str, layer: int | None) -> html.Div:
     run = queries.run(snapshot, run_id) or {}
-    if run.get("task") in queries.ADMISSION_NOTE_TABLES and note_id.isdigit():
-        note = queries.discharge_note_text(snapshot, run["task"], run.get("dataset") or "", int(note_id))
+    task = find_task(run.get("task") or "")  # a snapshot may hold runs of a task this version does not know
+    if task is not None and queries.admission_notes(task) and note_id.isdigit():
+        note = queries.discharge_note_text(snapshot, task, run.get("dataset") or "", int(note_id))
     else:
         note = queries.note_text(snapshot, note_id)
     preds = queries.visit_predictions(snapshot, run_id, note_id)

@@ -6,7 +6,6 @@ module per page (`overview`, `leaderboard`, `run_detail`, `patient`, `notes`). I
 from __future__ import annotations
 
 from dashboard.queries.core import (  # noqa: F401  (the public names of the package)
-    ADMISSION_NOTE_TABLES,
     Signature,
     _cached_query,  # its cache_info() is what the cache tests read
     cached_view,
@@ -64,6 +63,7 @@ from dashboard.queries.patient import (  # noqa: F401
     visit_predictions,
 )
 from dashboard.queries.notes import (  # noqa: F401
+    admission_notes,
     discharge_note_text,
     note_layers,
     note_text,

@@ -36,18 +36,12 @@ import polars as pl
 from medtx.store.db import WarehouseVersionError, load_migrations, quote_ident
 from medtx.publish.marts import MARTS
 from medtx.publish.marts import SCHEMA as MART_SCHEMA
-from medtx.tasks import all_tasks, tasks_of_family
 
 log = logging.getLogger("medtx.dashboard")
 
-# Which tasks a page lists, whether the leakage gate covers one and what a `task` request parameter may name are
-# read off the registry's `Task` objects where they are used (dashboard.validate, dashboard.pages); only the
-# constant SQL identifiers and parameters below are kept here.
-# Note tasks over EHR admissions (split by patient) -> the sample table holding their note text; constant
-# identifiers from the registry, never from a request.
-ADMISSION_NOTE_TABLES = {t.name: t.sample_table for t in tasks_of_family("text") if t.split_unit == "patient"}
-# Tasks split by text group (one corpus, no EHR dataset): their sample counts show beside every dataset's.
-_CORPUS_TASKS = [t.name for t in all_tasks() if t.split_unit == "text_group"]
+# Which tasks a page lists, whether the leakage gate covers one, what a `task` request parameter may name and
+# which sample table holds a note task's text are read off the registry's `Task` objects where they are used
+# (dashboard.validate, dashboard.pages, the page queries): no table here is keyed by task name.
 
 Signature = tuple[int, int, int]
 T = TypeVar("T")

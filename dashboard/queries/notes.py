@@ -8,7 +8,8 @@ import polars as pl
 
 from medtx.store.db import quote_table
 
-from dashboard.queries.core import ADMISSION_NOTE_TABLES, _mart_sql, query
+from dashboard.queries.core import _mart_sql, query
+from medtx.tasks import Task
 
 
 def run_notes(snapshot: Path, run_id: str) -> pl.DataFrame:
@@ -60,12 +61,20 @@ def top_tokens_per_class(snapshot: Path, run_id: str, per_class: int = 8) -> pl.
     )
 
 
-def discharge_note_text(snapshot: Path, task: str, dataset: str, hadm_id: int) -> dict | None:
-    """The discharge summary behind a sample of an admission note task (see ADMISSION_NOTE_TABLES)."""
+def admission_notes(task: Task | None) -> bool:
+    """A note task over EHR admissions (split by patient): its note text lies in its sample table."""
+    return task is not None and task.family == "text" and task.split_unit == "patient"
+
+
+def discharge_note_text(snapshot: Path, task: Task, dataset: str, hadm_id: int) -> dict | None:
+    """The discharge summary behind a sample of an admission note task (`admission_notes`); the table name is
+    the registered task's sample table, a constant identifier, never a request's."""
+    if not admission_notes(task):
+        raise ValueError(f"task {task.name!r} is no note task over admissions")
     df = query(
         snapshot,
         "SELECT CAST(hadm_id AS VARCHAR) AS note_id, text AS transcription, label "
-        f"FROM {quote_table(ADMISSION_NOTE_TABLES[task])} WHERE dataset = ? AND hadm_id = ?",
+        f"FROM {quote_table(task.sample_table)} WHERE dataset = ? AND hadm_id = ?",
         [dataset, hadm_id],
     )
     return df.row(0, named=True) if df.height else None

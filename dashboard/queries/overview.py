@@ -6,7 +6,8 @@ from pathlib import Path
 
 import polars as pl
 
-from dashboard.queries.core import _CORPUS_TASKS, _mart_sql, query
+from dashboard.queries.core import _mart_sql, query
+from medtx.tasks import all_tasks
 
 
 def datasets(snapshot: Path) -> list[str]:
@@ -36,7 +37,7 @@ def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
         snapshot,
         f"SELECT task, split, n FROM {_mart_sql(snapshot, 'sample_counts')} "
         "WHERE dataset = ? OR list_contains(?, task) ORDER BY task, split",
-        [dataset, _CORPUS_TASKS],
+        [dataset, [t.name for t in all_tasks() if t.split_unit == "text_group"]],  # one corpus, no EHR dataset
     )
     return df.with_columns(pl.col("n").cast(pl.Int64)) if df.height else pl.DataFrame()
 
