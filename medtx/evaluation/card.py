@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from medtx.metrics import intervals as iv
-from medtx.tasks import get_task
+from medtx.tasks import find_task
 
 SECTIONS = ("lineage", "clock", "splits", "headline", "subgroups", "calibration", "operating-points", "flags",
             "leakage", "limitations")
@@ -191,10 +191,7 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
     if not found:
         raise ValueError(f"run {run_id!r} is not in this warehouse (medtx status lists the runs)")
     run = found[0]
-    try:
-        task = get_task(run["task"])
-    except ValueError:
-        task = None
+    task = find_task(run["task"])  # None: a stored name the registry no longer knows
     title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}"
     sections = [_lineage(run), _clock(task), _splits(con, run), _headline(con, run, task),
                 *_trust_sections(con, run, task), _flags(run), _leakage(con, run), _limitations(con, run)]

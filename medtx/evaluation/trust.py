@@ -30,7 +30,7 @@ from medtx.evaluation.subgroups import CITL, GAP_METHOD, gap_metrics, largest_ga
 from medtx.evaluation.uncertainty import RunData, load_run_data
 from medtx.metrics import intervals as iv
 from medtx.store.db import quote_table, transaction
-from medtx.tasks import Task, get_task
+from medtx.tasks import Task, find_task
 
 log = logging.getLogger("medtx.evaluation.trust")
 
@@ -121,11 +121,8 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
     stored no test predictions."""
     started = time.perf_counter()
     task_name, dataset = _run_info(con, run_id)
-    try:
-        task = get_task(task_name)
-    except ValueError:
-        return None
-    if not applies(task):
+    task = find_task(task_name)  # None: a stored name the registry no longer knows
+    if task is None or not applies(task):
         return None
     data = load_run_data(con, run_id)
     if data is None:
