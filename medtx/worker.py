@@ -1,7 +1,7 @@
 """A training worker that needs only torch, numpy, pyarrow and scikit-learn: `python -m medtx.worker`.
 
 It reads a training package (Parquet tables + manifest, written by the flow: medtx.pipeline.exchange), trains the
-runs it is given, and writes one result package per run (medtx.pipeline.packages), which the flow records into the
+runs it is given, and writes one result package per run (medtx.training.packages), which the flow records into the
 warehouse (`medtx record-results`, or the pipeline itself). It never opens the warehouse, and its whole import
 closure has no polars, DuckDB, Prefect, Dash or pydantic (an import-linter contract in pyproject.toml; a test runs
 it where importing those raises), so it runs on a GPU machine whose image lacks them.
@@ -52,7 +52,7 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
     reaches the warehouse; the error is raised after. Returns {"run_ids", "result"}."""
     import torch
 
-    from medtx.pipeline.packages import now, read_training_package, run_tables, write_result_package
+    from medtx.training.packages import now, read_training_package, run_tables, write_result_package
     from medtx.store.hashing import code_version
     from medtx.training.ehr_run import (ExperimentOptions, ehr_samples_from_tables, is_synthetic_tables,
                                         train_config, train_ehr)
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Train every run given; print one JSON line per run. Exit 0 when all completed, 1 when a training
     failed (its failed run is in its result package), 2 for bad input (one line naming what)."""
-    from medtx.pipeline.packages import PackageError, read_training_package
+    from medtx.training.packages import PackageError, read_training_package
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from medtx.models.registry import build_ehr_model, model_names, required_features
-from medtx.models.vocab import Vocab
+from medtx.samples.tokens import Vocab
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

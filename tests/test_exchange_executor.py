@@ -1,4 +1,4 @@
-"""Issue 34, case 6 at the pipeline's level: a result package the flow refuses (medtx.pipeline.integrity) fails
+"""Issue 34, case 6 at the pipeline's level: a result package the flow refuses (medtx.training.integrity) fails
 that training step with the one line, and the run goes on — it does not abort the pipeline. The scheduler runs a
 real plan over the bundled demo with a backend that returns damaged result packages."""
 

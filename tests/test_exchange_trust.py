@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from medtx.pipeline.exchange import export_training_package, record_result_package
-from medtx.pipeline.integrity import PackageDamaged, file_digests
-from medtx.pipeline.packages import PackageError, read_training_package
+from medtx.training.integrity import PackageDamaged, file_digests
+from medtx.training.packages import PackageError, read_training_package
 from medtx.pipeline.plan import TRAIN_READS
 from medtx.pipeline.steps import run_train_from_package
 from medtx.tasks import get_task

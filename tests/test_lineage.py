@@ -119,7 +119,7 @@ def test_code_keys_come_from_the_import_closure(plan):
     # a task's SQL is in its own file, and no other task's file is in its samples key
     assert {m for m in mortality if m.startswith("tasks/") and m[6:] in TASK_NAMES} == {"tasks/mortality"}
     assert {m for m in drug_rec if m.startswith("tasks/") and m[6:] in TASK_NAMES} == {"tasks/drug_rec"}
-    # the one model-package module a samples step imports is the Vocab record (medtx/models/vocab.py, moved there
+    # the one model-package module a samples step imports is the Vocab record (medtx/samples/tokens.py, moved there
     # so the torch-only worker reads vocabularies without DuckDB); no model file enters a samples key
     assert {m for m in mortality if m.startswith("models/")} <= {"models/__init__", "models/vocab"}
     train = plan["train.mortality.mimic3_demo.logreg.s42"].code

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from medtx.pipeline.exchange import export_training_package, record_result_package
-from medtx.pipeline.packages import read_training_package
+from medtx.training.packages import read_training_package
 from medtx.training.ehr_run import ehr_samples_from_tables
 from medtx.training.experiment import ExperimentOptions, load_ehr_samples, run_ehr_experiment
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)

@@ -179,7 +179,7 @@ def bundle(results: Path, out: Path) -> tuple[list[str], list[str]]:
     """Result packages (checkpoints removed: they stay here) into <= MAX_TARS tars of <= TAR_LIMIT bytes."""
     import pyarrow.parquet as pq
 
-    from medtx.pipeline.packages import SCHEMAS
+    from medtx.training.packages import SCHEMAS
 
     packages = sorted(p for p in results.iterdir() if (p / "manifest.json").exists())
     sized = []
@@ -191,7 +191,7 @@ def bundle(results: Path, out: Path) -> tuple[list[str], list[str]]:
             manifest = json.loads((package / "manifest.json").read_text())
             manifest["checkpoints"] = "left on the GPU machine (not carried back)"
             if "files" in manifest:  # the content hashes the recording checks: of the package as it travels
-                from medtx.pipeline.integrity import file_digests
+                from medtx.training.integrity import file_digests
 
                 manifest["files"] = file_digests(package)
             (package / "manifest.json").write_text(json.dumps(manifest, indent=1))

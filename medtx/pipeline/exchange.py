@@ -15,7 +15,7 @@ the warehouse. Instead:
 3. the flow records the result package into the warehouse in one transaction, idempotently: a run already
    recorded with the same content is left as it is.
 
-The exchange folder is untrusted input (medtx.pipeline.integrity): every package's manifest lists the sha256 of
+The exchange folder is untrusted input (medtx.training.integrity): every package's manifest lists the sha256 of
 each of its files, checked before use. A damaged training package (a cut file, a missing or garbage manifest) is
 rebuilt, never reused; a result package is recorded only when its files match, its run ids are plain names, and
 every row it holds belongs to a run its manifest names — then it is deleted.
@@ -41,8 +41,8 @@ from typing import Any
 
 import duckdb
 
-from medtx.pipeline.integrity import PackageDamaged, check_package, file_digests, safe_name
-from medtx.pipeline.packages import MANIFEST, RESULT_TABLES, publish_dir, temp_dir_in
+from medtx.training.integrity import PackageDamaged, check_package, file_digests, safe_name
+from medtx.training.packages import MANIFEST, RESULT_TABLES, publish_dir, temp_dir_in
 from medtx.store.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.pipeline")
@@ -70,7 +70,7 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
         " ORDER BY ordinal_position", [schema, name]).fetchall()]
 
 
-_publish_dir = publish_dir  # the one atomic publish (medtx.pipeline.packages)
+_publish_dir = publish_dir  # the one atomic publish (medtx.training.packages)
 
 
 # Tables whose `task` column names the task a record is about, not the samples the step trains on: a task

@@ -32,7 +32,7 @@ import duckdb
 from medtx.pipeline import order as training_order
 from medtx.pipeline import progress, runs
 from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
-from medtx.pipeline.integrity import PackageDamaged
+from medtx.training.integrity import PackageDamaged
 from medtx.pipeline.plan import Plan, Step
 from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import Settings
@@ -162,7 +162,7 @@ class Executor:
 
     def refused_results(self, step: Step, result: dict | None) -> str | None:
         """record_results, or why its result package was refused (the exchange folder is untrusted input:
-        medtx.pipeline.integrity): that step fails, the run goes on, the package stays for a person."""
+        medtx.training.integrity): that step fails, the run goes on, the package stays for a person."""
         try:
             self.record_results(step, result)
         except PackageDamaged as exc:

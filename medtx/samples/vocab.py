@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from medtx.models.vocab import PAD, PAD_IDX, UNK, UNK_IDX, Vocab  # noqa: F401  (the class is pure: a worker loads it)
+from medtx.samples.tokens import PAD, PAD_IDX, UNK, UNK_IDX, Vocab  # noqa: F401  (the class is pure: a worker loads it)
 from medtx.store.db import sql_literal
 
 

@@ -31,7 +31,7 @@ from medtx.models.registry import model_names
 from medtx.models.ehr_data import LabelSpace, task_spec
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
-from medtx.models.vocab import Vocab
+from medtx.samples.tokens import Vocab
 from medtx.tasks import get_task, tasks_of_family
 from medtx.training.ehr_evaluation import (
     Outcome,

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from medtx.pipeline.integrity import PackageDamaged, file_digests, verify
+from medtx.training.integrity import PackageDamaged, file_digests, verify
 
 from medtx.training.results import (
     ATTENTION_COLUMNS,
@@ -209,7 +209,7 @@ def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Tab
                 shutil.copytree(models_root / run_id, tmp / "models" / run_id)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
                     "worker": {"host": socket.gethostname(), "pid": os.getpid()}, "error": error,
-                    "files": file_digests(tmp)}  # checked by the flow before it records (medtx.pipeline.integrity)
+                    "files": file_digests(tmp)}  # checked by the flow before it records (medtx.training.integrity)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

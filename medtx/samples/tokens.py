@@ -1,5 +1,6 @@
-"""Token <-> index of one stored vocabulary (`samples.vocab`, built by medtx.samples.vocab): pure Python, so a
-worker that trains from a package (medtx.worker) loads it without the warehouse.
+"""`Vocab`: token <-> index of one stored vocabulary (`samples.vocab`, built by medtx.samples.vocab). Pure Python
+and imported by the models as by the builders, so a worker that trains from a package (medtx.worker) loads it
+without the warehouse (medtx.samples.vocab itself needs DuckDB).
 
 idx 0 = `<pad>`, 1 = `<unk>`, then the task's specials, then tokens by descending training count.
 """
