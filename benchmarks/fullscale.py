@@ -44,6 +44,7 @@ class Sample:
     rss: int
     cpu: float
     load: float
+    pss: int = 0  # proportional set size summed: a page shared by n processes counts 1/n in each (RSS counts it n times)
 
 
 @dataclass
@@ -58,17 +59,19 @@ class Sampler:
         import psutil
 
         me = psutil.Process()
-        rss, cpu = 0, 0.0
+        rss, pss, cpu = 0, 0, 0.0
         for proc in [me, *me.children(recursive=True)]:
             try:
-                rss += proc.memory_info().rss
+                full = proc.memory_full_info()  # reads smaps: pss where the kernel has it
+                rss += full.rss
+                pss += getattr(full, "pss", full.rss)
                 times = proc.cpu_times()
                 cpu += times.user + times.system
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         own = me.cpu_times()
         cpu += own.children_user + own.children_system  # children already reaped
-        return Sample(time.time(), rss, cpu, os.getloadavg()[0])
+        return Sample(time.time(), rss, cpu, os.getloadavg()[0], pss)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -237,8 +240,12 @@ def report(fig: dict, sampler: Sampler | None, wall: float | None, db: Path, das
         loads = [s.load for s in sampler.samples]
         peak = max(s.rss for s in sampler.samples)
         cpu = sampler.samples[-1].cpu - sampler.samples[0].cpu
+        top = max(sampler.samples, key=lambda s: s.pss)
+        running = [s[0] for s in fig["steps"] if s[4] is not None and s[5] is not None and s[4] <= top.t <= s[5]]
         out += [f"pipeline wall {wall:.0f} s, CPU {cpu:.0f} s ({cpu / wall:.2f} cores busy on average), peak RSS of "
-                f"the process tree {peak / GIB:.2f} GiB; load average (1 min) start {loads[0]:.2f}, max "
+                f"the process tree {peak / GIB:.2f} GiB (summed RSS: a shared page counts once per process), peak PSS "
+                f"{top.pss / GIB:.2f} GiB (shared pages split between their processes) while "
+                f"{', '.join(running) or 'no step'} ran; load average (1 min) start {loads[0]:.2f}, max "
                 f"{max(loads):.2f}, end {loads[-1]:.2f}", ""]
     steps = fig["steps"]
     out += ["| stage | steps | failed | cached | wall s | step-seconds | CPU s | peak RSS GiB | rows now in its schema |",
