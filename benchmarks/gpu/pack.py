@@ -4,6 +4,10 @@
     .venv/bin/python benchmarks/gpu/pack.py --scale 10000
     .venv/bin/python benchmarks/gpu/pack.py --db var/warehouse.duckdb --dataset synth_46520   # an existing one
 
+To show the GPU runs on a pipeline's leaderboard beside its CPU runs, pack from that pipeline's warehouse (`--db`):
+the recording compares a run with the task's reference baseline on the same test samples and marks it failed when
+the splits differ (the first GPU payload, split with seed 42, could not join config/full-cpu.yaml's seed-0 run).
+
 Writes `benchmarks/gpu/payload/` (git-ignored; name it in the device tool's `carry`):
 - `packages/<task>/`: the training package of drug_rec, readmission and mortality on the dataset — the same
   tables and scope as the pipeline's training steps (medtx.pipeline.plan.train_step), without the synthetic
@@ -61,7 +65,7 @@ def _norm(name: str) -> str:
 # ----------------------------------------------------------------------------------------------- data
 
 
-def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ...]) -> str:
+def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ...], split_seed: int = 0) -> str:
     """Generate `synth_<n>`, ingest it, map its drugs and build the tasks' samples (skipped when built)."""
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables, reference_loaded
@@ -80,7 +84,7 @@ def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ..
         if not reference_loaded(con):
             load_reference_tables(con, ROOT / "data")
         map_prescriptions(con, dataset)
-        build_samples(con, ROOT / "data", list(tasks), [dataset])
+        build_samples(con, ROOT / "data", list(tasks), [dataset], seed=split_seed)
     return dataset
 
 
@@ -156,6 +160,9 @@ def tree_bytes() -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=int, default=46_520, help="patients of the synthetic cohort (default: 46,520)")
+    ap.add_argument("--split-seed", type=int, default=0,
+                    help="the split seed: a pipeline splits with its config's first seed (config/full-cpu.yaml: 0); "
+                         "the GPU runs are compared with the CPU runs of a warehouse only when both split alike")
     ap.add_argument("--db", type=Path, help="export from this warehouse instead of building synth_<scale>")
     ap.add_argument("--dataset", help="with --db: the dataset to export")
     ap.add_argument("--tasks", default=",".join(TASKS))
@@ -176,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.db is None:
         args.workdir.mkdir(parents=True, exist_ok=True)
         db = args.workdir / "warehouse.duckdb"
-        dataset = prepare_synth(db, args.scale, args.workdir, tasks)
+        dataset = prepare_synth(db, args.scale, args.workdir, tasks, args.split_seed)
     else:
         db, dataset = args.db, args.dataset
     if args.out.exists():
