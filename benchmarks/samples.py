@@ -15,6 +15,8 @@ process (so the peak RSS printed is that of mapping + builders alone). Then, in 
   C. end to end from the same plain CSV files: medtx (ingest the five tables + reference tables + map codes +
      build drug_rec, in a fresh child process and warehouse) against PyHealth 1.1.6 itself (`MIMIC3Dataset` +
      `drug_recommendation_mimic3_fn`, without its NDC->ATC mapping, which needs the network: a lower bound).
+  The same comparison with PyHealth 2.1.0 (Python >= 3.12), side by side with sample equality checked:
+  benchmarks/samples_pyhealth2.py.
 
     .venv/bin/python benchmarks/samples.py [--patients 46520] [--seed 0] [--workdir var/bench-samples]
                                            [--pyhealth-python /tmp/pyhealth-venv/bin/python]
