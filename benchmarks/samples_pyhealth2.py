@@ -5,8 +5,8 @@ warehouse (`medtx_from_csv`, per stage). PyHealth 2.1.0: `benchmarks/pyhealth2_d
 (`--pyhealth2-python`, Python >= 3.12): `MIMIC3Dataset` + `set_task(DrugRecommendationMIMIC3())`, its defaults.
 Both read the same folder: symlinks to the cohort's `.csv.gz` files plus a header-only `ICUSTAYS.csv.gz`
 (PyHealth's MIMIC3Dataset always loads icustays; medtx does not read it). Runs alternate (medtx, PyHealth,
-medtx, PyHealth, ...); the load average is printed beside every timing. Memory is the peak of the summed RSS of
-each side's whole process tree (the process and every descendant: PyHealth 2 runs a Dask worker process),
+medtx, PyHealth, ...); the load average is printed beside every timing. Memory is the peak of the summed RSS (and
+PSS) of each side's whole process tree (the process and every descendant: PyHealth 2 runs a Dask worker process),
 sampled every 0.1 s.
 
 Mapping. PyHealth 2.1.0's task maps NDC -> ATC-3 itself from files it downloads; here it reads a local
@@ -47,32 +47,36 @@ FIELDS = ("conditions", "procedures", "drugs_hist")
 
 
 class TreePeak:
-    """Peak of the summed RSS (bytes) of a process and all its descendants, sampled every `every` seconds."""
+    """Peaks of the summed RSS and PSS (bytes) of a process and all its descendants, sampled every `every` seconds.
+    RSS counts a shared page (a library mapped by several processes, e.g. PyHealth's Dask worker) once per process;
+    PSS splits it among them."""
 
     def __init__(self, pid: int, every: float = 0.1) -> None:
-        self.pid, self.every, self.peak = pid, every, 0
+        self.pid, self.every, self.peak, self.peak_pss = pid, every, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _read(self) -> int:
+    def _read(self) -> tuple[int, int]:
         import psutil
 
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            return 0
-        total = 0
+            return 0, 0
+        rss = pss = 0
         for proc in procs:
             try:
-                total += proc.memory_info().rss
+                info = proc.memory_full_info()
+                rss, pss = rss + info.rss, pss + info.pss
             except psutil.Error:
                 continue
-        return total
+        return rss, pss
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._read())
+            rss, pss = self._read()
+            self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
             self._stop.wait(self.every)
 
     def __enter__(self) -> TreePeak:
@@ -147,7 +151,7 @@ def run_medtx(csv_dir: Path, db: Path) -> dict:
         child.join()
     if out is None or child.exitcode != 0:
         raise SystemExit(f"medtx run failed (exit code {child.exitcode})")
-    return {**out, "peak_gb": peak.peak / 1024**3, "load": os.getloadavg()[0]}
+    return {**out, "peak_gb": peak.peak / 1024**3, "pss_gb": peak.peak_pss / 1024**3, "load": os.getloadavg()[0]}
 
 
 def run_pyhealth2(python: str, csv_dir: Path, cache: Path, mapping: Path, dump: Path | None, workers: int) -> dict:
@@ -161,7 +165,7 @@ def run_pyhealth2(python: str, csv_dir: Path, cache: Path, mapping: Path, dump: 
     if proc.returncode != 0:
         raise SystemExit(f"PyHealth 2 run failed ({python}, exit code {proc.returncode}):\n{stderr[-3000:]}")
     out = json.loads(stdout.strip().splitlines()[-1])
-    return {**out, "peak_gb": peak.peak / 1024**3, "load": os.getloadavg()[0]}
+    return {**out, "peak_gb": peak.peak / 1024**3, "pss_gb": peak.peak_pss / 1024**3, "load": os.getloadavg()[0]}
 
 
 def write_mapping(db: Path, out: Path) -> dict[str, int]:
@@ -277,11 +281,12 @@ def main() -> None:
         pk = " / ".join(f"{v:.2f}" for v in ours["peaks"].values())
         print(f"run {i + 1}: medtx {ours['total_s']:.1f}s (ingest {st['ingest']:.1f} + reference {st['reference']:.1f} "
               f"+ map {st['map']:.1f} + build {st['build']:.1f}), {ours['samples']:,} samples, peak RSS (tree) "
-              f"{ours['peak_gb']:.2f} GB (process peak after each stage {pk} GB), load {ours['load']:.1f} | PyHealth {theirs['pyhealth']} "
+              f"{ours['peak_gb']:.2f} GB, PSS {ours['pss_gb']:.2f} GB (process peak after each stage {pk} GB), "
+              f"load {ours['load']:.1f} | PyHealth {theirs['pyhealth']} "
               f"{theirs['total_s']:.1f}s (parse {theirs['parse_s']:.1f} + task {theirs['task_s']:.1f}), "
-              f"{theirs['samples']:,} samples, peak RSS (tree) {theirs['peak_gb']:.2f} GB, load {theirs['load']:.1f} "
-              f"| speed-up {theirs['total_s'] / ours['total_s']:.1f}x, memory ratio "
-              f"{theirs['peak_gb'] / ours['peak_gb']:.1f}x")
+              f"{theirs['samples']:,} samples, peak RSS (tree) {theirs['peak_gb']:.2f} GB, PSS {theirs['pss_gb']:.2f} GB, "
+              f"load {theirs['load']:.1f} | speed-up {theirs['total_s'] / ours['total_s']:.1f}x, memory ratio "
+              f"{theirs['peak_gb'] / ours['peak_gb']:.1f}x (PSS {theirs['pss_gb'] / ours['pss_gb']:.1f}x)")
         rows.append((ours, theirs))
         if i == 0:
             result = compare(medtx_samples(db), pyhealth_samples(dump))
@@ -292,7 +297,8 @@ def main() -> None:
     best_theirs = min(r[1]["total_s"] for r in rows)
     print(f"best of {len(rows)}: medtx {best_ours:.1f}s, PyHealth {best_theirs:.1f}s, speed-up "
           f"{best_theirs / best_ours:.1f}x (target >= 20x); peak RSS medtx {max(r[0]['peak_gb'] for r in rows):.2f} GB "
-          f"vs PyHealth {max(r[1]['peak_gb'] for r in rows):.2f} GB (target <= 1/4)")
+          f"vs PyHealth {max(r[1]['peak_gb'] for r in rows):.2f} GB; PSS {max(r[0]['pss_gb'] for r in rows):.2f} vs "
+          f"{max(r[1]['pss_gb'] for r in rows):.2f} GB (target <= 1/4)")
 
 
 if __name__ == "__main__":
