@@ -423,3 +423,29 @@ def test_contention_two_pipelines_and_ingest_with_build_samples(tmp_path: Path) 
 
 def proc_alive(proc: subprocess.Popen) -> bool:
     return proc.poll() is None
+
+
+def test_a_pipeline_whose_ingest_refuses_its_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    """Bad input behind a failed step exits 2 (as `medtx ingest` does for it), naming the step and the refusal;
+    the refused table holds nothing of the dataset."""
+    import shutil
+
+    source = tmp_path / "demo"
+    shutil.copytree(REPO / "data" / "mimic3_demo", source)
+    (source / "SHA256SUMS.txt").unlink()  # else the checksum refuses the edited file first (also exit 2)
+    cut = source / "PRESCRIPTIONS.csv.gz"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size * 6 // 10])  # cut at 60%: no gzip trailer
+    config = tmp_path / "c.yaml"
+    config.write_text(f"datasets: [{{source: {source}, name: demo_cut}}]\n"
+                      "tasks: {drug_rec: {models: [{model: most_frequent}]}}\n")
+    db = tmp_path / "w.duckdb"
+    env = {**ENV, "PREFECT_HOME": str(tmp_path / "prefect"), "MEDTX_CACHE_DIR": str(tmp_path / "cache"),
+           "MEDTX_MODELS_DIR": str(tmp_path / "models"), "MEDTX_RESULTS_DIR": str(tmp_path / "results")}
+    env.pop("PREFECT_API_URL", None)
+    out = _medtx("pipeline", "--config", str(config), "--db", str(db), env=env, timeout=600)
+    text = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode == 2, text[-3000:]
+    assert "medtx: ingest.demo_cut: IngestError:" in text and "PRESCRIPTIONS.csv.gz" in text, text[-3000:]
+    assert "Traceback" not in out.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.sql("SELECT count(*) FROM raw.prescriptions WHERE dataset = 'demo_cut'").fetchall() == [(0,)]

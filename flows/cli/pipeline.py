@@ -235,8 +235,33 @@ def _summary(settings, state, log_file: Path) -> None:
             _console.print(f"[red]medtx:[/red] {escape(full)}; the pipeline stopped ({counts})", highlight=False,
                            soft_wrap=True)
             raise typer.Exit(2)
+        refused = _input_refusal(rows)
+        if refused is not None:  # bad input behind a failed step: exit 2, as `medtx ingest` gives for it
+            _console.print(f"[red]medtx:[/red] {escape(refused)}; the pipeline stopped ({counts})", highlight=False,
+                           soft_wrap=True)
+            raise typer.Exit(2)
         _console.print(f"[red]pipeline failed:[/red] {state.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _input_refusal(rows: list[dict]) -> str | None:
+    """`step: error` of the first failed step that refused its input (an ingest guard: shrink, cut or empty file,
+    checksum, implausible data under `fail`; a MEDS folder's format or code mapping), else None."""
+    from medtx.ingest.loader import IngestError
+    from medtx.ingest.sources import ChecksumError, DownloadError, SourceNotFound
+    from medtx.meds.mapping import MappingError
+    from medtx.meds.validate import MedsFormatError
+
+    def family(cls: type) -> list[type]:
+        return [cls, *(sub for child in cls.__subclasses__() for sub in family(child))]
+
+    names = {c.__name__ for base in (IngestError, ChecksumError, DownloadError, SourceNotFound, MappingError,
+                                     MedsFormatError) for c in family(base)}
+    for r in rows:
+        error = (r.get("error") or "").strip()
+        if r.get("state") == "failed" and error.split(":", 1)[0] in names:
+            return f"{r['step']}: {error.splitlines()[0]}"
+    return None
 
 
 @app.command("pipeline")
