@@ -74,3 +74,27 @@ def test_checkpoint_round_trip_on_cuda(name, tmp_path):
     load_weights(fresh, tmp_path, device)
     for (key, a), b in zip(bundle.model.state_dict().items(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b), key
+
+
+def test_fused_attention_avoids_cudnn_under_bf16():
+    """Under bf16 autocast torch would pick cuDNN attention, which builds a plan per new (batch, length) shape:
+    0.35-0.4 s of CPU per call on an H200, 25-40x slower training of the transformers (benchmarks/gpu/bf16_probe.py).
+    medtx.models.layers keeps it off: no cuDNN attention op runs, over several lengths."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from medtx.models.layers import MultiHeadAttention
+    from medtx.training.trainer import autocast_for
+
+    device = torch.device("cuda")
+    attn = MultiHeadAttention(32, 4, dropout=0.0).to(device).train()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for length in (7, 13, 29):
+            x = torch.randn(8, length, 32, device=device, requires_grad=True)
+            mask = torch.ones(8, length, dtype=torch.bool, device=device)
+            mask[:, -2:] = False
+            with autocast_for(device):
+                out, _ = attn(x, key_mask=mask, need_weights=False)
+            out.float().sum().backward()
+        torch.cuda.synchronize()
+    names = {e.key for e in prof.key_averages()}
+    assert not any("cudnn_attention" in n for n in names), sorted(n for n in names if "attention" in n)

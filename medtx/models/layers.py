@@ -21,8 +21,16 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # ----------------------------------------------------------------------------------------------- blocks
+
+# The fused attention kernels allowed on CUDA: not cuDNN's. Under bf16 autocast torch picks cuDNN attention, which
+# builds a new execution plan for every new (batch, length) shape: 0.35-0.4 s of CPU per forward and per backward
+# while the GPU work is microseconds. A training's batches have many lengths, so on an H200 the transformer trained
+# at 331 samples/s (bf16, first sight of each shape) against 8,057 in fp32, which uses the memory-efficient kernel
+# (benchmarks/gpu/bf16_probe.py; benchmarks/README.md, the first GPU run). The same maths, another kernel.
+CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 _LEVELS = 1 << 16  # keep-mask resolution: each element's draw is one uniform 16-bit integer
 
@@ -153,6 +161,9 @@ class MultiHeadAttention(nn.Module):
         fully hidden row is uniform too), no [B, H, Q, K] weights kept for backward."""
         bias = additive_mask(hidden, q.dtype)
         p = self.dropout.p if self.training else 0.0
+        if q.is_cuda:
+            with sdpa_kernel(CUDA_SDPA_BACKENDS):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
 
 
