@@ -38,18 +38,24 @@ def _frame(n: int = 8, seed: int = 0) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-@pytest.mark.parametrize("name", model_names("ehr"))
-def test_models_train_under_cuda_bf16_autocast(name):
-    from medtx.training.trainer import autocast_for
-
+def _on_cuda(name: str):
+    """A tiny drug_rec model of `name` on CUDA, and one collated batch there."""
     device = torch.device("cuda")
     vocabs = {f: Vocab(["<pad>", "<unk>", *TOKENS[f]]) for f in required_features(name, "drug_rec")}
     bundle = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name))
     bundle.model.to(device)
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
              for k, v in bundle.collate(bundle.encode(_frame())).items()}
-    with autocast_for(device):
-        out = bundle.model(batch, output_attentions=True)
+    return bundle.model, batch
+
+
+@pytest.mark.parametrize("name", model_names("ehr"))
+def test_models_train_under_cuda_bf16_autocast(name):
+    from medtx.training.trainer import autocast_for
+
+    model, batch = _on_cuda(name)
+    with autocast_for(torch.device("cuda")):
+        out = model(batch, output_attentions=True)
     out.loss.backward()
     assert torch.isfinite(out.loss) and out.logits.shape == batch["labels"].shape
     for layers in (out.attentions or {}).values():
@@ -62,17 +68,12 @@ def test_checkpoint_round_trip_on_cuda(name, tmp_path):
     loads (the first GPU run lost every rnn/gru/lstm/retain checkpoint to safetensors' save_model refusing it)."""
     from medtx.models.checkpoint import load_weights, save_checkpoint
 
-    device = torch.device("cuda")
-    vocabs = {f: Vocab(["<pad>", "<unk>", *TOKENS[f]]) for f in required_features(name, "drug_rec")}
-    bundle = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name))
-    bundle.model.to(device)
-    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-             for k, v in bundle.collate(bundle.encode(_frame())).items()}
-    bundle.model(batch).loss.backward()
-    save_checkpoint(bundle.model, tmp_path, {"model": {}}, {"epoch": 1})
-    fresh = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name)).model.to(device)
-    load_weights(fresh, tmp_path, device)
-    for (key, a), b in zip(bundle.model.state_dict().items(), fresh.state_dict().values(), strict=True):
+    model, batch = _on_cuda(name)
+    model(batch).loss.backward()
+    save_checkpoint(model, tmp_path, {"model": {}}, {"epoch": 1})
+    fresh, _ = _on_cuda(name)
+    load_weights(fresh, tmp_path, "cuda")
+    for (key, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b), key
 
 

@@ -47,15 +47,15 @@ def save_checkpoint(model: nn.Module, folder: Path, config: dict[str, Any], stat
     `folder` (created or overwritten), each file replaced whole (`replace_file`)."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = {"epoch": str(state.get("epoch", ""))}
-    tensors, _ = weight_tensors(model)
+    tensors = weight_tensors(model)
     replace_file(folder / "model.safetensors", lambda p: save_file(tensors, str(p), metadata=stamp))
     replace_file(folder / "config.json", lambda p: p.write_text(json.dumps(config, indent=2, default=str)))
     replace_file(folder / "trainer_state.json", lambda p: p.write_text(json.dumps(state, indent=2, default=str)))
     return folder
 
 
-def weight_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The model's state as CPU tensors that own their memory, plus its tied names (name -> the kept name).
+def weight_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state as CPU tensors that own their memory, a tied name left out (`tied_names`).
 
     A tied weight (one tensor under two names, e.g. an MLM decoder sharing the embedding) is kept once. Tensors
     that only share storage are copied apart: on CUDA, cuDNN packs an RNN's weights into one flat buffer
@@ -64,9 +64,8 @@ def weight_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str,
     """
     state = model.state_dict()
     tied = tied_names(state)
-    kept = {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in state.items()
+    return {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in state.items()
             if name not in tied}
-    return kept, tied
 
 
 def tied_names(state: dict[str, torch.Tensor]) -> dict[str, str]:
