@@ -109,6 +109,26 @@ def test_patient_explorer_selectors_redraw_the_heatmap(dash_duo, snapshot):
     assert _severe(dash_duo.get_logs()) == []
 
 
+def _click(dash_duo, element, timeout: float = 10) -> None:
+    """A real mouse click, as a user makes it, once the element is in view and nothing lies over it.
+
+    Bootstrap sets `scroll-behavior: smooth`, so a plain scrollIntoView is still moving the page when the click
+    lands; and a panel that finishes loading above the element can push it under another one. Scroll instantly,
+    then retry while another element would receive the click (CI failed once on exactly that)."""
+    from selenium.common.exceptions import ElementClickInterceptedException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});", element)
+        try:
+            element.click()
+            return
+        except ElementClickInterceptedException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
     dash_duo.start_server(create_app(snapshot))
     dash_duo.driver.get(dash_duo.server_url + "/leaderboard")
@@ -125,11 +145,9 @@ def test_leaderboard_sorts_by_a_clicked_column(dash_duo, snapshot):
         assert models() == expected
 
     header = dash_duo.find_element("#leaderboard-grid .ag-header-cell[col-id='model'] .ag-header-cell-label")
-    # content added above the grid can leave the header under another element: bring it to the window's middle
-    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", header)
-    header.click()
+    _click(dash_duo, header)
     wait_for_order(["logreg", "transformer"])
-    header.click()
+    _click(dash_duo, header)
     wait_for_order(["transformer", "logreg"])
     assert _severe(dash_duo.get_logs()) == []
 
