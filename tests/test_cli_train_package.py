@@ -64,14 +64,34 @@ def test_a_failed_training_is_recorded_and_exits_1_an_unknown_model_writes_nothi
     monkeypatch.setenv("MEDTX_HOME", str(home))
     db = home / "w.duckdb"
     before = _runs(db)
-    code, out = _invoke("train", "--task", "drug_rec", "--model", "gru", "--set", "lr=-1", "--epochs", "1",
-                        "--db", str(db))
+    # a setting the config checks cannot judge (a feature column the samples lack) fails inside the training
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "gru", "--set", 'features=["no_such_feature"]',
+                        "--epochs", "1", "--db", str(db))
     assert code == 1 and "train failed" in out
     assert _runs(db)[len(before):] == [("gru", "failed", 0)]
 
     code, out = _invoke("train", "--task", "drug_rec", "--model", "bilstm", "--db", str(db))
     assert code == 1 and "does not serve task 'drug_rec'" in " ".join(out.split()) and "transformer" in out
     assert len(_runs(db)) == len(before) + 1
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("lr=-1", "--set lr=-1: must be a finite number in (0, 10]"),
+    ("d_model=abc", "--set d_model='abc': must be an integer in [1, 8192]"),
+    ("no_such_key=1", "--set no_such_key=1: not a setting of gru; allowed: batch_size,"),
+])
+def test_a_set_value_the_config_would_refuse_exits_2_naming_it_and_records_nothing(home: Path, monkeypatch,
+                                                                                  setting: str, says: str) -> None:
+    """`--set` goes through the pipeline config's checks (keys, types, bounds): one line naming the key and what
+    is allowed, exit 2 (bad input), no run recorded — it used to reach the training and fail there."""
+    monkeypatch.setenv("MEDTX_HOME", str(home))
+    db = home / "w.duckdb"
+    before = _runs(db)
+    code, out = _invoke("train", "--task", "drug_rec", "--model", "gru", "--set", setting, "--epochs", "1",
+                        "--db", str(db))
+    assert code == 2, out
+    assert says in " ".join(out.split()) and len(out.strip().splitlines()) == 1, out
+    assert _runs(db) == before
 
 
 def test_a_run_recorded_as_failed_exits_1_with_one_line_and_no_metrics(home: Path, tmp_path: Path,

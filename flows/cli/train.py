@@ -94,6 +94,17 @@ def _check_model(task: str, model: str) -> None:
         raise ValueError(f"model {model!r} does not serve task {task!r}; models for it: {', '.join(models_for(task))}")
 
 
+def _check_overrides(task: str, model: str, values: dict) -> None:
+    """`--set` values go through the same checks as a pipeline config's overrides (unknown keys, types, bounds):
+    the first problem is bad input, one line naming the key, exit 2 — before any run is recorded."""
+    from medtx.pipeline.checks import override_problems, shown
+
+    for key, value, why in override_problems(task, model, values):
+        _console.print(f"[red]train refused:[/red] --set {escape(key)}={escape(shown(value))}: {escape(why)}",
+                       soft_wrap=True, highlight=False)
+        raise typer.Exit(2)
+
+
 def default_dataset(db: Path, requested: str | None) -> str:
     """The dataset a command means: the one named, else the only one in the warehouse (see medtx.store.datasets)."""
     from medtx.store.datasets import choose_dataset, warehouse_datasets
@@ -126,6 +137,7 @@ def train(
     try:
         spec = get_task(task)
         _check_model(task, model)
+        _check_overrides(task, model, values)
         # a task on a fixed corpus (MTSamples, the FAQ) names it; any other reads a warehouse dataset
         dataset = (dataset or spec.dataset) if spec.dataset is not None else default_dataset(settings.db, dataset)
         step = train_step(task, dataset, model, overrides=values, seed=seed, device=device)
