@@ -40,7 +40,7 @@ sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).re
 
 from dashboard import create_app, queries, resolve_snapshot
 from dashboard.warm import PAGE_CALLBACKS, load_page, warm
-from medtx.tasks import all_tasks, tasks_of_family
+from medtx.tasks import all_tasks, get_task, tasks_of_family
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -99,9 +99,9 @@ def build_full_warehouse(folder: Path, source: Path, *, skip_ingest: bool = Fals
     options = ExperimentOptions(models_dir=folder / "models")
     for task, model in (("drug_rec", "most_frequent"), ("drug_rec", "copy_last"), ("next_visit", "most_frequent"),
                         ("readmission", "most_frequent"), ("drug_rec", "logreg")):
-        run_ehr_experiment(db, FULL_DATASET, task, model, seed=0, options=options)
+        run_ehr_experiment(db, FULL_DATASET, get_task(task), model, seed=0, options=options)
         step(f"{task} {model}")
-    run_ehr_experiment(db, FULL_DATASET, "drug_rec", "transformer", seed=0, epochs=1, device="cpu",
+    run_ehr_experiment(db, FULL_DATASET, get_task("drug_rec"), "transformer", seed=0, epochs=1, device="cpu",
                        overrides=NEURAL_DRUG_REC, options=options)
     step("drug_rec transformer (1 epoch)")
     for model, overrides in (("majority", None), ("tfidf_logreg", None), ("bert_scratch", TINY_BERT)):

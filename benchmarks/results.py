@@ -108,6 +108,7 @@ def already_done(db: Path, run_id: str, overrides: dict) -> bool:
 
 def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, seeds: list[int],
             device: str, threads: int | None, rerun: tuple[str, ...] = ()) -> None:
+    from medtx.tasks import get_task
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
 
     # Cheap baselines first (all seeds), then the neural models seed by seed, so an interrupted run
@@ -126,7 +127,7 @@ def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, 
                 continue
             started = time.perf_counter()
             try:
-                run_ehr_experiment(db, dataset, task, model, seed, overrides, device=device,
+                run_ehr_experiment(db, dataset, get_task(task), model, seed, overrides, device=device,
                                    options=ExperimentOptions(run_id=run_id, models_dir=db.parent / "models"))
             except Exception as exc:  # recorded as failed in ml.runs; the table says so
                 log.error("%s failed: %s", run_id, exc)

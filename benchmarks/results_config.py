@@ -5,6 +5,7 @@ metrics per task, and the fixed run ids of its runs."""
 from __future__ import annotations
 
 from medtx.models.registry import ehr_models_for, model_names
+from medtx.tasks import get_task
 
 # Views of the model registry (medtx.models.registry): a model registered for a task's kind is run here.
 NEURAL = model_names("ehr")
@@ -71,7 +72,7 @@ HEADLINE = {
     "readmission": [("auroc", "none"), ("auprc", "none"), ("rp80", "none")],
 }
 # Every registered EHR model the task takes (medtx.models.registry), for the tasks this benchmark reports.
-TASK_MODELS = {task: ehr_models_for(task) for task in HEADLINE}
+TASK_MODELS = {task: ehr_models_for(get_task(task)) for task in HEADLINE}
 BEGIN, END = "<!-- BEGIN ehr -->", "<!-- END ehr -->"
 
 

@@ -96,13 +96,14 @@ def measure(model: str, device: str, n_batches: int, batch_size: int, seed: int 
     import torch
 
     from medtx.models.registry import build_ehr_model
+    from medtx.tasks import get_task
     from medtx.training.trainer import resolve_device, set_seed, to_device
 
     set_seed(seed)
     dev = resolve_device(device)
     autocast = lambda: precision_context(dev, precision)  # noqa: E731
     frame, vocabs, labels = synthetic_drug_rec(batch_size * (n_batches + 2), seed)
-    bundle = build_ehr_model("behrt" if model == "behrt_mlm" else model, "drug_rec", vocabs, labels)
+    bundle = build_ehr_model("behrt" if model == "behrt_mlm" else model, get_task("drug_rec"), vocabs, labels)
     items = bundle.encode(frame)
     collate, net, infer = bundle.collate, bundle.model, bundle.predict_proba
     if model == "behrt_mlm":

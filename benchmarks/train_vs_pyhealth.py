@@ -73,11 +73,12 @@ def sample_ap(y_true, y_prob) -> float:
 
 def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
     """medtx's drug_rec samples with their split, as JSON (the PyHealth worker's input)."""
+    from medtx.tasks import get_task
     from medtx.training.experiment import load_split_samples
     from medtx.store.db import open_warehouse
 
     with open_warehouse(db, read_only=True) as con:
-        parts = load_split_samples(con, dataset, "drug_rec")
+        parts = load_split_samples(con, dataset, get_task("drug_rec"))
     rows = []
     for split, frame in parts.items():
         for r in frame.select("subject_id", "hadm_id", *FEATURES, "drugs").iter_rows(named=True):
@@ -101,6 +102,7 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, bu
     import numpy as np
     import torch
 
+    from medtx.tasks import get_task
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
     from medtx.store.db import open_warehouse
     from medtx.training.trainer import TrainConfig
@@ -117,8 +119,9 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, bu
     overrides.update(extra or {})
     models = tempfile.mkdtemp(prefix="bench-medtx-")
     with _epoch_loop_clock() as clock:
-        run = run_ehr_experiment(db, dataset, "drug_rec", model, seed=seed, overrides=overrides, epochs=epochs,
-                                 device="cpu", options=ExperimentOptions(n_boot=2, models_dir=Path(models)))
+        run = run_ehr_experiment(db, dataset, get_task("drug_rec"), model, seed=seed, overrides=overrides,
+                                 epochs=epochs, device="cpu",
+                                 options=ExperimentOptions(n_boot=2, models_dir=Path(models)))
     shutil.rmtree(models, ignore_errors=True)
     with open_warehouse(db, read_only=True) as con:
         epoch_seconds = con.sql("SELECT sum(s) FROM (SELECT any_value(seconds) s FROM ml.epochs WHERE run_id = ? "

@@ -59,19 +59,22 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
     from medtx.training.results import epoch_rows, new_run_id
     from medtx.training.trainer import resolve_device
 
+    from medtx.tasks import get_task
+
     manifest, tables = read_training_package(package)
-    dataset, task, p = spec["dataset"], spec["task"], spec["params"]
+    dataset, task_name, p = spec["dataset"], spec["task"], spec["params"]
     model, seed, overrides = p["model"], int(p["seed"]), dict(p.get("overrides") or {})
-    if not supports(task):
-        raise ValueError(f"task {task!r} is a text task: the worker trains EHR tasks from packages; "
+    task = get_task(task_name)  # the stored name, resolved once: the Task travels from here
+    if task.family != "ehr":  # `supports`
+        raise ValueError(f"task {task_name!r} is a text task: the worker trains EHR tasks from packages; "
                          "train it with `medtx train` or the pipeline")
     scope = manifest.get("scope", {})
     if scope.get("dataset") not in (None, dataset):
         raise ValueError(f"{package}: the package holds dataset {scope.get('dataset')!r}, the run asks for {dataset!r}")
     if torch_threads:
         torch.set_num_threads(torch_threads)
-    run_id = new_run_id(task, model, dataset, seed)
-    run = {"run_id": run_id, "task": task, "model": model, "status": "running", "seed": seed,
+    run_id = new_run_id(task_name, model, dataset, seed)
+    run = {"run_id": run_id, "task": task_name, "model": model, "status": "running", "seed": seed,
            "config": json.dumps({"overrides": overrides}), "data_fingerprint": f"package {manifest.get('key')}",
            "code_version": code_version(), "dataset": dataset, "is_synthetic": is_synthetic_tables(tables, dataset),
            "started_at": now(), "pipeline_run_id": pipeline_run_id}

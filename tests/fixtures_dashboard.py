@@ -49,6 +49,7 @@ def _build(folder: Path) -> tuple[Path, Path]:
     from medtx.tasks.build import build_samples
     from medtx.text.experiment import run_text_experiment
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.tasks import get_task
 
     db = folder / "warehouse.duckdb"
     start_pipeline_run(db, "test-pipeline-1", {"purpose": "dashboard tests"})
@@ -62,8 +63,8 @@ def _build(folder: Path) -> tuple[Path, Path]:
     finally:
         con.close()
     options = ExperimentOptions(models_dir=folder / "models", n_showcase=3, max_attention_tokens=24)
-    run_ehr_experiment(db, DATASET, "drug_rec", "logreg", seed=0, options=options)
-    run_ehr_experiment(db, DATASET, "drug_rec", "transformer", seed=0, epochs=1,
+    run_ehr_experiment(db, DATASET, get_task("drug_rec"), "logreg", seed=0, options=options)
+    run_ehr_experiment(db, DATASET, get_task("drug_rec"), "transformer", seed=0, epochs=1,
                        overrides={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, options=options)
     run_text_experiment(db, "specialty", "tfidf_logreg", seed=0)
     run_text_experiment(db, "specialty", "bert_scratch", seed=0, overrides=TINY_BERT)

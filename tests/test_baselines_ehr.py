@@ -8,6 +8,7 @@ import pytest
 
 from medtx.models.baselines import CopyLast, LogReg, MostFrequent, Oracle, build_baseline, label_matrix
 from medtx.models.ehr_data import LabelSpace
+from medtx.tasks import get_task
 
 LABELS = LabelSpace(["A01", "B01", "C01", "D01"])
 NESTED = pl.List(pl.List(pl.String))
@@ -31,12 +32,12 @@ TRAIN = drug_rec_frame([
 
 
 def test_label_matrix_drops_unknown_labels():
-    y = label_matrix(TRAIN, "drug_rec", LABELS)
+    y = label_matrix(TRAIN, get_task("drug_rec"), LABELS)
     assert y.tolist() == [[1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0]]
 
 
 def test_most_frequent_predicts_top_k_by_training_frequency():
-    model = MostFrequent("drug_rec", LABELS).fit(TRAIN)
+    model = MostFrequent(get_task("drug_rec"), LABELS).fit(TRAIN)
     np.testing.assert_allclose(model.freq, [1.0, 0.5, 0.25, 0.0])
     assert model.config["k"] == 2  # mean set size (2+2+1+2)/4 = 1.75 -> 2
     probs = model.predict_proba(TRAIN.head(2))
@@ -45,7 +46,7 @@ def test_most_frequent_predicts_top_k_by_training_frequency():
 
 
 def test_copy_last_copies_previous_visit_drugs_and_breaks_ties_by_frequency():
-    model = CopyLast("drug_rec", LABELS).fit(TRAIN)
+    model = CopyLast(get_task("drug_rec"), LABELS).fit(TRAIN)
     test = drug_rec_frame([(30, [["c1"]], [[]], ["A01"]), (31, [["c1"], ["c9"]], [["C01", "D01"], []], ["C01"])])
     probs = model.predict_proba(test)
     assert (probs[0] < 0.5).all()  # first visit: nothing to copy
@@ -53,7 +54,7 @@ def test_copy_last_copies_previous_visit_drugs_and_breaks_ties_by_frequency():
     assert probs[1, 2] > probs[1, 3]  # C01 (freq .25) ranked above D01 (freq 0)
     assert probs[0, 0] > probs[0, 1]  # A01 (freq 1) ranked above B01 (freq .5) among the rest
     with pytest.raises(ValueError, match="copy_last"):
-        CopyLast("readmission", LabelSpace(["readmission_30d"], binary=True))
+        CopyLast(get_task("readmission"), LabelSpace(["readmission_30d"], binary=True))
 
 
 def test_logreg_learns_a_code_to_drug_rule():
@@ -64,24 +65,24 @@ def test_logreg_learns_a_code_to_drug_rule():
         drugs = [LABELS.names[int(c[1])] for c in codes]
         rows.append((100 + i, [codes], [[]], drugs))
     frame = drug_rec_frame(rows)
-    model = LogReg("drug_rec", LABELS).fit(frame.head(90), frame.slice(90, 10))
+    model = LogReg(get_task("drug_rec"), LABELS).fit(frame.head(90), frame.slice(90, 10))
     assert model.config["C_chosen"] in LogReg.C_GRID and len(model.config["C_val_scores"]) == len(LogReg.C_GRID)
     probs = model.predict_proba(frame.tail(20))
-    assert ((probs >= 0.5) == (label_matrix(frame.tail(20), "drug_rec", LABELS) > 0)).mean() > 0.95
+    assert ((probs >= 0.5) == (label_matrix(frame.tail(20), get_task("drug_rec"), LABELS) > 0)).mean() > 0.95
     # The grid's fit is kept (no refit): it must be the model a fresh fit at the chosen C gives, and the
     # global random state (what a training seed would change) must not move it.
     np.random.seed(123)
-    fresh = LogReg("drug_rec", LABELS, C=model.config["C_chosen"]).fit(frame.head(90))
+    fresh = LogReg(get_task("drug_rec"), LABELS, C=model.config["C_chosen"]).fit(frame.head(90))
     np.testing.assert_array_equal(fresh.predict_proba(frame.tail(20)), probs)
 
 
 def test_oracle_aligns_generator_probabilities_to_label_order():
     rows = pl.DataFrame({"hadm_id": [10, 10, 11], "atc3": ["B01", "ZZ99", "D01"], "prob": [0.7, 0.9, 0.2]})
-    model = build_baseline("oracle", "drug_rec", LABELS, rows).fit(TRAIN)
+    model = build_baseline("oracle", get_task("drug_rec"), LABELS, rows).fit(TRAIN)
     probs = model.predict_proba(TRAIN.head(3))
     np.testing.assert_allclose(probs, [[0, 0.7, 0, 0], [0, 0, 0, 0.2], [0, 0, 0, 0]])
     with pytest.raises(ValueError, match="synthetic cohorts"):
-        Oracle("drug_rec", LABELS, pl.DataFrame())
+        Oracle(get_task("drug_rec"), LABELS, pl.DataFrame())
 
 
 def test_readmission_baselines_are_binary():
@@ -89,8 +90,8 @@ def test_readmission_baselines_are_binary():
                           "conditions": [[["a"]], [["b"]], [["a"]], [["b"]]],
                           "procedures": [[["p"]]] * 4, "drugs": [[["d"]]] * 4, "label": [True, False, True, False]})
     space = LabelSpace(["readmission_30d"], binary=True)
-    mf = MostFrequent("readmission", space).fit(frame)
+    mf = MostFrequent(get_task("readmission"), space).fit(frame)
     np.testing.assert_allclose(mf.predict_proba(frame), 0.5)
-    lr = LogReg("readmission", space, C=1.0).fit(frame)
+    lr = LogReg(get_task("readmission"), space, C=1.0).fit(frame)
     probs = lr.predict_proba(frame)
     assert probs.shape == (4, 1) and probs[0, 0] > probs[1, 0]

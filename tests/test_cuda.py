@@ -11,6 +11,7 @@ import torch
 
 from medtx.models.registry import build_ehr_model, model_names, required_features
 from medtx.samples.tokens import Vocab
+from medtx.tasks import get_task
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -41,8 +42,8 @@ def _frame(n: int = 8, seed: int = 0) -> pa.Table:
 def _on_cuda(name: str):
     """A tiny drug_rec model of `name` on CUDA, and one collated batch there."""
     device = torch.device("cuda")
-    vocabs = {f: Vocab(["<pad>", "<unk>", *TOKENS[f]]) for f in required_features(name, "drug_rec")}
-    bundle = build_ehr_model(name, "drug_rec", vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name))
+    vocabs = {f: Vocab(["<pad>", "<unk>", *TOKENS[f]]) for f in required_features(name, get_task("drug_rec"))}
+    bundle = build_ehr_model(name, get_task("drug_rec"), vocabs, Vocab(["<pad>", "<unk>", *DRUGS]), _tiny(name))
     bundle.model.to(device)
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
              for k, v in bundle.collate(bundle.encode(_frame())).items()}

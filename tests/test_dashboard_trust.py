@@ -39,6 +39,7 @@ def published() -> tuple[Path, dict[str, str]]:
     from medtx.synth import generate_mimic3
     from medtx.synth.shift import RiskShift
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.tasks import get_task
 
     root = Path(tempfile.mkdtemp(prefix="medtx-trust-"))
     generate_mimic3(root / "synth", 2500, seed=5, risk_shift=RiskShift.parse("sex=female:1.5"))
@@ -51,7 +52,8 @@ def published() -> tuple[Path, dict[str, str]]:
     finally:
         con.close()
     options = ExperimentOptions(models_dir=root / "models")
-    runs = {m: run_ehr_experiment(db, "synth_trust", "readmission", m, options=options) for m in ("logreg", "lightgbm")}
+    runs = {m: run_ehr_experiment(db, "synth_trust", get_task("readmission"), m, options=options)
+            for m in ("logreg", "lightgbm")}
     return publish_snapshot(db, root / "warehouse.snapshot.duckdb").path, runs
 
 

@@ -46,8 +46,8 @@ def test_lightgbm_is_a_binary_baseline_and_a_reference_candidate():
 def test_lightgbm_is_tuned_on_validation_deterministic_and_joins_the_reference_choice(synth_db: Path):
     from medtx.training.experiment import run_ehr_experiment
 
-    runs = [run_ehr_experiment(synth_db, "synth_gbm", "readmission", "lightgbm", seed=1) for _ in range(2)]
-    logreg = run_ehr_experiment(synth_db, "synth_gbm", "readmission", "logreg", seed=1)
+    runs = [run_ehr_experiment(synth_db, "synth_gbm", get_task("readmission"), "lightgbm", seed=1) for _ in range(2)]
+    logreg = run_ehr_experiment(synth_db, "synth_gbm", get_task("readmission"), "logreg", seed=1)
     con = connect(synth_db)
     try:
         status, config = con.execute("SELECT status, config FROM ml.runs WHERE run_id = ?", [runs[0]]).fetchall()[0]
@@ -72,6 +72,6 @@ def test_lightgbm_refuses_a_multilabel_task_and_unknown_settings():
     from medtx.models.ehr_data import LabelSpace
 
     with pytest.raises(ValueError, match="binary tasks only"):
-        build_baseline("lightgbm", "drug_rec", LabelSpace(["a", "b"], False))
+        build_baseline("lightgbm", get_task("drug_rec"), LabelSpace(["a", "b"], False))
     with pytest.raises(ValueError, match="unknown settings"):
-        build_baseline("lightgbm", "readmission", LabelSpace(["positive"], True), overrides={"depth": 3})
+        build_baseline("lightgbm", get_task("readmission"), LabelSpace(["positive"], True), overrides={"depth": 3})

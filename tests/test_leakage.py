@@ -112,7 +112,7 @@ def test_a_builder_that_reads_discharge_codes_is_blocked_and_training_refused(le
     db = leaky_copy
     leaky.close()
     with pytest.raises(LeakageError, match="BLOCKED mortality"):
-        run_ehr_experiment(db, DATASET, "mortality", "logreg", 0)
+        run_ehr_experiment(db, DATASET, get_task("mortality"), "logreg", 0)
     con = connect(db)
     try:
         runs = con.execute("SELECT status, error FROM ml.runs WHERE task = 'mortality'").fetchall()

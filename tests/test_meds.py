@@ -17,6 +17,7 @@ from medtx.codes import map_codes
 from medtx.store.db import connect
 from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
 from medtx.tasks.build import build_samples
+from medtx.tasks import get_task
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
 
@@ -233,7 +234,7 @@ def test_import_of_a_foreign_meds_dataset_trains_logreg(tmp_path):
                             for s, v in used.items())
     finally:
         con.close()
-    run_id = run_ehr_experiment(db, "mimic4_style", "readmission", "logreg", seed=0)
+    run_id = run_ehr_experiment(db, "mimic4_style", get_task("readmission"), "logreg", seed=0)
     con = connect(db, read_only=True)
     try:
         status = con.execute("SELECT status FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0][0]

@@ -21,6 +21,7 @@ from medtx.meds import ExportError, export_meds
 from medtx.meds.events import CAPPED_AGE_YEARS
 from medtx.tasks.build import build_samples
 from medtx.store.db import connect
+from medtx.tasks import get_task
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db, insert_rows  # noqa: F401  (session fixture)
 
@@ -217,7 +218,7 @@ def test_export_predictions_writes_the_meds_evaluation_schema_and_refuses_bad_in
     from medtx.training.experiment import run_ehr_experiment
 
     db, result = exported
-    run_id = run_ehr_experiment(db, DEMO, "mortality", "logreg", seed=0)
+    run_id = run_ehr_experiment(db, DEMO, get_task("mortality"), "logreg", seed=0)
     out = tmp_path / "preds" / "mortality.parquet"
     cli = CliRunner()
     r = cli.invoke(app, ["export", "predictions", "--run", run_id, "--out", str(out), "--db", str(db)])

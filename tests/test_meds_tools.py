@@ -34,6 +34,7 @@ from medtx.tasks.build import build_samples
 from medtx.store.db import connect
 from medtx.synth import generate_mimic3
 from medtx.training.experiment import run_ehr_experiment
+from medtx.tasks import get_task
 from tests.conftest import DATA, REPO_ROOT
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
 
@@ -96,7 +97,7 @@ def cohorts(demo_db, tmp_path_factory):  # noqa: F811
         build_samples(con, DATA, list(TASKS), [SYNTH])
     finally:
         con.close()
-    runs = {(d, t): run_ehr_experiment(db, d, t, "logreg", seed=0) for d in (DEMO, SYNTH) for t in TASKS}
+    runs = {(d, t): run_ehr_experiment(db, d, get_task(t), "logreg", seed=0) for d in (DEMO, SYNTH) for t in TASKS}
     exports = {}
     con = connect(db)
     try:

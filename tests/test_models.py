@@ -35,6 +35,7 @@ from medtx.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer, beam_search,
 from medtx.models.transformer_rope import RotaryEmbedding
 from medtx.training.pretrain import MLMCollator, fixed_masks, mask_tokens, pretrain_mlm
 from medtx.samples.vocab import Vocab
+from medtx.tasks import get_task
 from tests.fixtures_samples import demo_db  # noqa: F401  (session fixture: the demo built by the real pipeline)
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}
@@ -113,9 +114,9 @@ LABEL_TOKENS = {"drug_rec": DRUGS, "next_visit": CONDS, "readmission": None}
 
 
 def bundle_for(name: str, task: str = "drug_rec", **overrides):
-    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features(name, task)}
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features(name, get_task(task))}
     labels = vocab(LABEL_TOKENS[task]) if LABEL_TOKENS[task] else None
-    return build_ehr_model(name, task, vocabs, labels, {**tiny(name), **overrides})
+    return build_ehr_model(name, get_task(task), vocabs, labels, {**tiny(name), **overrides})
 
 
 def batch_of(bundle, frame: pl.DataFrame) -> dict:
@@ -135,7 +136,7 @@ def test_history_codec_maps_unknown_codes_and_drops_unknown_labels():
     frame = pl.DataFrame([{"subject_id": 1, "hadm_id": 7, "conditions": [["c1"], ["zz"]], "procedures": [["p1"]],
                            "drugs_hist": [["D1"], []], "drugs": ["D2", "NEW"]}])
     labels = LabelSpace.from_vocab(vocab(DRUGS), binary=False)
-    codec = history_codec("drug_rec", {f: vocab(FEATURE_TOKENS[f]) for f in ("conditions", "procedures",
+    codec = history_codec(get_task("drug_rec"), {f: vocab(FEATURE_TOKENS[f]) for f in ("conditions", "procedures",
                                                                             "drugs_hist")}, labels, 20, 128)
     batch = codec.collate(codec.encode(frame))
     assert batch["conditions_ids"].tolist() == [[3, 1]]  # c1 -> idx 3, unknown "zz" -> <unk>
@@ -154,7 +155,7 @@ def test_joint_history_runs_visit_by_visit_with_every_features_current_visit_las
                            "drugs_hist": [["D1"], ["D2", "D3"], []], "drugs": ["D2"]}])
     vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in ("conditions", "procedures", "drugs_hist")}
     labels = LabelSpace.from_vocab(vocab(DRUGS), binary=False)
-    codec = history_codec("drug_rec", vocabs, labels, max_visits=2, max_codes=128, joint=True)
+    codec = history_codec(get_task("drug_rec"), vocabs, labels, max_visits=2, max_codes=128, joint=True)
     item = codec.encode(frame)[0]
     assert item["codes"]["tokens"] == ["v1:c2", "v1:zz", "v1:drugs_hist:D2", "v1:drugs_hist:D3", "v2:c3",
                                        "v2:procedures:p1"]
@@ -162,11 +163,12 @@ def test_joint_history_runs_visit_by_visit_with_every_features_current_visit_las
     index = codec.joint
     assert [index.labels[i] for i in item["codes"]["ids"]] == ["c2", "<unk>", "drugs_hist:D2", "drugs_hist:D3",
                                                                "c3", "procedures:p1"]
-    assert len(item["codes"]["ids"]) == sum(len(item[f]["ids"]) for f in codec.spec.features)  # no code lost or added
+    assert len(item["codes"]["ids"]) == sum(len(item[f]["ids"]) for f in codec.task.features)  # no code lost or added
     batch = codec.collate(codec.encode(frame))
     assert batch["codes_mask"].tolist() == [[True] * 6] and "codes" in batch["tokens"]
     assert codec.sequences == ("conditions", "procedures", "drugs_hist", "codes")
-    assert history_codec("drug_rec", vocabs, labels, 2, 128).sequences == ("conditions", "procedures", "drugs_hist")
+    assert history_codec(get_task("drug_rec"), vocabs, labels, 2, 128).sequences == (
+        "conditions", "procedures", "drugs_hist")
 
 
 def test_missing_column_is_a_clear_error():
@@ -294,7 +296,7 @@ def test_mlm_masking_proportions_and_specials():
     cfg = bundle.config
     n_codes = cfg.n_codes
     ids = torch.randint(2, n_codes, (200, 100))
-    index = behrt_codec("drug_rec", {f: vocab(FEATURE_TOKENS[f]) for f in ("conditions", "procedures",
+    index = behrt_codec(get_task("drug_rec"), {f: vocab(FEATURE_TOKENS[f]) for f in ("conditions", "procedures",
                                                                           "drugs_hist")},
                         LabelSpace.from_vocab(vocab(DRUGS), False), 128).index
     cls_id, sep_id = index.special(CLS), index.special(SEP)
@@ -335,7 +337,7 @@ def test_behrt_pretraining_uses_the_shared_trainer_on_train_items(tmp_path):
     # validation masks are fixed (a stable early-stopping signal); training masks are redrawn per call
     val = fixed_masks(items[8:], bundle.config, seed=0)
     assert val == fixed_masks(items[8:], bundle.config, seed=0)
-    collate = MLMCollator(behrt_codec("next_visit", {"visits": vocab(CONDS)},
+    collate = MLMCollator(behrt_codec(get_task("next_visit"), {"visits": vocab(CONDS)},
                                       LabelSpace.from_vocab(vocab(CONDS), False), 128).collate, bundle.config)
     batch = collate(items[:8])
     assert "labels" not in batch and batch["mlm_labels"].shape == batch["input_ids"].shape
@@ -398,7 +400,7 @@ def test_registry_rejects_bad_names_tasks_and_overrides():
     with pytest.raises(ValueError, match="unknown neural EHR model"):
         bundle_for("gpt")
     with pytest.raises(ValueError, match="does not support task"):
-        required_features("seq2seq", "next_visit")
+        required_features("seq2seq", get_task("next_visit"))
     with pytest.raises(ValueError, match="has no field.*d_modle"):
         bundle_for("transformer", d_modle=8)
     with pytest.raises(ValueError, match="cannot be overridden"):
@@ -413,8 +415,8 @@ def test_checkpoint_roundtrip_through_the_trainer_and_vocab_mismatch(tmp_path):
     items = bundle.encode(drug_rec_frame(12))
     cfg = TrainConfig(epochs=2, batch_size=4, device="cpu", progress=False)
     result = fit(bundle.model, items[:8], items[8:], bundle.collate, cfg, tmp_path)
-    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
-    loaded = load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir)
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", get_task("drug_rec"))}
+    loaded = load_ehr_model("transformer", get_task("drug_rec"), vocabs, vocab(DRUGS), result.best_dir)
     assert loaded.config.d_model == 16  # rebuilt from config.json, not the defaults
     shown = predict(loaded.model, items[8:], loaded.collate, "cpu", output_attentions=True)
     original = predict(bundle.model, items[8:], bundle.collate, "cpu")
@@ -422,7 +424,7 @@ def test_checkpoint_roundtrip_through_the_trainer_and_vocab_mismatch(tmp_path):
     weights, q_tokens, _ = shown.attentions[0]["codes"]  # drug_rec's transformer: one joint sequence
     assert q_tokens[0] == "[CLS]" and weights.sum(-1) == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(ValueError, match="vocab/label mismatch"):
-        load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS[:5]), result.best_dir)
+        load_ehr_model("transformer", get_task("drug_rec"), vocabs, vocab(DRUGS[:5]), result.best_dir)
 
 
 def test_transformer_pooling_options():
@@ -547,8 +549,8 @@ def test_checkpoint_without_pooling_field_loads_as_mean_pooling(tmp_path):
     saved = json.loads(config_file.read_text())
     del saved["model"]["pooling"]
     config_file.write_text(json.dumps(saved))
-    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
-    loaded = load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir)
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", get_task("drug_rec"))}
+    loaded = load_ehr_model("transformer", get_task("drug_rec"), vocabs, vocab(DRUGS), result.best_dir)
     assert loaded.config.pooling == "mean"
     torch.testing.assert_close(torch.tensor(predict(loaded.model, items[8:], loaded.collate, "cpu").probs),
                                torch.tensor(predict(bundle.model, items[8:], bundle.collate, "cpu").probs))
@@ -566,8 +568,8 @@ def test_checkpoint_from_before_the_copy_gate_loads_without_it(tmp_path):
     saved = json.loads((result.best_dir / "config.json").read_text())
     del saved["model"]["copy_feature"], saved["model"]["copy_recencies"]
     (result.best_dir / "config.json").write_text(json.dumps(saved))
-    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
-    assert load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir).model.copy is None
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", get_task("drug_rec"))}
+    assert load_ehr_model("transformer", get_task("drug_rec"), vocabs, vocab(DRUGS), result.best_dir).model.copy is None
 
 
 @pytest.mark.parametrize("name", ["transformer", "transformer_rope"])
@@ -615,8 +617,8 @@ def test_checkpoint_from_before_the_joint_sequence_loads_with_one_encoder_per_fe
     saved = json.loads((result.best_dir / "config.json").read_text())
     del saved["model"]["joint_sequence"]
     (result.best_dir / "config.json").write_text(json.dumps(saved))
-    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", "drug_rec")}
-    loaded = load_ehr_model("transformer", "drug_rec", vocabs, vocab(DRUGS), result.best_dir)
+    vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in required_features("transformer", get_task("drug_rec"))}
+    loaded = load_ehr_model("transformer", get_task("drug_rec"), vocabs, vocab(DRUGS), result.best_dir)
     assert not loaded.config.joint_sequence and set(loaded.model.encoders) == {"conditions", "procedures", "drugs_hist"}
     torch.testing.assert_close(torch.tensor(predict(loaded.model, items[8:], loaded.collate, "cpu").probs),
                                torch.tensor(predict(bundle.model, items[8:], bundle.collate, "cpu").probs))
@@ -710,7 +712,7 @@ def test_behrt_checkpoint_from_before_the_head_options_loads_as_the_cls_model(tm
     for key in ("pooling", "init_bias", "copy_feature", "copy_recencies"):
         del saved["model"][key]
     (result.best_dir / "config.json").write_text(json.dumps(saved))
-    loaded = load_ehr_model("behrt", "next_visit", {"visits": vocab(CONDS)}, vocab(CONDS), result.best_dir)
+    loaded = load_ehr_model("behrt", get_task("next_visit"), {"visits": vocab(CONDS)}, vocab(CONDS), result.best_dir)
     assert loaded.config.pooling == "cls" and loaded.model.copy is None
 
 
@@ -722,18 +724,17 @@ def test_behrt_checkpoint_from_before_the_head_options_loads_as_the_cls_model(tm
 def test_every_model_reads_the_real_demo_sample_tables(demo_db):  # noqa: F811
     """Every (model, task) encodes the demo's samples.* rows with its samples.vocab and runs forward."""
     from medtx.store.db import open_warehouse
-    from medtx.models.ehr_data import task_spec
-    from medtx.models.registry import label_feature
     from medtx.samples.vocab import load_vocab
 
     with open_warehouse(demo_db, read_only=True) as con:
         for name, tasks in model_tasks().items():
             for task in tasks:
-                frame = con.sql(f"SELECT * FROM samples.{task_spec(task).table} WHERE dataset = 'mimic3_demo'").pl()
+                spec = get_task(task)
+                frame = con.sql(f"SELECT * FROM samples.{spec.table} WHERE dataset = 'mimic3_demo'").pl()
                 assert frame.height > 0, task
-                vocabs = {f: load_vocab(con, "mimic3_demo", task, f) for f in required_features(name, task)}
-                label = label_feature(task)
-                bundle = build_ehr_model(name, task, vocabs, load_vocab(con, "mimic3_demo", task, label)
+                vocabs = {f: load_vocab(con, "mimic3_demo", task, f) for f in required_features(name, spec)}
+                label = spec.label_feature
+                bundle = build_ehr_model(name, spec, vocabs, load_vocab(con, "mimic3_demo", task, label)
                                          if label else None, tiny(name))
                 batch = bundle.collate(bundle.encode(frame))
                 bundle.model.eval()

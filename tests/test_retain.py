@@ -11,6 +11,7 @@ import torch
 from medtx.models.registry import build_ehr_model, ehr_models_for, get_spec
 from medtx.models.recurrent import reverse_index
 from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+from medtx.tasks import get_task
 from tests.test_models import CONDS, DRUGS, FEATURE_TOKENS, drug_rec_frame, readmission_frame, vocab
 from tests.test_training_experiment import DATASET, _q, tiny_db  # noqa: F401  (fixture: tiny learnable drug_rec)
 
@@ -20,14 +21,14 @@ TINY = {"d_model": 16, "hidden": 16, "dropout": 0.0}
 def retain_bundle(task: str = "drug_rec", **overrides):
     features = ("conditions", "procedures", "drugs_hist" if task == "drug_rec" else "drugs")
     vocabs = {f: vocab(FEATURE_TOKENS[f]) for f in features}
-    return build_ehr_model("retain", task, vocabs, vocab(DRUGS) if task == "drug_rec" else None,
+    return build_ehr_model("retain", get_task(task), vocabs, vocab(DRUGS) if task == "drug_rec" else None,
                            {**TINY, **overrides})
 
 
 def test_retain_registers_itself_for_every_ehr_task_it_can_serve():
     spec = get_spec("retain")
     assert spec.family == "ehr" and set(spec.kinds) == {"multilabel", "binary"}
-    assert all("retain" in ehr_models_for(task) for task in ("drug_rec", "next_visit", "readmission"))
+    assert all("retain" in ehr_models_for(get_task(task)) for task in ("drug_rec", "next_visit", "readmission"))
     with pytest.raises(ValueError, match="RetainConfig has no field.*n_heads"):
         retain_bundle(n_heads=2)
 
@@ -78,9 +79,9 @@ def test_retain_run_beats_the_label_prior_and_stores_both_attention_levels(tiny_
     """Trained by the EHR runner on a tiny learnable cohort (drug D<k> exactly when condition C<k>)."""
     opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=3)
     train = {"d_model": 16, "hidden": 16, "batch_size": 16, "lr": 1e-2, "num_threads": 1, "patience": 20}
-    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "retain", seed=0, overrides=train, epochs=25,
+    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "retain", seed=0, overrides=train, epochs=25,
                                 device="cpu", options=opts)
-    prior = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "most_frequent", seed=0, options=opts)
+    prior = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "most_frequent", seed=0, options=opts)
 
     def test_pr_auc(run: str) -> float:
         return _q(tiny_db, "SELECT value FROM ml.metrics WHERE run_id = ? AND split = 'test' "
@@ -102,7 +103,7 @@ def test_patient_explorer_draws_both_retain_attention_levels(tiny_db: Path, tmp_
     from medtx.publish.snapshot import publish_snapshot
 
     opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=2)
-    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "retain", seed=0, overrides=TINY, epochs=1,
+    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "retain", seed=0, overrides=TINY, epochs=1,
                                 device="cpu", options=opts)
     snapshot = tmp_path / "warehouse.snapshot.duckdb"
     publish_snapshot(tiny_db, snapshot)

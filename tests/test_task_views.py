@@ -40,9 +40,9 @@ def test_copy_last_and_oracle_read_the_task():
     from medtx.models.ehr_data import LabelSpace
 
     labels = LabelSpace.from_vocab(None, True, "readmission_30d")
-    assert CopyLast("drug_rec", labels).config["source"] == "drugs_hist"
-    assert CopyLast("next_visit", labels).config["source"] == "visits"
+    assert CopyLast(get_task("drug_rec"), labels).config["source"] == "drugs_hist"
+    assert CopyLast(get_task("next_visit"), labels).config["source"] == "visits"
     with pytest.raises(ValueError, match="copy_last is defined for"):
-        CopyLast("readmission", labels)
+        CopyLast(get_task("readmission"), labels)
     assert get_task("drug_rec").oracle_code_column == "atc3"
     assert get_task("next_visit").visit_ages == "ages" and get_task("drug_rec").visit_ages is None

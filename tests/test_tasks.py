@@ -223,8 +223,8 @@ def test_logreg_trains_on_mortality_end_to_end_and_the_dashboard_shows_it(demo_d
     db = tmp_path / "demo.duckdb"
     shutil.copy(demo_db, db)
     options = ExperimentOptions(n_boot=3, models_dir=tmp_path / "models")
-    run_id = run_ehr_experiment(db, "mimic3_demo", "mortality", "logreg", 42, options=options)
-    gru = run_ehr_experiment(db, "mimic3_demo", "mortality", "gru", 42, epochs=1, options=options)
+    run_id = run_ehr_experiment(db, "mimic3_demo", get_task("mortality"), "logreg", 42, options=options)
+    gru = run_ehr_experiment(db, "mimic3_demo", get_task("mortality"), "gru", 42, epochs=1, options=options)
     with open_warehouse(db, read_only=True) as con:
         status, task = con.execute("SELECT status, task FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
         metrics = dict(con.execute("SELECT metric, value FROM ml.metrics WHERE run_id = ? AND split = 'test'",

@@ -15,6 +15,7 @@ import pytest
 
 from medtx.store.db import connect, open_warehouse
 from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+from medtx.tasks import get_task
 
 DATASET = "tiny"
 N_PATIENTS, N_VISITS, N_CODES = 40, 3, 6
@@ -76,7 +77,7 @@ def _q(db: Path, sql: str, params=()) -> list[tuple]:
 
 @pytest.mark.parametrize("model", ["logreg", "most_frequent", "copy_last"])
 def test_baseline_runs_fill_ml_tables(tiny_db: Path, model: str):
-    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", model, seed=0)
+    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), model, seed=0)
     status, threshold, source, synthetic = _q(
         tiny_db, "SELECT status, threshold, threshold_source, is_synthetic FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert status == "completed" and not synthetic
@@ -106,9 +107,9 @@ def test_baseline_runs_fill_ml_tables(tiny_db: Path, model: str):
 
 def test_rerun_is_idempotent(tiny_db: Path):
     opts = ExperimentOptions(run_id="fixed-run")
-    run_ehr_experiment(tiny_db, DATASET, "drug_rec", "most_frequent", options=opts)
+    run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "most_frequent", options=opts)
     first = _q(tiny_db, "SELECT count(*) FROM ml.predictions WHERE run_id = 'fixed-run'")[0][0]
-    run_ehr_experiment(tiny_db, DATASET, "drug_rec", "most_frequent", options=opts)
+    run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "most_frequent", options=opts)
     assert _q(tiny_db, "SELECT count(*) FROM ml.predictions WHERE run_id = 'fixed-run'")[0][0] == first
     assert _q(tiny_db, "SELECT count(*) FROM ml.runs WHERE run_id = 'fixed-run'")[0][0] == 1
 
@@ -117,7 +118,7 @@ def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path,
     overrides = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "batch_size": 16, "lr": 5e-3,
                  "num_threads": 1}
     opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=3)
-    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "transformer", seed=1, overrides=overrides,
+    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "transformer", seed=1, overrides=overrides,
                                 epochs=3, device="cpu", options=opts)
     status, device, best_epoch, n_params, config = _q(
         tiny_db, "SELECT status, device, best_epoch, n_params, config FROM ml.runs WHERE run_id = ?", [run_id])[0]
@@ -139,27 +140,27 @@ def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path,
 
 def test_a_runs_overrides_win_over_the_tasks_trainer_defaults(tiny_db: Path, tmp_path: Path):
     overrides = {"d_model": 16, "n_heads": 1, "d_ff": 32, "batch_size": 16, "num_threads": 1, "length_buckets": 0}
-    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "transformer", seed=1, overrides=overrides, epochs=1,
-                                device="cpu", options=ExperimentOptions(models_dir=tmp_path / "models", n_showcase=1))
+    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "transformer", seed=1, overrides=overrides,
+                                epochs=1, device="cpu",
+                                options=ExperimentOptions(models_dir=tmp_path / "models", n_showcase=1))
     config = json.loads(_q(tiny_db, "SELECT config FROM ml.runs WHERE run_id = ?", [run_id])[0][0])
     assert config["train"]["length_buckets"] == 0
 
 
-def test_a_tasks_trainer_default_that_is_no_trainer_field_is_named(monkeypatch: pytest.MonkeyPatch):
+def test_a_tasks_trainer_default_that_is_no_trainer_field_is_named():
     import dataclasses
 
     from medtx.tasks import get_task
     from medtx.training import ehr_run
 
     typo = dataclasses.replace(get_task("drug_rec"), train_defaults={"transformer": {"length_bucket": 16}})
-    monkeypatch.setattr(ehr_run, "get_task", lambda name: typo)
     with pytest.raises(ValueError, match=r"task 'drug_rec': train_defaults for 'transformer' name \['length_bucket'\]"):
-        ehr_run.task_train_defaults("drug_rec", "transformer")
+        ehr_run.task_train_defaults(typo, "transformer")
 
 
 def test_failure_is_recorded(tiny_db: Path):
     with pytest.raises(ValueError, match="nothing to train on"):
-        run_ehr_experiment(tiny_db, "absent", "drug_rec", "logreg")
+        run_ehr_experiment(tiny_db, "absent", get_task("drug_rec"), "logreg")
     status, error = _q(tiny_db, "SELECT status, error FROM ml.runs WHERE dataset = 'absent'")[0]
     assert status == "failed" and "nothing to train on" in error
 
@@ -191,7 +192,7 @@ def test_ehr_runs_follow_the_one_skeleton_and_checkpoint_rule(tiny_db: Path, mon
     from medtx.training.runs import settings_run_folder
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tiny_db.parent / "checkpoints"))
-    run_id = run_ehr_experiment(tiny_db, DATASET, "drug_rec", "behrt", seed=0, epochs=1,
+    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "behrt", seed=0, epochs=1,
                                 overrides={"d_model": 16, "n_layers": 1, "n_heads": 2}, device="cpu")
     rows = dict((k, (p, m)) for k, p, m in _q(tiny_db, "SELECT kind, path, metric FROM ml.models WHERE run_id = ?",
                                                [run_id]))

@@ -23,6 +23,7 @@ from medtx.evaluation.uncertainty import RunData
 from medtx.metrics import intervals as iv
 from medtx.store.db import connect
 from medtx.training import records
+from medtx.tasks import get_task
 
 N_BOOT = iv.N_BOOT
 
@@ -460,7 +461,7 @@ def test_a_shift_planted_in_a_synthetic_cohort_is_found_where_it_was_planted(tmp
         assert women > 1.4 * men
     finally:
         con.close()
-    runs = {m: run_ehr_experiment(db, "synth_shift", "readmission", m) for m in ("logreg", "oracle")}
+    runs = {m: run_ehr_experiment(db, "synth_shift", get_task("readmission"), m) for m in ("logreg", "oracle")}
     con = connect(db, read_only=True)
     try:
         gaps = {(m, a, metric): (hi, lo, detected) for m, run in runs.items()

@@ -17,6 +17,7 @@ from medtx.pipeline.exchange import export_training_package, record_result_packa
 from medtx.training.packages import read_training_package
 from medtx.training.ehr_run import ehr_samples_from_tables
 from medtx.training.experiment import ExperimentOptions, load_ehr_samples, run_ehr_experiment
+from medtx.tasks import get_task
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
 READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "samples.leakage_gate", "ref.ddi_atc3",
@@ -112,7 +113,7 @@ def test_worker_run_equals_the_same_run_in_process(demo_copy: Path, tmp_path: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     (worker_run,) = record_result_package(demo_copy, line["result"], tmp_path / "models")
-    here = run_ehr_experiment(demo_copy, "mimic3_demo", "drug_rec", "gru", 3, GRU, device="cpu",
+    here = run_ehr_experiment(demo_copy, "mimic3_demo", get_task("drug_rec"), "gru", 3, GRU, device="cpu",
                               options=ExperimentOptions(models_dir=tmp_path / "models_here"))
     theirs, ours = _metrics(demo_copy, worker_run), _metrics(demo_copy, here)
     assert theirs.keys() == ours.keys() and len(ours) > 10
@@ -124,8 +125,8 @@ def test_package_loader_equals_the_warehouse_loader(demo_copy: Path, tmp_path: P
     _, tables = read_training_package(package)
     with duckdb.connect(str(demo_copy), read_only=True) as con:
         for model in ("transformer", "logreg"):
-            a = ehr_samples_from_tables(tables, "mimic3_demo", "drug_rec", model)
-            b = load_ehr_samples(con, "mimic3_demo", "drug_rec", model)
+            a = ehr_samples_from_tables(tables, "mimic3_demo", get_task("drug_rec"), model)
+            b = load_ehr_samples(con, "mimic3_demo", get_task("drug_rec"), model)
             for split in ("train", "val", "test"):
                 assert pl.from_arrow(a.parts[split]).equals(pl.from_arrow(b.parts[split]))
             assert {f: v.tokens for f, v in a.vocabs.items()} == {f: v.tokens for f, v in b.vocabs.items()}

@@ -13,13 +13,14 @@ def encoded_drug_rec(db: str, dataset: str, model: str = "transformer", override
     from medtx.store.db import open_warehouse
     from medtx.models.encoded import EncodedSet
     from medtx.models.registry import build_ehr_model
+    from medtx.tasks import get_task
     from medtx.training.experiment import load_ehr_samples
     from medtx.training.trainer import set_seed
 
     with open_warehouse(db, read_only=True) as con:
-        data = load_ehr_samples(con, dataset, "drug_rec", model)
+        data = load_ehr_samples(con, dataset, get_task("drug_rec"), model)
     set_seed(42)
-    bundle = build_ehr_model(model, "drug_rec", data.vocabs, data.label_vocab, overrides or None)
+    bundle = build_ehr_model(model, get_task("drug_rec"), data.vocabs, data.label_vocab, overrides or None)
     encoded = {name: EncodedSet(bundle.encode(frame), bundle.collate) for name, frame in data.parts.items()}
     bundle.init_from_train(encoded["train"])
     return bundle, encoded

@@ -28,12 +28,14 @@ def main() -> None:
     from medtx.store.db import open_warehouse
     from medtx.models.encoded import EncodedSet
     from medtx.models.registry import build_ehr_model
+    from medtx.tasks import get_task
     from medtx.training.experiment import load_ehr_samples
 
     torch.set_num_threads(1)
+    task = get_task(args.task)
     with open_warehouse(args.db, read_only=True) as con:
-        data = load_ehr_samples(con, args.dataset, args.task, args.model)
-    bundle = build_ehr_model(args.model, args.task, data.vocabs, data.label_vocab, None)
+        data = load_ehr_samples(con, args.dataset, task, args.model)
+    bundle = build_ehr_model(args.model, task, data.vocabs, data.label_vocab, None)
     sizes = {name: len(EncodedSet(bundle.encode(frame), bundle.collate)) for name, frame in data.parts.items()}
     print(f"setup {time.perf_counter() - started:.2f} s for {sizes}")
 

@@ -31,14 +31,15 @@ def worker(db: str, dataset: str, threads: int, epochs: int, compiled: bool) -> 
     from medtx.store.db import open_warehouse
     from medtx.models.encoded import EncodedSet
     from medtx.models.registry import build_ehr_model
+    from medtx.tasks import get_task
     from medtx.training.experiment import load_ehr_samples
     from medtx.training.trainer import TrainConfig, make_optimizer, set_seed
 
     torch.set_num_threads(threads)
     with open_warehouse(db, read_only=True) as con:
-        data = load_ehr_samples(con, dataset, "drug_rec", "transformer")
+        data = load_ehr_samples(con, dataset, get_task("drug_rec"), "transformer")
     set_seed(42)
-    bundle = build_ehr_model("transformer", "drug_rec", data.vocabs, data.label_vocab, None)
+    bundle = build_ehr_model("transformer", get_task("drug_rec"), data.vocabs, data.label_vocab, None)
     train = EncodedSet(bundle.encode(data.parts["train"]), bundle.collate)
     model = bundle.model.train()
     forward = torch.compile(model, dynamic=True) if compiled else model

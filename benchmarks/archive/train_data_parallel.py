@@ -37,6 +37,7 @@ from benchmarks.archive.drug_rec_setup import encoded_drug_rec  # noqa: E402
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: dict) -> None:
     from medtx.models.encoded import shuffled_batches
+    from medtx.tasks import get_task
     from medtx.training.ehr_evaluation import validation_score
     from medtx.training.trainer import TrainConfig, _validate, make_optimizer, set_seed
 
@@ -50,7 +51,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: dic
     trained = nn.parallel.DistributedDataParallel(model) if world > 1 and not args.flat else model
     params = [p for p in model.parameters() if p.requires_grad]
     reduce_s = 0.0
-    score, train = validation_score("drug_rec"), sets["train"]
+    score, train = validation_score(get_task("drug_rec")), sets["train"]
     seconds, best = 0.0, float("-inf")
     for epoch in range(1, args.epochs + 1):
         set_seed(1000 * epoch + rank)  # dropout draws differ per rank, as in any data-parallel run

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.archive.drug_rec_setup import encoded_drug_rec  # noqa: E402
 from medtx.models.layers import multilabel_loss  # noqa: E402
+from medtx.tasks import get_task  # noqa: E402
 from medtx.training.ehr_evaluation import validation_score  # noqa: E402
 from medtx.training.experiment import task_train_defaults  # noqa: E402
 from medtx.training.trainer import TrainConfig, _batches, _validate, make_optimizer  # noqa: E402
@@ -154,10 +155,10 @@ def main() -> None:
     overrides = {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in args.set)}
     bundle, enc = encoded_drug_rec(args.db, args.dataset, args.model, overrides)
     cfg = TrainConfig(batch_size=args.batch_size, seed=42, monitor="pr_auc_samples", device="cpu", progress=False,
-                      **task_train_defaults("drug_rec", args.model))  # e.g. the transformer's length buckets
+                      **task_train_defaults(get_task("drug_rec"), args.model))  # e.g. the transformer's length buckets
     model, cpu = bundle.model, torch.device("cpu")
     opt = make_optimizer(model, cfg, cpu)
-    score = validation_score("drug_rec")
+    score = validation_score(get_task("drug_rec"))
     print(f"{args.model} on {args.dataset} drug_rec: {len(enc['train'])} training samples, batch {args.batch_size}, "
           f"{args.threads} thread(s), length_buckets {cfg.length_buckets}, load {os.getloadavg()[0]:.2f}")
     for epoch in range(1, args.epochs + 1):

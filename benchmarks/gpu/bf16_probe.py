@@ -26,6 +26,7 @@ def steps(model: str, batch_size: int, n: int, precision: str, sdp: str = "all",
 
     from benchmarks import train as tb
     from medtx.models.registry import build_ehr_model
+    from medtx.tasks import get_task
     from medtx.training.trainer import to_device
 
     torch.manual_seed(0)
@@ -33,7 +34,7 @@ def steps(model: str, batch_size: int, n: int, precision: str, sdp: str = "all",
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     frame, vocabs, labels = tb.synthetic_drug_rec(batch_size * (n + 2), 0)
-    bundle = build_ehr_model(model, "drug_rec", vocabs, labels)
+    bundle = build_ehr_model(model, get_task("drug_rec"), vocabs, labels)
     items = bundle.encode(frame)
     batches = [to_device(bundle.collate(items[i: i + batch_size]), dev) for i in range(0, len(items), batch_size)]
     net = bundle.model.to(dev).train()

@@ -37,21 +37,21 @@ from sklearn.multiclass import OneVsRestClassifier
 
 from medtx.models import frames
 from medtx.models.bounds import PositiveFloat
-from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.ehr_data import LabelSpace
 from medtx.models.frames import Frame
 from medtx.models.registry import ModelSpec, get_spec, register_model
-from medtx.tasks import all_tasks, get_task
+from medtx.tasks import Task, all_tasks
 
 log = logging.getLogger("medtx.models")
 
 BASELINE_MODELS = ("most_frequent", "copy_last", "logreg", "oracle")
 
 
-def label_matrix(frame: Frame, task: str, labels: LabelSpace) -> np.ndarray:
+def label_matrix(frame: Frame, task: Task, labels: LabelSpace) -> np.ndarray:
     """The frame's label column as a [N, n_labels] 0/1 matrix in label-space order ([N, 1] when binary)."""
-    column = task_spec(task).label_column
+    column = task.label_column
     if column not in frames.columns(frame):
-        raise ValueError(f"samples.{task_spec(task).table} frame lacks the label column {column!r}")
+        raise ValueError(f"samples.{task.table} frame lacks the label column {column!r}")
     y = np.zeros((frames.height(frame), len(labels)), dtype=np.float32)
     for row, value in enumerate(frames.values(frame, column)):
         if labels.binary:
@@ -71,7 +71,7 @@ def label_frequencies(y: np.ndarray) -> np.ndarray:
 class MostFrequent:
     """Training label frequencies for every sample; set = top-k, k = training mean set size."""
 
-    def __init__(self, task: str, labels: LabelSpace) -> None:
+    def __init__(self, task: Task, labels: LabelSpace) -> None:
         self.task, self.labels = task, labels
         self.fixed_threshold: float | None = None
         self.config: dict[str, Any] = {"rule": "top_k_train_mean"}
@@ -95,13 +95,12 @@ class CopyLast:
     """The labels of the last visit of the task's `copy_source` history column (medtx.tasks): the previous
     visit's drugs (drug_rec) or the current visit's diagnoses (next_visit)."""
 
-    def __init__(self, task: str, labels: LabelSpace) -> None:
-        spec = get_task(task)
-        if spec.copy_source is None:
+    def __init__(self, task: Task, labels: LabelSpace) -> None:
+        if task.copy_source is None:
             defined = sorted(t.name for t in all_tasks() if t.copy_source is not None)
-            raise ValueError(f"copy_last is defined for {defined}, not {task!r}")
+            raise ValueError(f"copy_last is defined for {defined}, not {task.name!r}")
         self.task, self.labels = task, labels
-        self.source, self.skips_current = spec.copy_source, spec.copy_skips_current
+        self.source, self.skips_current = task.copy_source, task.copy_skips_current
         self.fixed_threshold: float | None = 0.5
         self.config: dict[str, Any] = {"source": self.source, "tie_break": "train_frequency"}
 
@@ -123,10 +122,10 @@ class CopyLast:
         return np.where(copied, 0.5 + 0.5 * self.freq, 0.49 * self.freq)
 
 
-def bag_of_codes(frame: Frame, task: str) -> list[list[str]]:
+def bag_of_codes(frame: Frame, task: Task) -> list[list[str]]:
     """Per sample: `feature:code` for every code in the history and `now:feature:code` for the current visit."""
     docs = [[] for _ in range(frames.height(frame))]
-    for feature in task_spec(task).features:
+    for feature in task.features:
         for row, history in enumerate(frames.values(frame, feature)):
             visits = history or []
             docs[row].extend(f"{feature}:{c}" for v in visits for c in (v or []))
@@ -150,7 +149,7 @@ class LogReg:
     # Wide enough that validation picks an interior C: on synth_10000 every task improved steadily down to 0.03.
     C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 
-    def __init__(self, task: str, labels: LabelSpace, C: float | str = LogRegConfig.C,
+    def __init__(self, task: Task, labels: LabelSpace, C: float | str = LogRegConfig.C,
                  max_iter: int = LogRegConfig.max_iter) -> None:
         self.task, self.labels = task, labels
         self.fixed_threshold: float | None = None
@@ -209,13 +208,13 @@ class LogReg:
 class Oracle:
     """The synthetic generator's true label probabilities per visit (raw.synth_oracle_<task> rows)."""
 
-    def __init__(self, task: str, labels: LabelSpace, oracle_rows: Frame) -> None:
+    def __init__(self, task: Task, labels: LabelSpace, oracle_rows: Frame) -> None:
         if frames.height(oracle_rows) == 0:
-            raise ValueError(f"oracle: no raw.synth_oracle_{task} rows for this dataset; the oracle exists "
+            raise ValueError(f"oracle: no raw.synth_oracle_{task.name} rows for this dataset; the oracle exists "
                              "only for synthetic cohorts loaded with their ORACLE_*.csv.gz files")
         self.task, self.labels, self.rows = task, labels, frames.arrow(oracle_rows)
         self.fixed_threshold: float | None = None
-        self.config: dict[str, Any] = {"source": f"raw.synth_oracle_{task}"}
+        self.config: dict[str, Any] = {"source": f"raw.synth_oracle_{task.name}"}
 
     def fit(self, train: Frame, val: Frame | None = None) -> Oracle:
         return self  # nothing to learn: the generator's probabilities are the model
@@ -223,9 +222,9 @@ class Oracle:
     def predict_proba(self, frame: Frame) -> np.ndarray:
         row_of = {h: i for i, h in enumerate(frames.values(frame, "hadm_id"))}
         probs = np.zeros((frames.height(frame), len(self.labels)), dtype=np.float64)
-        code_col = get_task(self.task).oracle_code_column  # None: one probability per visit (binary)
+        code_col = self.task.oracle_code_column  # None: one probability per visit (binary)
         if code_col is None and not self.labels.binary:
-            raise ValueError(f"oracle: task {self.task!r} declares no oracle_code_column for its labels")
+            raise ValueError(f"oracle: task {self.task.name!r} declares no oracle_code_column for its labels")
         hadm = self.rows.column("hadm_id")
         rows = self.rows.filter(pc.is_in(hadm, value_set=pa.array(list(row_of), type=hadm.type)))
         covered = set()
@@ -246,13 +245,13 @@ class Oracle:
 class BaselineContext:
     """What a baseline registered in its own file (`ModelSpec.build`, family ehr_baseline) is built from."""
 
-    task: str
+    task: Task
     labels: LabelSpace
     overrides: dict
     seed: int = 0
 
 
-def build_baseline(name: str, task: str, labels: LabelSpace, oracle_rows: Frame | None = None,
+def build_baseline(name: str, task: Task, labels: LabelSpace, oracle_rows: Frame | None = None,
                    overrides: dict | None = None, seed: int = 0) -> Any:
     """A baseline by its `--model` name: the four below, or one registered in its own file with a `build`."""
     overrides = overrides or {}

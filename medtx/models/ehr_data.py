@@ -28,22 +28,13 @@ import torch
 from torch import Tensor
 
 from medtx.models import frames
-from medtx.tasks import Task, get_task, tasks_of_family
+from medtx.tasks import Task
 
 log = logging.getLogger("medtx.models")
 
 PAD, UNK = "<pad>", "<unk>"  # samples.vocab idx 0 and 1
 CLS, SEP, MASK, BOS, EOS = "[CLS]", "[SEP]", "[MASK]", "<bos>", "<eos>"
 SPECIALS = (PAD, UNK, CLS, SEP, MASK, BOS, EOS)
-
-
-def task_spec(task: str) -> Task:
-    """The EHR task called `task` (its record says which sample columns its models read); an unknown or
-    non-EHR task is an error naming the EHR tasks."""
-    ehr = {t.name: t for t in tasks_of_family("ehr")}
-    if task not in ehr:
-        raise ValueError(f"unknown EHR task {task!r}; expected one of {sorted(ehr)}")
-    return ehr[task]
 
 
 # ----------------------------------------------------------------------------------------------- vocabularies
@@ -239,7 +230,7 @@ class HistoryCodec:
     """Per-feature flattened code histories for the Transformer, Transformer+RoPE and RNN models; with `joint`,
     also every feature's codes as one sequence under the key prefix `codes` (`joint_history`)."""
 
-    task: str
+    task: Task
     index: dict[str, CodeIndex]  # feature -> its own code ids (one embedding table per feature)
     labels: LabelSpace
     max_visits: int = 20
@@ -247,20 +238,16 @@ class HistoryCodec:
     joint: CodeIndex | None = None  # all features' codes in one id space: the joint sequence's ids
 
     @property
-    def spec(self) -> Task:
-        return task_spec(self.task)
-
-    @property
     def sequences(self) -> tuple[str, ...]:
         """The key prefixes a batch carries: each feature's, then `codes` with a joint sequence."""
-        return (*self.spec.features, *((JOINT,) if self.joint is not None else ()))
+        return (*self.task.features, *((JOINT,) if self.joint is not None else ()))
 
     def encode(self, frame: frames.Frame) -> list[dict]:
         items = []
-        for row in _rows(frame, self.spec):
-            item = _base_item(row, self.labels, self.spec)
+        for row in _rows(frame, self.task):
+            item = _base_item(row, self.labels, self.task)
             flat = {}
-            for f in self.spec.features:
+            for f in self.task.features:
                 codes, visit, n = flat[f] = flatten_history(row[f] or [], self.max_visits, self.max_codes)
                 item[f] = {"ids": [self.index[f].code(f, c) for c in codes], "visit": visit, "nvisits": n,
                            "tokens": [f"v{v + 1}:{c}" for v, c in zip(visit, codes, strict=True)]}
@@ -290,13 +277,12 @@ class HistoryCodec:
         return widths
 
 
-def history_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int,
+def history_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int,
                   joint: bool = False) -> HistoryCodec:
     """`joint`: the batches also carry every feature's codes as one sequence (`joint_history`, key prefix `codes`)."""
-    spec = task_spec(task)
-    index = {f: CodeIndex(vocabs, [f]) for f in spec.features}
+    index = {f: CodeIndex(vocabs, [f]) for f in task.features}
     return HistoryCodec(task, index, labels, max_visits, max_codes,
-                        CodeIndex(vocabs, spec.features) if joint else None)
+                        CodeIndex(vocabs, task.features) if joint else None)
 
 
 # ----------------------------------------------------------------------------------------------- BEHRT codec
@@ -349,29 +335,25 @@ def split_flat_codes(codes: Sequence[str]) -> list[list[str]]:
 class BehrtCodec:
     """One BEHRT sequence per sample: input/age/segment/position ids, token labels, multi-hot target."""
 
-    task: str
+    task: Task
     index: CodeIndex  # all features' codes + [CLS], [SEP], [MASK]
     labels: LabelSpace
     max_len: int = 128
 
-    @property
-    def spec(self) -> Task:
-        return task_spec(self.task)
-
     def _visits(self, row: dict) -> tuple[list[list[tuple[str, str]]], list[int] | None]:
-        if (ages := get_task(self.task).visit_ages) is not None:  # one visits column, with per-visit ages
-            column = self.spec.features[0]
+        if (ages := self.task.visit_ages) is not None:  # one visits column, with per-visit ages
+            column = self.task.features[0]
             return [[(column, c) for c in v] for v in (row[column] or [])], row.get(ages)
-        n = max(len(row[f] or []) for f in self.spec.features)
-        visits = [[(f, c) for f in self.spec.features
+        n = max(len(row[f] or []) for f in self.task.features)
+        visits = [[(f, c) for f in self.task.features
                    for c in ((row[f] or [])[v] if v < len(row[f] or []) else []) or []] for v in range(n)]
         return visits, None
 
     def encode(self, frame: frames.Frame) -> list[dict]:
-        extra = tuple(c for c in (get_task(self.task).visit_ages,) if c is not None)
+        extra = tuple(c for c in (self.task.visit_ages,) if c is not None)
         items = []
-        for row in _rows(frame, self.spec, extra):
-            item = _base_item(row, self.labels, self.spec)
+        for row in _rows(frame, self.task, extra):
+            item = _base_item(row, self.labels, self.task)
             visits, ages = self._visits(row)
             tokens, age_ids, segments, positions = behrt_sequence(visits, ages, self.max_len)
             ids = [self.index.special(t) if isinstance(t, str) else self.index.code(*t) for t in tokens]
@@ -401,8 +383,8 @@ class BehrtCodec:
         return _label_widths(batch["labels"]) | {k: w for k in keys if k in batch}
 
 
-def behrt_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_len: int) -> BehrtCodec:
-    return BehrtCodec(task, CodeIndex(vocabs, task_spec(task).features, extra=(CLS, SEP, MASK)), labels, max_len)
+def behrt_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_len: int) -> BehrtCodec:
+    return BehrtCodec(task, CodeIndex(vocabs, task.features, extra=(CLS, SEP, MASK)), labels, max_len)
 
 
 # ----------------------------------------------------------------------------------------------- seq2seq codec
@@ -416,17 +398,16 @@ class Seq2SeqCodec:
     """A multi-label visit task as translation (drug_rec: current visit's ICD codes -> `<bos>` + its ATC-3 codes
     + `<eos>`)."""
 
-    task: str
+    task: Task
     index: CodeIndex  # source ids: conditions + procedures codes + [SEP]
     labels: LabelSpace
     max_src: int = 96
     max_tgt: int = 48
 
     def encode(self, frame: frames.Frame) -> list[dict]:
-        spec = task_spec(self.task)
         items = []
-        for row in _rows(frame, spec):
-            item = _base_item(row, self.labels, spec)
+        for row in _rows(frame, self.task):
+            item = _base_item(row, self.labels, self.task)
             src: list = []
             for f in SEQ2SEQ_SOURCE:
                 current = (row[f] or [[]])[-1] or []
@@ -461,6 +442,6 @@ def target_token(tgt_id: int, label_names: Sequence[str]) -> str:
     return (PAD, BOS, EOS)[tgt_id] if tgt_id < N_TARGET_SPECIALS else label_names[tgt_id - N_TARGET_SPECIALS]
 
 
-def seq2seq_codec(task: str, vocabs: dict[str, Any], labels: LabelSpace, max_src: int, max_tgt: int
+def seq2seq_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_src: int, max_tgt: int
                   ) -> Seq2SeqCodec:
     return Seq2SeqCodec(task, CodeIndex(vocabs, SEQ2SEQ_SOURCE, extra=(SEP,)), labels, max_src, max_tgt)

@@ -20,6 +20,7 @@ from medtx.models.baselines import BaselineContext, bag_of_codes, label_matrix
 from medtx.models.ehr_data import LabelSpace
 from medtx.models.frames import Frame, height
 from medtx.models.registry import ModelSpec, register_model
+from medtx.tasks import Task
 
 MAX_TREES = 400
 EARLY_STOP = 30
@@ -32,7 +33,7 @@ BASE = {"objective": "binary", "min_child_samples": 10, "feature_fraction": 0.8,
 
 @dataclass
 class LightGBM:
-    task: str
+    task: Task
     labels: LabelSpace
     seed: int = 0
     grid: tuple[dict[str, Any], ...] = GRID

@@ -7,8 +7,9 @@ Adding a model is adding one file to medtx/models: `specs()` imports every modul
 Views: `ehr_neural_models()`, `model_tasks()` (neural EHR model -> tasks it serves), `model_names(family, kind)`,
 `model_defaults(model, task_name, task_kind)`. The neural EHR entry point:
 
-    vocabs = {f: load_vocab(con, dataset, task, f) for f in required_features(name, task)}
-    bundle = build_ehr_model(name, task, vocabs, load_vocab(con, dataset, task, label_feature(task)))
+    task = get_task("drug_rec")          # a name is resolved once, where it enters; the Task travels
+    vocabs = {f: load_vocab(con, dataset, task.name, f) for f in required_features(name, task)}
+    bundle = build_ehr_model(name, task, vocabs, load_vocab(con, dataset, task.name, task.label_feature))
     items = bundle.encode(train_frame)   # rows of samples.<task> for the training patients
 """
 
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from medtx.models.checkpoint import load_weights, saved_model_config
-from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.ehr_data import LabelSpace
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
 from medtx.tasks import Task, get_task, tasks_of_family
@@ -73,10 +74,10 @@ class EHRModelBundle:
 
 @dataclass(frozen=True)
 class ModelContext:
-    """What a neural EHR model's `build` gets: the task, its training vocabularies and label space."""
+    """What a neural EHR model's `build` gets: the task (its record: features, kind, ...), its training
+    vocabularies and label space."""
 
-    task: str
-    spec: Task
+    task: Task
     vocabs: dict[str, Any]
     labels: LabelSpace
     overrides: dict[str, Any]  # the model's defaults for this task, then the caller's overrides
@@ -265,20 +266,13 @@ def get_spec(name: str, family: str = "ehr") -> ModelSpec:
     return known[name]
 
 
-def ehr_task_kind(task: str) -> str:
-    """The kind of an EHR task (from the task registry)."""
-    task_spec(task)  # an unknown or non-EHR task: an error naming the EHR tasks
-    return get_task(task).kind
-
-
 def model_names(family: str, kind: str | None = None) -> tuple[str, ...]:
     return tuple(s.name for s in specs(family) if kind is None or kind in s.kinds)
 
 
-def ehr_models_for(task: str, families: tuple[str, ...] = ("ehr", "ehr_baseline")) -> tuple[str, ...]:
+def ehr_models_for(task: Task, families: tuple[str, ...] = ("ehr", "ehr_baseline")) -> tuple[str, ...]:
     """The EHR models (neural, then baselines) that serve this task."""
-    task_spec(task)
-    return tuple(s.name for f in families for s in specs(f) if s.serves(get_task(task)))
+    return tuple(s.name for f in families for s in specs(f) if s.serves(task))
 
 
 def model_families(task: str) -> tuple[str, ...]:
@@ -323,24 +317,17 @@ def ehr_models_tasks(spec: ModelSpec) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------------------------- building
 
 
-def required_features(name: str, task: str) -> tuple[str, ...]:
+def required_features(name: str, task: Task) -> tuple[str, ...]:
     """The samples.vocab features (= sample columns) the model needs a vocabulary for (labels excluded)."""
     spec = _check(name, task)
-    return spec.source_features or task_spec(task).features
+    return spec.source_features or task.features
 
 
-def label_feature(task: str) -> str | None:
-    """The samples.vocab feature holding the task's label vocabulary (None: binary task)."""
-    task_spec(task)
-    return get_task(task).label_feature
-
-
-def _check(name: str, task: str) -> ModelSpec:
+def _check(name: str, task: Task) -> ModelSpec:
     spec = get_spec(name, "ehr")
     tasks = ehr_models_tasks(spec)
-    task_spec(task)
-    if task not in tasks:
-        raise ValueError(f"model {name!r} does not support task {task!r} (supports {list(tasks)})")
+    if task.name not in tasks:
+        raise ValueError(f"model {name!r} does not support task {task.name!r} (supports {list(tasks)})")
     return spec
 
 
@@ -376,7 +363,7 @@ def chunked_init(model: nn.Module, collate: Callable[[list[dict]], dict]
     return init
 
 
-def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any,
+def build_ehr_model(name: str, task: Task, vocabs: dict[str, Any], label_vocab: Any,
                     overrides: dict | None = None) -> EHRModelBundle:
     """Model + codec for (model name, task) on these training vocabularies; `overrides` set config fields.
 
@@ -384,13 +371,12 @@ def build_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: A
     `label_vocab` is the task's label vocabulary (ignored for a binary task).
     """
     spec = _check(name, task)
-    task_info = task_spec(task)
-    labels = LabelSpace.from_vocab(label_vocab, task_info.binary, task_info.label_name)
-    merged = {**model_defaults(name, task, ehr_task_kind(task)), **(overrides or {})}
-    return spec.build(ModelContext(task, task_info, vocabs, labels, merged))
+    labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
+    merged = {**model_defaults(name, task.name, task.kind), **(overrides or {})}
+    return spec.build(ModelContext(task, vocabs, labels, merged))
 
 
-def load_ehr_model(name: str, task: str, vocabs: dict[str, Any], label_vocab: Any, folder: Path,
+def load_ehr_model(name: str, task: Task, vocabs: dict[str, Any], label_vocab: Any, folder: Path,
                    device: str = "cpu") -> EHRModelBundle:
     """Rebuild a bundle from a checkpoint folder (config.json + model.safetensors) written by the trainer.
 

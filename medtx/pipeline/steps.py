@@ -107,14 +107,15 @@ def run_train(
 
     p, db = spec["params"], Path(paths["db"])
     try:
-        if get_task(spec["task"]).family != "ehr":  # text runner (notes, FAQ)
+        task = get_task(spec["task"])  # the step's task name, resolved once: the Task travels from here
+        if task.family != "ehr":  # text runner (notes, FAQ)
             overrides = {"device": device, **p["overrides"]}
             run_id = run_text_experiment(db, spec["task"], p["model"], p["seed"], overrides,
                                          dataset=spec["dataset"], pipeline_run_id=pipeline_run_id,
                                          models_dir=Path(paths["models_dir"]))
         else:
             options = ExperimentOptions(models_dir=Path(paths["models_dir"]), pipeline_run_id=pipeline_run_id)
-            run_id = run_ehr_experiment(db, spec["dataset"], spec["task"], p["model"], p["seed"], p["overrides"],
+            run_id = run_ehr_experiment(db, spec["dataset"], task, p["model"], p["seed"], p["overrides"],
                                         device=device, options=options)
     except Exception as exc:
         record_failure(db, spec, pipeline_run_id, device, exc)

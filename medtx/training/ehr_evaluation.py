@@ -31,9 +31,9 @@ from medtx.metrics.multilabel import (
 )
 from medtx.models import frames
 from medtx.models.baselines import label_matrix
-from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.ehr_data import LabelSpace
 from medtx.models.frames import Frame
-from medtx.tasks import get_task
+from medtx.tasks import Task
 from medtx.training.results import RunResults
 
 log = logging.getLogger("medtx.training")
@@ -64,33 +64,33 @@ class Outcome:
 
 
 
-def validation_score(task: str):
+def validation_score(task: Task):
     """score(y_true, y_prob) for the trainer's per-epoch validation (threshold-free monitor + 0.5 set metrics)."""
     def score(y_true: np.ndarray, y_prob: np.ndarray) -> dict[str, float]:
-        if task_spec(task).binary:
+        if task.binary:
             return binary_metrics(y_true[:, 0], y_prob[:, 0])
         rows = per_visit_metrics(y_true, y_prob, 0.5)
         return {k: visit_average(rows[k]) for k in ("pr_auc_samples", "jaccard_samples", "f1_samples")}
     return score
 
 
-def choose_threshold(task: str, y_val: np.ndarray, p_val: np.ndarray, fixed_by_model: float | None,
+def choose_threshold(task: Task, y_val: np.ndarray, p_val: np.ndarray, fixed_by_model: float | None,
                      fixed_by_user: float | None) -> tuple[float, str]:
     """(threshold, source): the user's, else the model's own rule, else tuned on validation."""
     if fixed_by_user is not None:
         return fixed_by_user, "fixed"
     if fixed_by_model is not None:
         return fixed_by_model, "model_rule"
-    if task_spec(task).binary:
+    if task.binary:
         return 0.5, "fixed"  # readmission metrics are threshold-free
-    threshold, _ = tune_threshold(y_val, p_val, get_task(task).tune_metric)
+    threshold, _ = tune_threshold(y_val, p_val, task.tune_metric)
     return threshold, "tuned_on_val"
 
 
-def multilabel_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float, task: str,
+def multilabel_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float, task: Task,
                             ddi: np.ndarray | None, n_boot: int, seed: int) -> list[tuple]:
     """(metric, averaging, mean, sd, n_boot) rows: bootstrap over test patients of per-visit values."""
-    rows = per_visit_metrics(y, p, threshold, get_task(task).recall_ks)
+    rows = per_visit_metrics(y, p, threshold, task.recall_ks)
     if ddi is not None:
         rows["_ddi_pred"], rows["_pairs_pred"] = ddi_pair_counts(p >= threshold, ddi)
         rows["_ddi_true"], rows["_pairs_true"] = ddi_pair_counts(y >= 0.5, ddi)
@@ -121,11 +121,11 @@ def binary_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, n_bo
     return rows
 
 
-def point_metrics(task: str, y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float) -> list[tuple]:
+def point_metrics(task: Task, y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float) -> list[tuple]:
     """Validation figures (no bootstrap): same names as test, sd NULL."""
-    if task_spec(task).binary:
+    if task.binary:
         return [(k, "none", v, None, None) for k, v in binary_metrics(y[:, 0], p[:, 0]).items()]
-    rows = per_visit_metrics(y, p, threshold, get_task(task).recall_ks)
+    rows = per_visit_metrics(y, p, threshold, task.recall_ks)
     out = [(k, "visit", visit_average(v), None, None) for k, v in rows.items()]
     out += [(k, "patient", patient_average(rows[k], patients), None, None) for k in AVERAGED if k in rows]
     return out
@@ -188,7 +188,7 @@ def showcase_items(items: list[dict], n: int, max_tokens: int) -> list[dict]:
     return (fitting + rest)[:n]
 
 
-def evaluate(task: str, model: str, seed: int, parts: dict[str, Frame], labels: LabelSpace,
+def evaluate(task: Task, model: str, seed: int, parts: dict[str, Frame], labels: LabelSpace,
              ddi_pairs: list, outcome: Outcome, n_boot: int, threshold: float | None, seconds: float
              ) -> RunResults:
     """Threshold on validation, test metrics, per-label scores, predictions: the run's `RunResults`."""
@@ -206,7 +206,7 @@ def evaluate(task: str, model: str, seed: int, parts: dict[str, Frame], labels: 
         test_rows = binary_test_metrics(y_test, outcome.p_test, patients, n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test[:, 0])
     else:
-        ddi = ddi_matrix(ddi_pairs, labels.names) if "ref.ddi_atc3" in get_task(task).train_reads else None
+        ddi = ddi_matrix(ddi_pairs, labels.names) if "ref.ddi_atc3" in task.train_reads else None
         test_rows = multilabel_test_metrics(y_test, outcome.p_test, patients, threshold, task, ddi, n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test, multilabel=True, threshold=threshold)
     test_rows += [("n_samples", "none", float(len(y_test)), None, None),
@@ -217,7 +217,7 @@ def evaluate(task: str, model: str, seed: int, parts: dict[str, Frame], labels: 
               else f"true, predicted or top-{TOP_LABELS_KEPT} labels per sample"}
     val_rows = point_metrics(task, y_val, outcome.p_val, frames.numbers(parts["val"], "subject_id"), threshold)
     summary = {m: v for m, a, v, *_ in test_rows if a in ("visit", "none") and m in (*AVERAGED, "auroc", "ddi_rate")}
-    log.info("%s %s seed %d: %s", task, model, seed, ", ".join(f"{k}={v:.4f}" for k, v in summary.items()))
+    log.info("%s %s seed %d: %s", task.name, model, seed, ", ".join(f"{k}={v:.4f}" for k, v in summary.items()))
     return RunResults(
         metrics={"val": val_rows, "test": test_rows},
         label_metrics={} if labels.binary else

@@ -28,11 +28,11 @@ from medtx.metrics.bootstrap import N_BOOT
 from medtx.models import frames
 from medtx.models.baselines import build_baseline
 from medtx.models.registry import model_names
-from medtx.models.ehr_data import LabelSpace, task_spec
+from medtx.models.ehr_data import LabelSpace
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
 from medtx.samples.tokens import Vocab
-from medtx.tasks import get_task, tasks_of_family
+from medtx.tasks import Task, tasks_of_family
 from medtx.training.ehr_evaluation import (
     Outcome,
     evaluate,
@@ -98,74 +98,70 @@ def _where(table: pa.Table, **equal: Any) -> pa.Table:
     return table
 
 
-def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: str) -> dict[str, pa.Table]:
+def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: Task) -> dict[str, pa.Table]:
     """The task's sample rows with their stored patient split, per split, in (subject, hadm) order (the rows of
     `samples.<table>` whose subject has a `samples.splits` row for the task; a shared table's `task` column is
     filtered on and dropped)."""
-    spec = task_spec(task)
-    samples = _table(tables, f"samples.{spec.table}")
-    samples = _where(samples, dataset=dataset, **({"task": task} if spec.shared_table else {}))
-    if spec.shared_table and "task" in samples.column_names:
+    tname = task.name
+    samples = _table(tables, f"samples.{task.table}")
+    samples = _where(samples, dataset=dataset, **({"task": tname} if task.shared_table else {}))
+    if task.shared_table and "task" in samples.column_names:
         samples = samples.drop_columns(["task"])
-    splits = _where(_table(tables, "samples.splits"), dataset=dataset, task=task)
+    splits = _where(_table(tables, "samples.splits"), dataset=dataset, task=tname)
     subjects = splits.column("subject_id").combine_chunks()
     if len(pc.unique(subjects)) != len(subjects):
-        raise ValueError(f"dataset {dataset!r}, task {task!r}: samples.splits holds a patient twice")
+        raise ValueError(f"dataset {dataset!r}, task {tname!r}: samples.splits holds a patient twice")
     at = pc.index_in(samples.column("subject_id"), value_set=subjects.cast(samples.column("subject_id").type))
     keep = pc.is_valid(at)
     frame = samples.filter(keep).append_column(
         "split", pc.take(splits.column("split").combine_chunks(), pc.drop_null(at)))
     if frame.num_rows == 0:
-        why = "no samples.splits rows for it" if samples.num_rows else f"no samples.{spec.table} rows"
-        raise ValueError(f"dataset {dataset!r}, task {task!r}: nothing to train on ({why}); "
+        why = "no samples.splits rows for it" if samples.num_rows else f"no samples.{task.table} rows"
+        raise ValueError(f"dataset {dataset!r}, task {tname!r}: nothing to train on ({why}); "
                          f"run `medtx map-codes --dataset {dataset}` then "
-                         f"`medtx build-samples --task {task} --dataset {dataset}`")
+                         f"`medtx build-samples --task {tname} --dataset {dataset}`")
     frame = frame.sort_by([("subject_id", "ascending"), ("hadm_id", "ascending")])
     parts = {name: frames.where(frame, "split", name) for name in ("train", "val", "test")}
     for name, part in parts.items():
         if part.num_rows == 0:
-            raise ValueError(f"dataset {dataset!r}, task {task!r}: the {name} split is empty "
+            raise ValueError(f"dataset {dataset!r}, task {task.name!r}: the {name} split is empty "
                              f"({frame.num_rows} samples in all); use a larger cohort or other split fractions")
     return parts
 
 
-def vocab_from_table(vocab: pa.Table, dataset: str, task: str, feature: str) -> Vocab:
+def vocab_from_table(vocab: pa.Table, dataset: str, task: Task, feature: str) -> Vocab:
     """One stored vocabulary (rows of samples.vocab), in index order."""
-    rows = _where(vocab, dataset=dataset, task=task, feature=feature).sort_by("idx")
+    rows = _where(vocab, dataset=dataset, task=task.name, feature=feature).sort_by("idx")
     if rows.num_rows == 0:
-        raise LookupError(f"no vocabulary for dataset={dataset!r} task={task!r} feature={feature!r}: "
-                          f"run `medtx build-samples --task {task}` first")
+        raise LookupError(f"no vocabulary for dataset={dataset!r} task={task.name!r} feature={feature!r}: "
+                          f"run `medtx build-samples --task {task.name}` first")
     return Vocab(rows.column("token").to_pylist())
 
 
-def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: str, model: str) -> EhrSamples:
+def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: Task, model: str) -> EhrSamples:
     """The run's samples per split, vocabularies (those the model needs), DDI pairs (tasks that read them) and
     oracle rows (the oracle baseline), from the tables of its training step (see the module docstring). A task
     the leakage gate blocked, or never checked, is refused before any model is built (medtx.tasks.verdict.check_gate_rows: the step's
     samples.leakage_gate rows, one line naming task, dataset and first offending row)."""
-    from medtx.models.registry import (
-        ehr_neural_models,
-        label_feature,
-        required_features,
-    )
+    from medtx.models.registry import ehr_neural_models, required_features
     from medtx.tasks.verdict import check_gate_rows
 
     parts = split_samples(tables, dataset, task)  # no samples at all: "nothing to train on", with the commands
-    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task, dataset)  # before any model exists
+    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task.name, dataset)  # before any model exists
     vocab = _table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
-    label = label_feature(task)
+    label = task.label_feature
     label_vocab = vocab_from_table(vocab, dataset, task, label) if label else None
     ddi_pairs: list = []
-    if "ref.ddi_atc3" in get_task(task).train_reads:
+    if "ref.ddi_atc3" in task.train_reads:
         ddi = _table(tables, "ref.ddi_atc3")
         ddi_pairs = list(zip(ddi.column("atc3_a").to_pylist(), ddi.column("atc3_b").to_pylist(), strict=True))
     oracle_rows = None
     if model == "oracle":
-        name = f"{ORACLE_PREFIX}{task}"
+        name = f"{ORACLE_PREFIX}{task.name}"
         oracle_rows = _where(frames.arrow(tables[name]), dataset=dataset) if name in tables else pa.table({})
-    labels = LabelSpace.from_vocab(label_vocab, task_spec(task).binary, task_spec(task).label_name)
+    labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
     return EhrSamples(parts, vocabs, label_vocab, labels, ddi_pairs, oracle_rows)
 
 
@@ -190,16 +186,16 @@ def _split_overrides(overrides: dict[str, Any] | None) -> tuple[dict[str, Any], 
             {k: v for k, v in overrides.items() if k not in TRAIN_KEYS})
 
 
-def task_train_defaults(task: str, model: str) -> dict[str, Any]:
+def task_train_defaults(task: Task, model: str) -> dict[str, Any]:
     """The task's trainer defaults for the model (`Task.train_defaults`); a key TrainConfig lacks is an error."""
-    defaults = get_task(task).train_defaults_for(model)
+    defaults = task.train_defaults_for(model)
     unknown = sorted(set(defaults) - TRAIN_KEYS)
     if unknown:
-        raise ValueError(f"task {task!r}: train_defaults for {model!r} name {unknown}, which are no TrainConfig fields")
+        raise ValueError(f"task {task.name!r}: train_defaults for {model!r} name {unknown}, which are no TrainConfig fields")
     return defaults
 
 
-def _run_baseline(task: str, model: str, data: EhrSamples, overrides: dict[str, Any], seed: int = 0) -> Outcome:
+def _run_baseline(task: Task, model: str, data: EhrSamples, overrides: dict[str, Any], seed: int = 0) -> Outcome:
     parts = data.parts
     baseline = build_baseline(model, task, data.labels, data.oracle_rows, overrides, seed).fit(parts["train"],
                                                                                               parts["val"])
@@ -207,7 +203,7 @@ def _run_baseline(task: str, model: str, data: EhrSamples, overrides: dict[str, 
                    baseline.fixed_threshold, dict(baseline.config))
 
 
-def _run_neural(task: str, model: str, data: EhrSamples, cfg: TrainConfig, model_overrides: dict[str, Any],
+def _run_neural(task: Task, model: str, data: EhrSamples, cfg: TrainConfig, model_overrides: dict[str, Any],
                 opts: ExperimentOptions, out_dir: Path, on_epoch: OnEpoch) -> Outcome:
     from medtx.models.registry import (  # imported late to keep baselines light
         build_ehr_model,
@@ -260,21 +256,21 @@ def _write_vocab_files(folder: Path, vocabs: dict[str, Vocab], label_vocab: Voca
     (folder / "vocab.json").write_text(json.dumps(payload))
 
 
-def train_config(task: str, model: str, seed: int, overrides: dict[str, Any] | None, *, epochs: int | None = None,
+def train_config(task: Task, model: str, seed: int, overrides: dict[str, Any] | None, *, epochs: int | None = None,
                  device: str = "auto") -> tuple[TrainConfig, dict[str, Any]]:
     """(trainer config, model overrides): the task's monitor and trainer defaults < the run's overrides."""
-    ehr_tasks = tuple(t.name for t in tasks_of_family("ehr"))
-    if task not in ehr_tasks:
-        raise ValueError(f"unknown EHR task {task!r}; expected one of {ehr_tasks}")
+    if task.family != "ehr":
+        ehr_tasks = tuple(t.name for t in tasks_of_family("ehr"))
+        raise ValueError(f"unknown EHR task {task.name!r}; expected one of {ehr_tasks}")
     train_overrides, model_overrides = _split_overrides(overrides)
     if epochs is not None:
         train_overrides["epochs"] = epochs
-    cfg = TrainConfig(**{"monitor": get_task(task).monitor, "seed": seed, "device": device, **task_train_defaults(task, model),
+    cfg = TrainConfig(**{"monitor": task.monitor, "seed": seed, "device": device, **task_train_defaults(task, model),
                          **train_overrides})
     return cfg, model_overrides
 
 
-def train_ehr(task: str, model: str, seed: int, cfg: TrainConfig, model_overrides: dict[str, Any],
+def train_ehr(task: Task, model: str, seed: int, cfg: TrainConfig, model_overrides: dict[str, Any],
               opts: ExperimentOptions, data: EhrSamples, folder: Path, on_epoch: OnEpoch) -> RunResults:
     """Fit or train one model on the run's samples, predict validation and test, evaluate: its `RunResults`."""
     started = time.perf_counter()

@@ -19,11 +19,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from medtx.models.ehr_data import task_spec
 from medtx.samples.vocab import Vocab, load_vocab
 from medtx.store.db import quote_table
 from medtx.store.fingerprint import tables_fingerprint
-from medtx.tasks import get_task
+from medtx.tasks import Task
 from medtx.training import records
 from medtx.training.ehr_run import (  # noqa: F401  (re-exported: the EHR stage's API)
     TRAIN_KEYS,
@@ -54,48 +53,43 @@ def _scoped(con: duckdb.DuckDBPyConnection, table: str, **equal: Any) -> pa.Tabl
     return con.sql(f"SELECT * FROM {quote_table(table)} WHERE {where_sql}", params=list(used.values())).to_arrow_table()
 
 
-def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: str, model: str) -> dict[str, pa.Table]:
+def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, model: str) -> dict[str, pa.Table]:
     """The tables an EHR run reads, restricted to its dataset and task, read through one connection."""
-    spec = task_spec(task)
-    tables = {f"samples.{spec.table}": _scoped(con, f"samples.{spec.table}", dataset=dataset,
-                                               **({"task": task} if spec.shared_table else {})),
-              "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task),
-              "samples.vocab": _scoped(con, "samples.vocab", dataset=dataset, task=task),
+    name = task.name
+    tables = {f"samples.{task.table}": _scoped(con, f"samples.{task.table}", dataset=dataset,
+                                               **({"task": name} if task.shared_table else {})),
+              "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=name),
+              "samples.vocab": _scoped(con, "samples.vocab", dataset=dataset, task=name),
               # the leakage gate's record: a blocked task is refused before anything trains
-              "samples.leakage_gate": _scoped(con, "samples.leakage_gate", dataset=dataset, task=task)}
-    if "ref.ddi_atc3" in get_task(task).train_reads:
+              "samples.leakage_gate": _scoped(con, "samples.leakage_gate", dataset=dataset, task=name)}
+    if "ref.ddi_atc3" in task.train_reads:
         tables["ref.ddi_atc3"] = _scoped(con, "ref.ddi_atc3")
-    if model == "oracle" and oracle_exists(con, f"synth_oracle_{task}"):
-        tables[f"raw.synth_oracle_{task}"] = _scoped(con, f"raw.synth_oracle_{task}", dataset=dataset)
+    if model == "oracle" and oracle_exists(con, f"synth_oracle_{name}"):
+        tables[f"raw.synth_oracle_{name}"] = _scoped(con, f"raw.synth_oracle_{name}", dataset=dataset)
     return tables
 
 
-def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str) -> dict[str, pa.Table]:
+def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: Task) -> dict[str, pa.Table]:
     """The task's sample rows joined with the stored patient split, per split, in (subject, hadm) order."""
-    spec = task_spec(task)
-    tables = {f"samples.{spec.table}": _scoped(con, f"samples.{spec.table}", dataset=dataset,
-                                               **({"task": task} if spec.shared_table else {})),
-              "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task)}
+    tables = {f"samples.{task.table}": _scoped(con, f"samples.{task.table}", dataset=dataset,
+                                               **({"task": task.name} if task.shared_table else {})),
+              "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task.name)}
     return split_samples(tables, dataset, task)
 
 
-def load_task_vocabs(con: duckdb.DuckDBPyConnection, dataset: str, task: str, model: str
+def load_task_vocabs(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, model: str
                      ) -> tuple[dict[str, Vocab], Vocab | None]:
     """The training vocabularies a model needs (none for baselines) and the task's label vocabulary
     (None for the binary readmission task), from samples.vocab."""
-    from medtx.models.registry import (
-        ehr_neural_models,
-        label_feature,
-        required_features,
-    )
+    from medtx.models.registry import ehr_neural_models, required_features
 
     features = required_features(model, task) if model in ehr_neural_models() else ()
-    vocabs = {f: load_vocab(con, dataset, task, f) for f in features}
-    label = label_feature(task)
-    return vocabs, (load_vocab(con, dataset, task, label) if label else None)
+    vocabs = {f: load_vocab(con, dataset, task.name, f) for f in features}
+    label = task.label_feature
+    return vocabs, (load_vocab(con, dataset, task.name, label) if label else None)
 
 
-def load_ehr_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str, model: str) -> EhrSamples:
+def load_ehr_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, model: str) -> EhrSamples:
     """The run's samples per split, vocabularies, DDI pairs (tasks that read them) and oracle rows (oracle):
     the same rule as a worker's (`ehr_samples_from_tables`) on the same tables, read from the warehouse."""
     return ehr_samples_from_tables(warehouse_tables(con, dataset, task, model), dataset, task, model)
@@ -105,10 +99,11 @@ def load_ehr_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: str, mo
 
 
 def run_ehr_experiment(
-    db: Path | str, dataset: str, task: str, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
+    db: Path | str, dataset: str, task: Task, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
     *, epochs: int | None = None, device: str = "auto", options: ExperimentOptions | None = None,
 ) -> str:
-    """Train (or fit) and evaluate one model on one dataset/task; returns the ml.runs run id.
+    """Train (or fit) and evaluate one model on one dataset/task; returns the ml.runs run id. `task` is the
+    record itself (`medtx.tasks.get_task(name)` where a name comes in): it travels, never its name.
 
     The run is recorded as `running` first and ends `completed` or `failed` (error text kept, then re-raised).
     """
@@ -119,11 +114,11 @@ def run_ehr_experiment(
         return train_ehr(task, model, seed, cfg, model_overrides, opts, data, folder, on_epoch)
 
     plan = RunPlan(
-        task, model, dataset, seed,
+        task.name, model, dataset, seed,
         load=lambda con: load_ehr_samples(con, dataset, task, model),
         describe=lambda data: {"overrides": overrides or {}},
-        fingerprint=lambda con: tables_fingerprint(con, [f"samples.{task_spec(task).table}", "samples.splits"],
-                                                   {"dataset": dataset, "task": task}),
+        fingerprint=lambda con: tables_fingerprint(con, [f"samples.{task.table}", "samples.splits"],
+                                                   {"dataset": dataset, "task": task.name}),
         train=train, run_id=opts.run_id, pipeline_run_id=opts.pipeline_run_id, models_dir=opts.models_dir,
         device=str(resolve_device(device)),
     )
