@@ -31,10 +31,13 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results_text_render import SPECIALTY_MODELS, faq_table, readmission_table, specialty_table  # noqa: E402
 from medtx.store.db import connect, param_marks, quote_ident, quote_table  # noqa: E402
 from medtx.settings import BUNDLED_DATA  # noqa: E402
+from medtx.tasks import tasks_of_family  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 NOTES = Path(__file__).with_name("results_text_notes.md")  # how the recorded runs were made (CPU budget, configs)
-TEXT_TASKS = ("specialty", "faq")
+# the text tasks on a bundled corpus (MTSamples specialty, the FAQ), from the task registry; readmission_notes reads
+# an EHR dataset's notes and has its own database (READMISSION_TASKS)
+TEXT_TASKS = tuple(t.name for t in tasks_of_family("text") if t.dataset is not None)
 READMISSION_TASKS = ("readmission", "readmission_notes")
 FAQ_MODELS = (("retrieval", {}), ("retrieval", {"embedding": "minilm"}), ("seq2seq", {}))
 
@@ -52,7 +55,7 @@ def prepare(db: Path) -> None:
             "keywords FROM read_csv(?, header = true, all_varchar = false)", [src]
         )
         ctx = BuildContext(None, BUNDLED_DATA, seed=42, fractions=(0.7, 0.1, 0.2), min_count=1, k_folds=5)
-        for task in ("specialty", "faq"):
+        for task in TEXT_TASKS:
             get_task(task).build(con, ctx)
     finally:
         con.close()

@@ -303,7 +303,8 @@ def test_baseline_overrides_are_checked_against_the_config_their_model_file_regi
     LogRegConfig on logreg's registry entry; none registered: no overrides), checked like every model config:
     one line per bad key, naming what is allowed; medtx/pipeline/checks.py names no model."""
     from medtx.pipeline.checks import override_problems
+    from medtx.tasks import get_task
 
-    assert override_problems("readmission", model, overrides) == expected
+    assert override_problems(get_task("readmission"), model, overrides) == expected
     checks = (REPO / "medtx" / "pipeline" / "checks.py").read_text()
     assert not any(name in checks for name in ("logreg", "most_frequent", "copy_last", "oracle", "lightgbm"))

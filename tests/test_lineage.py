@@ -32,7 +32,7 @@ BASELINE_PREFERENCE = ("logreg", "most_frequent", "majority", "retrieval")
 
 def _baseline(task) -> str:
     """A baseline the registry says trains `task` (tests run over the registries, not over task names)."""
-    available = models_for(task.name)
+    available = models_for(task)
     return next(m for m in BASELINE_PREFERENCE if m in available)
 
 

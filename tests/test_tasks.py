@@ -92,13 +92,13 @@ def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
 
     ehr = {"most_frequent", "logreg", "oracle", "transformer", "transformer_rope", "behrt", "rnn", "gru", "lstm",
            "retain"}
-    assert set(models_for("drug_rec")) == ehr | {"copy_last", "seq2seq"}
-    assert set(models_for("next_visit")) == ehr | {"copy_last"}  # seq2seq: no separate diagnosis column
+    assert set(models_for(get_task("drug_rec"))) == ehr | {"copy_last", "seq2seq"}
+    assert set(models_for(get_task("next_visit"))) == ehr | {"copy_last"}  # seq2seq: no separate diagnosis column
     # copy_last and seq2seq serve no binary task; lightgbm serves binary tasks only
-    assert set(models_for("readmission")) == ehr | {"lightgbm"}
-    assert set(models_for("mortality")) == (ehr | {"lightgbm"}) - {"behrt"}  # the task's excluded_models
-    assert set(models_for("faq")) == {"retrieval", "seq2seq"}
-    assert "bert" in models_for("specialty") and "bert" not in models_for("drug_rec")
+    assert set(models_for(get_task("readmission"))) == ehr | {"lightgbm"}
+    assert set(models_for(get_task("mortality"))) == (ehr | {"lightgbm"}) - {"behrt"}  # the task's excluded_models
+    assert set(models_for(get_task("faq"))) == {"retrieval", "seq2seq"}
+    assert "bert" in models_for(get_task("specialty")) and "bert" not in models_for(get_task("drug_rec"))
     assert model_tasks()["retain"] == tuple(t.name for t in tasks_of_family("ehr"))
     assert "mortality" not in model_tasks()["behrt"] and model_tasks()["seq2seq"] == ("drug_rec",)
 
@@ -117,13 +117,13 @@ def test_per_task_model_defaults_come_from_the_task():
 
     fast = {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
             "n_heads": 1, "joint_sequence": True}
-    assert model_defaults("transformer", "drug_rec", "multilabel") == fast
+    assert model_defaults("transformer", get_task("drug_rec")) == fast
     # transformer_rope takes the transformer's per-task defaults (the task lists only "transformer")
-    assert model_defaults("transformer_rope", "drug_rec", "multilabel") == fast
-    assert model_defaults("behrt", "next_visit", "multilabel") == {"copy_recencies": (0,)}
-    assert model_defaults("behrt", "drug_rec", "multilabel") == {"copy_feature": "drugs_hist", "copy_recencies": (1,)}
-    assert model_defaults("transformer", "readmission", "binary") == {}
-    assert model_defaults("retain", "drug_rec", "multilabel") == {}
+    assert model_defaults("transformer_rope", get_task("drug_rec")) == fast
+    assert model_defaults("behrt", get_task("next_visit")) == {"copy_recencies": (0,)}
+    assert model_defaults("behrt", get_task("drug_rec")) == {"copy_feature": "drugs_hist", "copy_recencies": (1,)}
+    assert model_defaults("transformer", get_task("readmission")) == {}
+    assert model_defaults("retain", get_task("drug_rec")) == {}
 
 
 def test_per_task_trainer_defaults_come_from_the_task():

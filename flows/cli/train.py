@@ -23,7 +23,7 @@ from medtx.metrics.intervals import WITHHELD
 from medtx.pipeline.plan import train_step
 from medtx.pipeline.steps import train_here
 from medtx.settings import get_settings
-from medtx.tasks import get_task, names_of_family
+from medtx.tasks import Task, get_task, names_of_family
 from medtx.tasks.verdict import LeakageError
 
 _console = Console(stderr=True)
@@ -85,16 +85,17 @@ def _use_available_cores(requested: int | None) -> None:
     torch.set_num_threads(int(requested) if requested else threads_per_training(1))
 
 
-def _check_model(task: str, model: str) -> None:
+def _check_model(task: Task, model: str) -> None:
     """A model the registry does not offer for the task is an error naming those it does (before any run)."""
     from medtx.models.registry import models_for
     from medtx.pipeline.order import model_family
 
-    if not model_family(task, model):
-        raise ValueError(f"model {model!r} does not serve task {task!r}; models for it: {', '.join(models_for(task))}")
+    if not model_family(task.name, model):
+        raise ValueError(f"model {model!r} does not serve task {task.name!r}; "
+                         f"models for it: {', '.join(models_for(task))}")
 
 
-def _check_overrides(task: str, model: str, values: dict) -> None:
+def _check_overrides(task: Task, model: str, values: dict) -> None:
     """`--set` values go through the same checks as a pipeline config's overrides (unknown keys, types, bounds):
     the first problem is bad input, one line naming the key, exit 2 — before any run is recorded."""
     from medtx.pipeline.checks import override_problems, shown
@@ -135,9 +136,9 @@ def train(
     if epochs is not None:
         values["epochs"] = epochs
     try:
-        spec = get_task(task)
-        _check_model(task, model)
-        _check_overrides(task, model, values)
+        spec = get_task(task)  # the --task name, resolved once
+        _check_model(spec, model)
+        _check_overrides(spec, model, values)
         # a task on a fixed corpus (MTSamples, the FAQ) names it; any other reads a warehouse dataset
         dataset = (dataset or spec.dataset) if spec.dataset is not None else default_dataset(settings.db, dataset)
         step = train_step(task, dataset, model, overrides=values, seed=seed, device=device)

@@ -5,7 +5,8 @@ it), the task kinds it serves, its config dataclass, its defaults, and (neural E
 Adding a model is adding one file to medtx/models: `specs()` imports every module of the package once.
 
 Views: `ehr_neural_models()`, `model_tasks()` (neural EHR model -> tasks it serves), `model_names(family, kind)`,
-`model_defaults(model, task_name, task_kind)`. The neural EHR entry point:
+`model_defaults(model, task)`. A function here about a task takes its `Task` record, not its name. The neural EHR
+entry point:
 
     task = get_task("drug_rec")          # a name is resolved once, where it enters; the Task travels
     vocabs = {f: load_vocab(con, dataset, task.name, f) for f in required_features(name, task)}
@@ -30,7 +31,7 @@ from medtx.models.checkpoint import load_weights, saved_model_config
 from medtx.models.ehr_data import LabelSpace
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
-from medtx.tasks import Task, get_task, tasks_of_family
+from medtx.tasks import Task, tasks_of_family
 
 KINDS = ("multilabel", "binary", "multiclass", "generation")
 # Which runner trains the model, and how error messages name the family.
@@ -275,24 +276,22 @@ def ehr_models_for(task: Task, families: tuple[str, ...] = ("ehr", "ehr_baseline
     return tuple(s.name for f in families for s in specs(f) if s.serves(task))
 
 
-def model_families(task: str) -> tuple[str, ...]:
+def model_families(task: Task) -> tuple[str, ...]:
     """The model families that train a task (its family's, or the FAQ's for a generation task)."""
-    info = get_task(task)
-    return ("faq",) if info.kind == "generation" else TASK_FAMILY_MODELS[info.family]
+    return ("faq",) if task.kind == "generation" else TASK_FAMILY_MODELS[task.family]
 
 
-def models_for(task: str) -> tuple[str, ...]:
+def models_for(task: Task) -> tuple[str, ...]:
     """Every model (of any family that trains the task's family) that applies to the task."""
-    info = get_task(task)
-    return tuple(s.name for f in model_families(task) for s in specs(f) if s.serves(info))
+    return tuple(s.name for f in model_families(task) for s in specs(f) if s.serves(task))
 
 
-def model_defaults(model: str, task_name: str, task_kind: str, family: str = "ehr") -> dict[str, Any]:
+def model_defaults(model: str, task: Task, family: str = "ehr") -> dict[str, Any]:
     """A model's config defaults for a task: the model's for every task < for the task's kind < the task's
     own for this model (`Task.defaults_for`, the one home of per-task defaults)."""
     spec = get_spec(model, family)
-    task_own = get_task(task_name).defaults_for(spec.task_defaults_of or spec.name)
-    return {**spec.defaults, **spec.kind_defaults.get(task_kind, {}), **task_own}
+    task_own = task.defaults_for(spec.task_defaults_of or spec.name)
+    return {**spec.defaults, **spec.kind_defaults.get(task.kind, {}), **task_own}
 
 
 def reference_models() -> tuple[str, ...]:
@@ -372,7 +371,7 @@ def build_ehr_model(name: str, task: Task, vocabs: dict[str, Any], label_vocab: 
     """
     spec = _check(name, task)
     labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
-    merged = {**model_defaults(name, task.name, task.kind), **(overrides or {})}
+    merged = {**model_defaults(name, task), **(overrides or {})}
     return spec.build(ModelContext(task, vocabs, labels, merged))
 
 

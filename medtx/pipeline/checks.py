@@ -19,7 +19,11 @@ import annotated_types
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-def models_for(task: str) -> tuple[str, ...]:
+if typing.TYPE_CHECKING:
+    from medtx.tasks import Task
+
+
+def models_for(task: Task) -> tuple[str, ...]:
     """The model names a task accepts (baselines first): a view of the model and task registries."""
     from medtx.models.registry import model_names
     from medtx.models.registry import models_for as registry_models_for
@@ -35,23 +39,21 @@ def _settable(cls: type) -> list[str]:
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
 
 
-def config_classes(task: str, model: str) -> list[tuple[type, dict[str, Any]]]:
+def config_classes(task: Task, model: str) -> list[tuple[type, dict[str, Any]]]:
     """(config dataclass, its defaults for this task) for each config a (task, model) run's overrides go to:
     the model's registered config and the trainer's for neural EHR models, the baseline's registered config (none
     for a baseline that registers none: it takes no overrides), else the family's run config."""
     from medtx.models.registry import model_defaults, specs
-    from medtx.tasks import get_task
 
-    info = get_task(task)
-    spec = next((s for s in specs() if s.name == model and s.serves(info)), None)
+    spec = next((s for s in specs() if s.name == model and s.serves(task)), None)
     if spec is None:
         return []
     if spec.family == "ehr_baseline":
-        return [(spec.config, model_defaults(model, task, info.kind, spec.family))] if spec.config else []
+        return [(spec.config, model_defaults(model, task, spec.family))] if spec.config else []
     if spec.family == "ehr":
         from medtx.training.trainer import TrainConfig
 
-        return [(spec.config, model_defaults(model, task, info.kind)), (TrainConfig, info.train_defaults_for(model))]
+        return [(spec.config, model_defaults(model, task)), (TrainConfig, task.train_defaults_for(model))]
     # text and FAQ runs take their overrides on the family's run config (which holds the model's settings)
     if spec.family == "faq":
         from medtx.text.faq import FAQConfig
@@ -59,7 +61,7 @@ def config_classes(task: str, model: str) -> list[tuple[type, dict[str, Any]]]:
         return [(FAQConfig, {})]
     from medtx.text.base import TextConfig
 
-    return [(TextConfig, model_defaults(model, task, info.kind, spec.family))]
+    return [(TextConfig, model_defaults(model, task, spec.family))]
 
 
 @functools.cache
@@ -101,7 +103,7 @@ def dataclass_problems(cls: type, defaults: dict[str, Any], overrides: dict[str,
     return []
 
 
-def override_problems(task: str, model: str, overrides: dict[str, Any]) -> list[tuple[str, Any, str]]:
+def override_problems(task: Task, model: str, overrides: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """(override key, value, problem) for one model spec: keys that are no setting of the model, and values
     outside what the model's (and the trainer's) config dataclass allows."""
     classes = config_classes(task, model)
@@ -117,15 +119,18 @@ def override_problems(task: str, model: str, overrides: dict[str, Any]) -> list[
 
 def model_problems(cfg: Any) -> list[tuple[str, Any, str]]:
     """(key path, value, problem) for every model spec of the config."""
+    from medtx.tasks import get_task
+
     out: list[tuple[str, Any, str]] = []
     for task, tc in cfg.tasks.items():
-        allowed = models_for(task)
+        record = get_task(task)  # the config's task name, resolved once
+        allowed = models_for(record)
         for i, spec in enumerate(tc.models):
             where = f"tasks.{task}.models[{i}]"
             if spec.model not in allowed:
                 out.append((f"{where}.model", spec.model, f"unknown for task {task}; allowed: {', '.join(allowed)}"))
                 continue
-            for key, value, why in override_problems(task, spec.model, spec.overrides):
+            for key, value, why in override_problems(record, spec.model, spec.overrides):
                 out.append((f"{where}.overrides{'.' + key if key else ''}", value, why))
     return out
 

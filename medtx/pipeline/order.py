@@ -69,5 +69,5 @@ def model_family(task_name: str, model: str) -> str:
     from medtx.models.registry import model_families, specs
     from medtx.tasks import get_task
 
-    task = get_task(task_name)
-    return next((f for f in model_families(task_name) for s in specs(f) if s.name == model and s.serves(task)), "")
+    task = get_task(task_name)  # a step's task name, resolved once
+    return next((f for f in model_families(task) for s in specs(f) if s.name == model and s.serves(task)), "")

@@ -57,8 +57,8 @@ def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: st
     family = "text" if model in model_names("text") else "text_baseline"  # unknown: an error naming the known
     # the model's registered defaults, then the task's own for it (readmission notes: ClinicalBERT pooling)
     # no task: the first text classification task's (the registry's order)
-    task = task or next(t.name for t in all_tasks() if t.classifies_text)
-    values = {**model_defaults(model, task, get_task(task).kind, family), **overrides}
+    record = get_task(task) if task else next(t for t in all_tasks() if t.classifies_text)
+    values = {**model_defaults(model, record, family), **overrides}
     return TextConfig(**values)
 
 
