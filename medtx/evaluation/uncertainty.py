@@ -87,8 +87,9 @@ def _multilabel_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tup
 
 def _binary_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
     y, p = d.arrays["y"], d.arrays["p"]
-    return {("auroc", "none"): iv.binary_auroc_stat(y, p, inverse), ("auprc", "none"): iv.binary_ap_stat(y, p, inverse),
-            ("rp80", "none"): iv.binary_rp_stat(y, p, inverse),
+    ranking = iv.binary_ranking(y, p, inverse)  # one pass over the resamples serves all three ranking metrics
+    return {("auroc", "none"): lambda c: ranking(c)["auroc"], ("auprc", "none"): lambda c: ranking(c)["auprc"],
+            ("rp80", "none"): lambda c: ranking(c)["rp80"],
             ("brier", "none"): iv.mean_stat((p - y) ** 2, inverse, n_units),
             ("ece", "none"): iv.ece_stat(y, p, inverse, n_units),
             ("positive_rate", "none"): iv.mean_stat(y.astype(np.float64), inverse, n_units)}

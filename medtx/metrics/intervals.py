@@ -66,8 +66,10 @@ def _unit_sums(values: np.ndarray, inverse: np.ndarray, n_units: int) -> np.ndar
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    """num / den where den > 0, else NaN (one division pass, written into a NaN-filled array)."""
+    num, den = np.asarray(num), np.asarray(den)
+    out = np.full(np.broadcast_shapes(num.shape, den.shape), np.nan)
+    return np.divide(num, den, out=out, where=den > 0)
 
 
 def mean_stat(values: np.ndarray, inverse: np.ndarray, n_units: int, averaging: str = "visit") -> Stat:
@@ -105,59 +107,102 @@ def _tie_groups(scores: np.ndarray, descending: bool) -> tuple[np.ndarray, np.nd
     return order, starts
 
 
-def _group_weights(counts: np.ndarray, inverse: np.ndarray, order: np.ndarray, starts: np.ndarray,
-                   mask: np.ndarray) -> np.ndarray:
-    """(n_boot, n_groups) summed sample weights of the masked samples per tie group."""
-    w = counts[:, inverse[order]] * mask[order]
-    return np.add.reduceat(w, starts, axis=1)
+def _tie_weights(counts: np.ndarray, inverse: np.ndarray, order: np.ndarray, starts: np.ndarray,
+                 y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positive, negative, all) weights per tie group, (n_boot, n_groups) each, from ONE gather of the counts.
+    Draw counts are whole numbers, so every sum here is exact whatever its order (they stay below 2**53)."""
+    w = counts[:, inverse[order]]
+    pos = w * y[order]
+    if len(starts) < len(order):  # ties: sum each group (no ties: the groups are the samples themselves)
+        pos, w = np.add.reduceat(pos, starts, axis=1), np.add.reduceat(w, starts, axis=1)
+    return pos, w - pos, w
+
+
+def _auroc(pos: np.ndarray, neg: np.ndarray, descending: bool) -> np.ndarray:
+    """Mann-Whitney AUROC (ties 1/2) from per-tie-group weights in ascending or descending score order. Each
+    term pos * (negatives below + neg / 2) is a multiple of 1/2 and so is every partial sum: the result does not
+    depend on the order the groups come in."""
+    cum = np.cumsum(neg, axis=1)
+    below = (cum[:, -1:] - cum) if descending else (cum - neg)
+    below += 0.5 * neg
+    num = (pos * below).sum(axis=1)
+    return _ratio(num, pos.sum(axis=1) * neg.sum(axis=1))
+
+
+def _share(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den where den > 0, else 0 (= np.nan_to_num of `_ratio` for finite inputs)."""
+    return np.divide(num, den, out=np.zeros(np.broadcast_shapes(num.shape, den.shape)), where=den > 0)
+
+
+def _precision_recall(tp: np.ndarray, allw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(precision, recall, total positives) at each threshold, 0 where undefined, from per-tie-group weights in
+    DESCENDING score order."""
+    cum_tp = np.cumsum(tp, axis=1)
+    total = cum_tp[:, -1:]
+    return _share(cum_tp, np.cumsum(allw, axis=1)), _share(cum_tp, total), total[:, 0]
+
+
+def _average_precision(tp: np.ndarray, precision: np.ndarray, total: np.ndarray, neg_total: np.ndarray
+                       ) -> np.ndarray:
+    ap = (tp * precision).sum(axis=1)
+    return np.where((total > 0) & (neg_total > 0), _ratio(ap, total), np.nan)
+
+
+def _recall_at_precision(precision: np.ndarray, recall: np.ndarray, total: np.ndarray,
+                         min_precision: float) -> np.ndarray:
+    best = np.where(precision >= min_precision, recall, 0.0).max(axis=1)
+    return np.where(total > 0, best, np.nan)
+
+
+RankingStats = Callable[[np.ndarray], dict[str, np.ndarray]]
+
+
+def binary_ranking(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray, min_precision: float = 0.8
+                   ) -> RankingStats:
+    """AUROC, AUPRC and RP80 of one binary run from ONE pass over the resamples: counts -> {"auroc", "auprc",
+    "rp80": values per row}. The samples are sorted once, by descending score; one gather of the counts gives the
+    positive and negative weight of every tie group, which all three read (AUROC's sums are exact, so it needs no
+    ascending order of its own; with NaN scores, which sort last both ways, it takes one). The answer for the last
+    count matrix of more than one row is kept, by identity (the three Stats ask about the same matrix in turn; a
+    count matrix is never written to once drawn)."""
+    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
+    order, starts = _tie_groups(scores, descending=True)
+    ascending = _tie_groups(scores, descending=False) if np.isnan(scores).any() else None
+    memo: dict = {}
+
+    def stats(counts: np.ndarray) -> dict[str, np.ndarray]:
+        if memo.get("counts") is counts:
+            return memo["values"]
+        tp, neg, allw = _tie_weights(counts, inverse, order, starts, y)
+        auroc = _auroc(tp, neg, descending=True) if ascending is None else \
+            _auroc(*_tie_weights(counts, inverse, *ascending, y)[:2], descending=False)
+        neg_total = neg.sum(axis=1)
+        del neg
+        precision, recall, total = _precision_recall(tp, allw)
+        out = {"auroc": auroc, "auprc": _average_precision(tp, precision, total, neg_total),
+               "rp80": _recall_at_precision(precision, recall, total, min_precision)}
+        if counts.shape[0] > 1:  # a point estimate (one row of ones) is cheap and must not evict the resamples
+            memo.update(counts=counts, values=out)
+        return out
+    return stats
 
 
 def binary_auroc_stat(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray) -> Stat:
     """Weighted Mann-Whitney AUROC (ties count 1/2) = sklearn `roc_auc_score` with the draw counts as weights."""
-    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
-    order, starts = _tie_groups(scores, descending=False)
-
-    def stat(counts: np.ndarray) -> np.ndarray:
-        pos = _group_weights(counts, inverse, order, starts, y)
-        neg = _group_weights(counts, inverse, order, starts, ~y)
-        below = np.cumsum(neg, axis=1) - neg
-        num = (pos * (below + 0.5 * neg)).sum(axis=1)
-        return _ratio(num, pos.sum(axis=1) * neg.sum(axis=1))
-    return stat
-
-
-def _precision_recall(counts, y, inverse, order, starts):
-    tp = _group_weights(counts, inverse, order, starts, y)
-    allw = _group_weights(counts, inverse, order, starts, np.ones_like(y))
-    cum_tp, cum_all = np.cumsum(tp, axis=1), np.cumsum(allw, axis=1)
-    total = cum_tp[:, -1:]
-    return tp, _ratio(cum_tp, cum_all), _ratio(cum_tp, total), total[:, 0]
+    ranking = binary_ranking(y, scores, inverse)
+    return lambda counts: ranking(counts)["auroc"]
 
 
 def binary_ap_stat(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray) -> Stat:
     """Weighted average precision (sklearn `average_precision_score`: sum over thresholds of dR * P)."""
-    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
-    order, starts = _tie_groups(scores, descending=True)
-
-    def stat(counts: np.ndarray) -> np.ndarray:
-        tp, precision, _, total = _precision_recall(counts, y, inverse, order, starts)
-        ap = (tp * np.nan_to_num(precision)).sum(axis=1)
-        neg = counts[:, inverse] @ (~y).astype(np.float64)
-        return np.where((total > 0) & (neg > 0), _ratio(ap, total), np.nan)
-    return stat
+    ranking = binary_ranking(y, scores, inverse)
+    return lambda counts: ranking(counts)["auprc"]
 
 
 def binary_rp_stat(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray, min_precision: float = 0.8) -> Stat:
     """Highest recall at any threshold with precision >= `min_precision` (RP80), weighted."""
-    y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
-    order, starts = _tie_groups(scores, descending=True)
-
-    def stat(counts: np.ndarray) -> np.ndarray:
-        _, precision, recall, total = _precision_recall(counts, y, inverse, order, starts)
-        ok = np.nan_to_num(precision) >= min_precision
-        best = np.where(ok, np.nan_to_num(recall), 0.0).max(axis=1)
-        return np.where(total > 0, best, np.nan)
-    return stat
+    ranking = binary_ranking(y, scores, inverse, min_precision)
+    return lambda counts: ranking(counts)["rp80"]
 
 
 def ece_stat(y: np.ndarray, prob: np.ndarray, inverse: np.ndarray, n_units: int, n_bins: int = ECE_BINS) -> Stat:
