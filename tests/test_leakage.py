@@ -105,7 +105,7 @@ def test_a_builder_that_reads_discharge_codes_is_blocked_and_training_refused(le
     assert result.message.startswith(f"leakage gate BLOCKED mortality/{DATASET}: (b) ")
     assert "\n" not in result.message and "sample hadm_id" in result.message and "known only at" in result.message
     with pytest.raises(LeakageError, match=f"^leakage gate BLOCKED mortality/{DATASET}"):
-        require_pass(leaky, "mortality", DATASET)
+        require_pass(leaky, get_task("mortality"), DATASET)
     # the real training entry point refuses before fitting anything, and records the run as failed
     from medtx.training.experiment import run_ehr_experiment
 
@@ -148,7 +148,7 @@ def test_the_shortcut_audit_names_the_planted_code_and_an_acknowledgement_clears
     flagged = {s.name: s.value for s in result.shortcuts}
     assert f"conditions:{LEAK_CODE}" in flagged and flagged[f"conditions:{LEAK_CODE}"] >= 0.95
     assert f"conditions:{LEAK_CODE}" in result.message
-    assert require_pass(leaky, "mortality", DATASET) == "suspect"  # suspect trains, marked on the dashboard
+    assert require_pass(leaky, get_task("mortality"), DATASET) == "suspect"  # suspect trains, marked on the dashboard
     stored = leaky.execute("SELECT token, acknowledged FROM samples.leakage_shortcuts WHERE dataset = ? "
                            "AND task = 'mortality'", [DATASET]).fetchall()
     assert (LEAK_CODE, False) in stored
@@ -169,19 +169,19 @@ def test_a_patient_in_two_splits_is_refused(leaky):
                       "AND split <> ?", [DATASET, split_a]).fetchall()[0][0]
     leaky.execute("UPDATE samples.readmission SET subject_id = ? WHERE dataset = ? AND hadm_id = ?",
                   [b, DATASET, hadm])
-    assert require_pass(leaky, "readmission", DATASET) == "pass"  # the record predates the change
+    assert require_pass(leaky, get_task("readmission"), DATASET) == "pass"  # the record predates the change
     result = run_gate(leaky, get_task("readmission"), DATASET)
     assert result.status == "blocked" and result.split_overlap == 1
     assert f"(a) 1 patient(s) in more than one split; first: patient {a} (raw.admissions) has samples in splits" \
         in result.message
     with pytest.raises(LeakageError, match=f"BLOCKED readmission/{DATASET}"):
-        require_pass(leaky, "readmission", DATASET)
+        require_pass(leaky, get_task("readmission"), DATASET)
 
 
 def test_training_without_a_gate_record_is_refused(leaky):
     leaky.execute("DELETE FROM samples.leakage_gate WHERE task = 'mortality'")
     with pytest.raises(LeakageError, match=r"no record for task 'mortality' on dataset 'synth_1000'; rebuild"):
-        require_pass(leaky, "mortality", DATASET)
+        require_pass(leaky, get_task("mortality"), DATASET)
 
 
 # ------------------------------------------------------------------------------------------ the clock

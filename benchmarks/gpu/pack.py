@@ -92,10 +92,11 @@ def export_packages(db: Path, dataset: str, tasks: tuple[str, ...], out: Path) -
     """One training package per task under `out/packages/<task>/` (the pipeline's reads and scope, no oracle)."""
     from medtx.pipeline.exchange import export_training_package
     from medtx.pipeline.plan import train_step
+    from medtx.tasks import get_task
 
     done = {}
     for task in tasks:
-        step = train_step(task, dataset, "gru")
+        step = train_step(get_task(task), dataset, "gru")
         reads = tuple(t for t in step.reads if not t.startswith("raw.synth_oracle_"))
         package = export_training_package(db, reads, step.scope, out, task)
         manifest = json.loads((package / "manifest.json").read_text())

@@ -180,8 +180,8 @@ def _task_datasets(cfg: PipelineConfig, task: Task) -> list[str]:
     return [task.dataset] if task.dataset is not None else [d.key for d in cfg.datasets_for(task.name)]
 
 
-def _sample_step_name(task: str, dataset: str) -> str:
-    builder = get_task(get_task(task).samples_task)
+def _sample_step_name(builder: Task, dataset: str) -> str:
+    """The samples step of a building task (`get_task(task.samples_task)`) on a dataset."""
     return f"samples.{builder.name}" if builder.dataset is not None else f"samples.{builder.name}.{dataset}"
 
 
@@ -190,9 +190,10 @@ def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> li
     steps: dict[str, Step] = {}
     seed = cfg.seeds[0]  # the split seed: every model of a task sees the same split
     for name, tc in cfg.tasks.items():
-        builder = get_task(get_task(name).samples_task)
-        for dataset in _task_datasets(cfg, get_task(name)):
-            step_name = _sample_step_name(name, dataset)
+        task = get_task(name)  # the config's task name, resolved once
+        builder = get_task(task.samples_task)
+        for dataset in _task_datasets(cfg, task):
+            step_name = _sample_step_name(builder, dataset)
             if step_name in steps:
                 continue  # tasks sharing a builder (readmission, readmission_notes) share one sample step
             mapped = any(t.startswith("core.") for t in builder.reads)
@@ -214,12 +215,12 @@ def _runs_on(spec: ModelEntry, dataset: str, cfg: PipelineConfig) -> bool:
     return True
 
 
-def train_step(task_name: str, dataset: str, model: str, *, label: str | None = None,
+def train_step(task: Task, dataset: str, model: str, *, label: str | None = None,
                overrides: dict[str, Any] | None = None, seed: int = 0, device: str = "cpu") -> Step:
     """The step that trains `model` on (task, dataset) with one seed: what the pipeline plans and what
-    `medtx train` runs (same reads, so the same training package)."""
-    task = get_task(task_name)
-    sample_step = _sample_step_name(task_name, dataset)
+    `medtx train` runs (same reads, so the same training package). The step records the task's name."""
+    task_name = task.name
+    sample_step = _sample_step_name(get_task(task.samples_task), dataset)
     return Step(
         f"train.{task_name}.{dataset}.{label or model}.s{seed}",
         "train",
@@ -247,7 +248,7 @@ def _train_steps(cfg: PipelineConfig) -> list[Step]:
             if not _runs_on(spec, dataset, cfg):
                 continue
             for seed in spec.seeds or cfg.seeds:
-                steps.append(train_step(name, dataset, spec.model, label=spec.label, overrides=spec.overrides,
+                steps.append(train_step(task, dataset, spec.model, label=spec.label, overrides=spec.overrides,
                                         seed=seed, device=next(devices)))
     return steps
 

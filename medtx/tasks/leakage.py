@@ -281,14 +281,14 @@ def acknowledged_for(config: Mapping | None, task: str) -> tuple[str, ...]:
     return tuple(str(e) for e in (entries.get(task) or ()))
 
 
-def require_pass(con: duckdb.DuckDBPyConnection, task: str, dataset: str) -> str:
+def require_pass(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> str:
     """Refuse to train a task whose gate record is `blocked` or missing (LeakageError, one line); returns the
     recorded status ('pass' or 'suspect'). Tasks the gate does not cover return 'ungated'."""
     import duckdb
 
     try:
         rows = con.execute(f"SELECT dataset, task, status, message FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
-                           [dataset, task]).fetchall()
+                           [dataset, task.name]).fetchall()
     except duckdb.CatalogException:
         rows = []
     return check_gate_rows([dict(zip(("dataset", "task", "status", "message"), r, strict=True)) for r in rows],

@@ -22,18 +22,16 @@ def gated(task: Task) -> bool:
     return task.split_unit == "patient"
 
 
-def check_gate_rows(rows: Sequence[Mapping[str, Any]] | None, task: str, dataset: str) -> str:
+def check_gate_rows(rows: Sequence[Mapping[str, Any]] | None, task: Task, dataset: str) -> str:
     """Refuse (LeakageError, one line) a task whose gate record among `rows` (samples.leakage_gate rows) is
     `blocked` or missing; else return its status ('pass' or 'suspect'), or 'ungated' for a task the gate does
     not cover."""
-    from medtx.tasks import get_task
-
-    if not gated(get_task(task)):
+    if not gated(task):
         return "ungated"
-    mine = [r for r in rows or () if r["dataset"] == dataset and r["task"] == task]
+    mine = [r for r in rows or () if r["dataset"] == dataset and r["task"] == task.name]
     if not mine:
-        raise LeakageError(f"leakage gate: no record for task {task!r} on dataset {dataset!r}; rebuild its samples "
-                           f"(`medtx build-samples --task {get_task(task).samples_task} --dataset {dataset}`) so the "
+        raise LeakageError(f"leakage gate: no record for task {task.name!r} on dataset {dataset!r}; rebuild its "
+                           f"samples (`medtx build-samples --task {task.samples_task} --dataset {dataset}`) so the "
                            f"gate runs before any training")
     if mine[0]["status"] == "blocked":
         raise LeakageError(mine[0]["message"])

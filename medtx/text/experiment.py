@@ -121,7 +121,7 @@ def load_text_data(con, spec: Task, dataset: str, *, dedupe: bool = True) -> Tex
     column of the sample table, else by patient from samples.splits (the split of the task it trains on)."""
     from medtx.tasks.leakage import require_pass
 
-    require_pass(con, spec.name, dataset)  # a task split by patient trains only past the leakage gate
+    require_pass(con, spec, dataset)  # a task split by patient trains only past the leakage gate
     if spec.split_unit == "text_group":
         # ORDER BY: a parallel scan returns rows in any order, and the order feeds the tokenizer and batches.
         frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)} "

@@ -147,7 +147,7 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
     from medtx.tasks.verdict import check_gate_rows
 
     parts = split_samples(tables, dataset, task)  # no samples at all: "nothing to train on", with the commands
-    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task.name, dataset)  # before any model exists
+    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task, dataset)  # before any model exists
     vocab = _table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
