@@ -144,7 +144,8 @@ def register(app: Dash, snapshot: Path) -> None:
         runs = queries.leaderboard_runs(snapshot, task, dataset)
         metrics = queries.leaderboard_metrics(snapshot, task, dataset, averaging)
         sizes = queries.leaderboard_sizes(snapshot, task, dataset)
-        rows, metric_names = leaderboard_rows(runs, metrics, sizes, headline_metric(task))
+        headline = headline_metric(task)  # once per callback (was twice)
+        rows, metric_names = leaderboard_rows(runs, metrics, sizes, headline)
         if group:
             rows = ci.group_seeds(rows, [_field(m) for m in metric_names])
         note = (
@@ -160,7 +161,6 @@ def register(app: Dash, snapshot: Path) -> None:
         gate = ui.gate_alert(queries.leakage_gate(snapshot, task, dataset), id="lb-gate") \
             if gated(get_task(task)) else None
         alert = html.Div([a for a in (gate, small) if a is not None]) if gate or small else None
-        headline = headline_metric(task)
         reference = next((r["run_id"] for r in rows if r.get("verdict") == "reference"), None)
         forest = ui.graph(ci.forest_figure(metrics, runs, headline, reference), id="lb-forest-graph",
                           height=max(260, 28 * runs.height + 120)) if headline else None
