@@ -43,6 +43,7 @@ from medtx.pipeline.plan import Plan, Step, build_plan
 from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
 from medtx.runtime.train_processes import TrainingProcesses, call_in, training_processes
+from medtx.store.db import MEMORY_LIMIT_ENV
 from medtx.store.writer_lock import hold_writer
 
 log = logging.getLogger("medtx.pipeline")
@@ -160,6 +161,20 @@ def _training_pool(runner: RunnerConfig, width: int) -> Iterator[None]:
             yield
         finally:
             _TRAIN_POOL = None
+
+
+@contextmanager
+def _duckdb_memory_limit(runner: RunnerConfig) -> Iterator[None]:
+    """The config's `runner.duckdb_memory_limit` for every connection this run opens, in this process and in the
+    processes it starts (they inherit the environment); MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins."""
+    if MEMORY_LIMIT_ENV in os.environ or runner.duckdb_memory_limit == "auto":
+        yield
+        return
+    os.environ[MEMORY_LIMIT_ENV] = runner.duckdb_memory_limit
+    try:
+        yield
+    finally:
+        os.environ.pop(MEMORY_LIMIT_ENV, None)
 
 
 @task(name="train", task_run_name="{name}", **(_CACHED | dict(
@@ -287,7 +302,7 @@ def pipeline(
     run_id = str(flow_run.id or f"local-{time.time_ns()}")
     # One pipeline per warehouse: a second one refuses here, before it writes anything (re-entrant for the
     # CLI, which took the same holder file before starting Prefect).
-    with hold_writer(settings.db, "medtx pipeline", wait_s=0):
+    with hold_writer(settings.db, "medtx pipeline", wait_s=0), _duckdb_memory_limit(cfg.runner):
         try:
             # inside the try: a failure after the run's row exists (writing the plan) still closes the row
             executor.start(settings, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}, selected,

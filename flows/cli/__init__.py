@@ -71,10 +71,11 @@ class _PrefectHomeOnImport(importlib.abc.MetaPathFinder):
 def environment_problems() -> list[str]:
     """MEDTX_* settings read from the environment that cannot be used (checked before any command runs)."""
     from medtx.runtime.disk import min_free_mb
+    from medtx.store.db import duckdb_memory_limit
     from medtx.store.writer_lock import lock_wait_s
 
     problems = []
-    for check in (lock_wait_s, min_free_mb):
+    for check in (lock_wait_s, min_free_mb, duckdb_memory_limit):
         try:
             check()
         except ValueError as exc:

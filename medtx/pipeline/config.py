@@ -177,6 +177,22 @@ class RunnerConfig(_Strict):
     # trainings never oversubscribe the cores (OpenMP threads spin-waiting on each other: 22 s vs 96 s for the
     # same demo transformer under load); None: torch's own default (one per core, whatever runs beside it).
     torch_threads: int | Literal["auto"] | None = "auto"
+    # DuckDB's memory limit in every process of the run that opens a warehouse (medtx.store.db: its buffer pool
+    # and staged rows spill to disk beyond it). "auto" (default): 1/32 of the machine's memory, 1-8 GiB; or a size
+    # such as 2GiB or 1500MB (>= 256MiB). MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins over this key.
+    duckdb_memory_limit: str = "auto"
+
+    @field_validator("duckdb_memory_limit", mode="before")
+    @classmethod
+    def _memory_limit(cls, value: object) -> str:
+        from medtx.store.db import parse_memory_limit
+
+        value = str(value)
+        try:
+            parse_memory_limit(value, "duckdb_memory_limit")
+        except ValueError as exc:
+            raise ValueError(str(exc).split(": ", 1)[1]) from None  # the key path is added by the config's errors
+        return value
 
     @field_validator("train_concurrency", "torch_threads")
     @classmethod

@@ -6,6 +6,7 @@ Every write path goes through `transaction()` so a failure leaves the warehouse 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -21,6 +22,47 @@ from warehouse import migrations_dir
 log = logging.getLogger("medtx.store.db")
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+# DuckDB's memory limit in every process medtx opens a warehouse in (issue #35). DuckDB's own default is 80% of the
+# machine's memory per process: its buffer pool then keeps GBs of pages and staged rows (the ingest's TEMP tables)
+# in memory in each process before spilling to its temp folder. `auto`: 1/32 of the memory this process tree may
+# use (cgroup-capped), at least 1 GiB, at most 8 GiB (1 GiB on a 24 GiB machine). Set by MEDTX_DUCKDB_MEMORY_LIMIT,
+# or a pipeline config's `runner.duckdb_memory_limit`; a size such as 2GiB or 1500MB.
+MEMORY_LIMIT_ENV = "MEDTX_DUCKDB_MEMORY_LIMIT"
+MIN_MEMORY_LIMIT = 256 << 20
+AUTO_MEMORY_FRACTION, AUTO_MEMORY_FLOOR, AUTO_MEMORY_CEILING = 1 / 32, 1 << 30, 8 << 30
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def auto_memory_limit(memory: int | None = None) -> int:
+    """`auto`: 1/32 of `memory` (default: what this process tree may use), within [1 GiB, 8 GiB]."""
+    if memory is None:
+        from medtx.runtime.resources import available_memory
+
+        memory = available_memory()
+    return int(min(AUTO_MEMORY_CEILING, max(AUTO_MEMORY_FLOOR, memory * AUTO_MEMORY_FRACTION)))
+
+
+def parse_memory_limit(raw: object, name: str = MEMORY_LIMIT_ENV) -> int:
+    """Bytes of a DuckDB memory limit given as `auto` or a size (`2GiB`, `1500MB`, `1.5GB`); else ValueError,
+    one line naming `name` (the environment variable or config key it came from) and what is allowed."""
+    text = str(raw).strip()
+    if text.lower() == "auto":
+        return auto_memory_limit()
+    match = _SIZE.match(text)
+    value = int(float(match[1]) * _UNITS[match[2].lower()]) if match else 0
+    if value < MIN_MEMORY_LIMIT:
+        raise ValueError(f"{name}={raw!r}: not a DuckDB memory limit; allowed: auto (1/32 of the machine's memory, "
+                         "1-8 GiB) or a size of at least 256MiB such as 2GiB or 1500MB")
+    return value
+
+
+def duckdb_memory_limit() -> int:
+    """The memory limit, in bytes, of every DuckDB database medtx opens: MEDTX_DUCKDB_MEMORY_LIMIT, else `auto`."""
+    return parse_memory_limit(os.environ.get(MEMORY_LIMIT_ENV, "auto"))
 
 
 class WarehouseVersionError(RuntimeError):
@@ -139,6 +181,11 @@ def connect(
             except Exception:
                 con.close()
                 raise
+    try:  # per database instance: every connection of this process to the file shares it
+        con.execute(f"SET memory_limit = '{duckdb_memory_limit()}B'")
+    except Exception:
+        con.close()
+        raise
     con.execute("SET enable_progress_bar = false")
     return con
 
