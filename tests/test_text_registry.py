@@ -15,6 +15,7 @@ from sklearn.dummy import DummyClassifier
 from medtx.models import registry
 from medtx.models.bounds import Width
 from medtx.models.registry import ModelSpec, TextContext, merge_settings, register_model, specs
+from medtx.tasks import get_task
 from medtx.text.base import TextConfig, TextData, TextReportConfig, TextTrainerConfig, TokenizerConfig
 from medtx.text.experiment import text_config
 from medtx.text.fitting import fit_text_model
@@ -33,7 +34,7 @@ def test_every_text_model_registers_a_build_and_declares_its_settings():
     declared = {f.name for cls in parts for f in dataclasses.fields(cls)}
     assert {f.name for f in dataclasses.fields(TextConfig)} == declared
     # a model reads its own part: the bilstm's settings from the flat keys it was given
-    cfg = text_config("bilstm", {"bilstm_max_len": 64, "mlm_epochs": 1}, task="specialty")
+    cfg = text_config("bilstm", {"bilstm_max_len": 64, "mlm_epochs": 1}, task=get_task("specialty"))
     bilstm = next(s for s in specs("text") if s.name == "bilstm")
     ctx = TextContext(settings=cfg, train_texts=[], val_texts=[], n_outputs=2, binary=True, class_weights=None, seed=0)
     assert ctx.config(bilstm.settings[0]).bilstm_max_len == 64

@@ -29,7 +29,7 @@ import polars as pl
 
 from medtx.store.db import quote_table
 from medtx.store.fingerprint import tables_fingerprint
-from medtx.tasks import Task, all_tasks, find_task, get_task
+from medtx.tasks import Task, all_tasks, find_task
 from medtx.text.base import TextConfig, TextData
 from medtx.text.evaluation import TextEvaluation, evaluate_text  # noqa: F401  (re-exported: the text stage's API)
 from medtx.text.fitting import TextFit, fit_text_model  # noqa: F401  (re-exported: the text stage's API)
@@ -45,7 +45,7 @@ def text_models() -> tuple[str, ...]:
     return model_names("text_baseline") + model_names("text")
 
 
-def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: str | None = None) -> TextConfig:
+def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: Task | None = None) -> TextConfig:
     """Defaults < the model's registered defaults < overrides; unknown keys are an error naming them."""
     from medtx.models.registry import model_defaults, model_names
 
@@ -57,8 +57,8 @@ def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: st
     family = "text" if model in model_names("text") else "text_baseline"  # unknown: an error naming the known
     # the model's registered defaults, then the task's own for it (readmission notes: ClinicalBERT pooling)
     # no task: the first text classification task's (the registry's order)
-    record = get_task(task) if task else next(t for t in all_tasks() if t.classifies_text)
-    values = {**model_defaults(model, record, family), **overrides}
+    task = task or next(t for t in all_tasks() if t.classifies_text)
+    values = {**model_defaults(model, task, family), **overrides}
     return TextConfig(**values)
 
 
@@ -173,7 +173,7 @@ def run_text_experiment(
                                   models_dir=models_dir)
     if model not in text_models():
         raise ValueError(f"unknown text model {model!r} for {task}; choose one of {text_models()}")
-    cfg = text_config(model, overrides, task=task)
+    cfg = text_config(model, overrides, task=spec)
     dataset = dataset or spec.dataset
     if dataset is None:
         raise ValueError(f"{task} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
