@@ -105,7 +105,7 @@ def build_full_warehouse(folder: Path, source: Path, *, skip_ingest: bool = Fals
                        overrides=NEURAL_DRUG_REC, options=options)
     step("drug_rec transformer (1 epoch)")
     for model, overrides in (("majority", None), ("tfidf_logreg", None), ("bert_scratch", TINY_BERT)):
-        run_text_experiment(db, "specialty", model, seed=0, overrides=overrides)
+        run_text_experiment(db, get_task("specialty"), model, seed=0, overrides=overrides)
         step(f"specialty {model}")
     finish_pipeline_run(db, "dashboard-benchmark", failed=[])
     publish_snapshot(db, snapshot_path(db))

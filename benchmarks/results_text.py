@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results_text_render import SPECIALTY_MODELS, faq_table, readmission_table, specialty_table  # noqa: E402
 from medtx.store.db import connect, param_marks, quote_ident, quote_table  # noqa: E402
 from medtx.settings import BUNDLED_DATA  # noqa: E402
-from medtx.tasks import tasks_of_family  # noqa: E402
+from medtx.tasks import get_task, tasks_of_family  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 NOTES = Path(__file__).with_name("results_text_notes.md")  # how the recorded runs were made (CPU budget, configs)
@@ -44,7 +44,7 @@ FAQ_MODELS = (("retrieval", {}), ("retrieval", {"embedding": "minilm"}), ("seq2s
 
 def prepare(db: Path) -> None:
     """raw.mtsamples from the bundled CSV, then samples.specialty and samples.faq (split seed 42)."""
-    from medtx.tasks import BuildContext, get_task
+    from medtx.tasks import BuildContext
 
     con = connect(db)
     try:
@@ -69,10 +69,11 @@ def run_all(db: Path, seeds: list[int], models: list[str], overrides: dict[str, 
     overrides = overrides or {}
     for model in models:
         for seed in seeds:
-            run_text_experiment(db, "specialty", model, seed, overrides.get(model))
+            run_text_experiment(db, get_task("specialty"), model, seed, overrides.get(model))
     for model, faq_overrides in FAQ_MODELS:
         if faq_models is None or model in faq_models:
-            run_text_experiment(db, "faq", model, 0, {**faq_overrides, **overrides.get(f"faq_{model}", {})})
+            run_text_experiment(db, get_task("faq"), model, 0,
+                                {**faq_overrides, **overrides.get(f"faq_{model}", {})})
 
 
 def parse_sets(pairs: list[str]) -> dict[str, dict]:

@@ -66,8 +66,8 @@ def _build(folder: Path) -> tuple[Path, Path]:
     run_ehr_experiment(db, DATASET, get_task("drug_rec"), "logreg", seed=0, options=options)
     run_ehr_experiment(db, DATASET, get_task("drug_rec"), "transformer", seed=0, epochs=1,
                        overrides={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, options=options)
-    run_text_experiment(db, "specialty", "tfidf_logreg", seed=0)
-    run_text_experiment(db, "specialty", "bert_scratch", seed=0, overrides=TINY_BERT)
+    run_text_experiment(db, get_task("specialty"), "tfidf_logreg", seed=0)
+    run_text_experiment(db, get_task("specialty"), "bert_scratch", seed=0, overrides=TINY_BERT)
     finish_pipeline_run(db, "test-pipeline-1", failed=[])
     snapshot = snapshot_path(db)
     publish_snapshot(db, snapshot)

@@ -271,7 +271,8 @@ def test_text_task_defaults_come_from_the_task():
     text_tasks = {t.name for t in all_tasks() if t.classifies_text}
     assert text_tasks == {t.name for t in tasks_of_family("text") if t.kind != "generation"}
     with pytest.raises(ValueError, match="unknown text task 'drug_rec'; choose one of .*specialty"):
-        run_text_experiment("no-warehouse.duckdb", "drug_rec", "majority")  # refused before any warehouse is read
+        # refused before any warehouse is read
+        run_text_experiment("no-warehouse.duckdb", get_task("drug_rec"), "majority")
     assert text_config("bilstm", task=get_task("readmission_notes")).pooling == "clinicalbert"
     assert text_config("bilstm", {"pooling": "max"}, task=get_task("readmission_notes")).pooling == "max"  # overrides win
     assert text_config("bilstm", task=get_task("specialty")).pooling == TextConfig.pooling

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from medtx.store.db import connect
+from medtx.tasks import get_task
 from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, scratch_config
 from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
 from medtx.text.chunking import chunk_ids, chunk_spans
@@ -300,7 +301,7 @@ def test_majority_run_is_recorded_and_flagged_collapsed(specialty_db, tmp_path, 
     from medtx.text.experiment import run_text_experiment
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
-    run_id = run_text_experiment(specialty_db, "specialty", "majority", seed=0)
+    run_id = run_text_experiment(specialty_db, get_task("specialty"), "majority", seed=0)
     runs = _runs(specialty_db)
     row = runs.filter(pl.col("run_id") == run_id).row(0, named=True)
     assert row["status"] == "completed" and row["collapsed"] is True and "100.0%" in row["collapse_reason"]
@@ -316,9 +317,9 @@ def test_tfidf_and_bilstm_runs_write_metrics_predictions_and_attention(specialty
     from medtx.text.experiment import run_text_experiment
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
-    tfidf = run_text_experiment(specialty_db, "specialty", "tfidf_logreg", seed=0)
+    tfidf = run_text_experiment(specialty_db, get_task("specialty"), "tfidf_logreg", seed=0)
     small = {"epochs": 2, "embed_dim": 16, "hidden_dim": 16, "vocab_size": 500, "bilstm_max_len": 64, "n_showcase": 2}
-    bilstm = run_text_experiment(specialty_db, "specialty", "bilstm", seed=1, overrides=small)
+    bilstm = run_text_experiment(specialty_db, get_task("specialty"), "bilstm", seed=1, overrides=small)
     con = connect(specialty_db, read_only=True)
     try:
         for run_id in (tfidf, bilstm):
@@ -342,7 +343,7 @@ def test_bert_scratch_run_pretrains_then_fine_tunes(specialty_db, tmp_path, monk
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
     tiny = {"epochs": 1, "mlm_epochs": 1, "hidden": 16, "layers": 1, "heads": 2, "max_len": 32, "stride": 8,
             "max_chunks": 2, "vocab_size": 400, "n_showcase": 1, "attention_max_tokens": 8}
-    run_id = run_text_experiment(specialty_db, "specialty", "bert_scratch", seed=0, overrides=tiny)
+    run_id = run_text_experiment(specialty_db, get_task("specialty"), "bert_scratch", seed=0, overrides=tiny)
     con = connect(specialty_db, read_only=True)
     try:
         assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
@@ -367,9 +368,9 @@ def test_bad_inputs_fail_clearly(specialty_db, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown text config keys"):
         text_config("bilstm", {"epoch": 3})
     with pytest.raises(ValueError, match="unknown text model"):
-        run_text_experiment(specialty_db, "specialty", "gpt")
+        run_text_experiment(specialty_db, get_task("specialty"), "gpt")
     with pytest.raises(ValueError, match="needs bert_path"):
-        run_text_experiment(specialty_db, "specialty", "bert")
+        run_text_experiment(specialty_db, get_task("specialty"), "bert")
     failed = _runs(specialty_db).filter(pl.col("model") == "bert").row(0, named=True)
     assert failed["status"] == "failed" and "bert_path" in failed["error"]
 
@@ -384,7 +385,7 @@ def test_frozen_encoder_trains_a_head_on_cached_note_vectors(specialty_db, token
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
     cfg = {"bert_path": str(folder), "freeze_encoder": True, "epochs": 3, "max_len": 64, "stride": 8,
            "max_chunks": 2, "n_showcase": 1, "attention_max_tokens": 8}
-    runs = [run_text_experiment(specialty_db, "specialty", "bert", seed=s, overrides=cfg) for s in (0, 1)]
+    runs = [run_text_experiment(specialty_db, get_task("specialty"), "bert", seed=s, overrides=cfg) for s in (0, 1)]
     assert len(list((tmp_path / "models" / "feature_cache").glob("*.npz"))) == 1
     # the showcase attention comes from the (frozen) encoder: 1 layer x 2 heads x 8 x 8
     _assert_runs_recorded(specialty_db, runs, predictions=6 * 3, attention=128)
@@ -443,7 +444,7 @@ def test_partial_finetuning_run_caches_lower_states_and_trains_only_the_top(spec
     cfg = {"bert_path": str(folder), "finetune_layers": 1, "chunk_vector": "mean", "probe_init_epochs": 2,
            "epochs": 2, "lr": 1e-3, "max_len": 64, "stride": 8, "max_chunks": 2, "n_showcase": 1,
            "attention_max_tokens": 8}
-    runs = [run_text_experiment(specialty_db, "specialty", "bert", seed=s, overrides=cfg) for s in (0, 1)]
+    runs = [run_text_experiment(specialty_db, get_task("specialty"), "bert", seed=s, overrides=cfg) for s in (0, 1)]
     assert len(list((tmp_path / "models" / "feature_cache").glob("*.safetensors"))) == 1
     best = load_file(tmp_path / "models" / runs[0] / "best" / "model.safetensors")
     for name in ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.weight"):

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from medtx.store.db import connect
+from medtx.tasks import get_task
 from medtx.text.faq import exact_match, token_f1
 from tests.conftest import DATA
 
@@ -32,8 +33,8 @@ def test_retrieval_and_seq2seq_runs(faq_db, tmp_path, monkeypatch):
     from medtx.text.experiment import run_text_experiment
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
-    retrieval = run_text_experiment(faq_db, "faq", "retrieval", seed=0)
-    seq2seq = run_text_experiment(faq_db, "faq", "seq2seq", seed=0,
+    retrieval = run_text_experiment(faq_db, get_task("faq"), "retrieval", seed=0)
+    seq2seq = run_text_experiment(faq_db, get_task("faq"), "seq2seq", seed=0,
                                   overrides={"epochs": 1, "d_model": 16, "n_heads": 2, "layers": 1, "max_answer": 8})
     con = connect(faq_db, read_only=True)
     try:

@@ -110,7 +110,7 @@ def run_train(
         task = get_task(spec["task"])  # the step's task name, resolved once: the Task travels from here
         if task.family != "ehr":  # text runner (notes, FAQ)
             overrides = {"device": device, **p["overrides"]}
-            run_id = run_text_experiment(db, spec["task"], p["model"], p["seed"], overrides,
+            run_id = run_text_experiment(db, task, p["model"], p["seed"], overrides,
                                          dataset=spec["dataset"], pipeline_run_id=pipeline_run_id,
                                          models_dir=Path(paths["models_dir"]))
         else:

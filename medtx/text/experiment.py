@@ -29,7 +29,7 @@ import polars as pl
 
 from medtx.store.db import quote_table
 from medtx.store.fingerprint import tables_fingerprint
-from medtx.tasks import Task, all_tasks, find_task
+from medtx.tasks import Task, all_tasks
 from medtx.text.base import TextConfig, TextData
 from medtx.text.evaluation import TextEvaluation, evaluate_text  # noqa: F401  (re-exported: the text stage's API)
 from medtx.text.fitting import TextFit, fit_text_model  # noqa: F401  (re-exported: the text stage's API)
@@ -104,15 +104,15 @@ def patient_split_data(frame: pl.DataFrame, task: Task) -> TextData:
     return TextData(out, [f"no_{task.label_name}", task.label_name], binary=True)
 
 
-def _text_task(name: str, *, generation: bool = False) -> Task:
-    """The registered task a text run names: a text classification task (`Task.classifies_text`), or also the
-    FAQ's generation task where the caller hands that to its runner; anything else is an error naming them."""
+def _text_task(task: Task, *, generation: bool = False) -> Task:
+    """The task of a text run: a text classification task (`Task.classifies_text`), or also the FAQ's generation
+    task where the caller hands that to its runner; anything else is an error naming them."""
     def takes(t: Task) -> bool:
         return t.classifies_text or (generation and t.family == "text")
 
-    task = find_task(name)
-    if task is None or not takes(task):
-        raise ValueError(f"unknown text task {name!r}; choose one of {tuple(t.name for t in all_tasks() if takes(t))}")
+    if not takes(task):
+        raise ValueError(f"unknown text task {task.name!r}; "
+                         f"choose one of {tuple(t.name for t in all_tasks() if takes(t))}")
     return task
 
 
@@ -151,7 +151,7 @@ def _fingerprint(con, spec: Task, dataset: str) -> str:
 
 def run_text_experiment(
     db: Path | str,
-    task: str,
+    task: Task,
     model: str,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
@@ -162,6 +162,7 @@ def run_text_experiment(
     models_dir: Path | None = None,
 ) -> str:
     """Train and evaluate one text model on one task and seed; everything lands in `ml.*`. Returns the run id.
+    `task` is the record itself (`medtx.tasks.get_task(name)` where a name comes in).
 
     The run follows the shared skeleton (medtx.training.skeleton). Checkpoints go to `<models_dir>/<run_id>`
     (default: settings `models_dir`). A failure marks the run `failed` with the error text and re-raises.
@@ -172,13 +173,13 @@ def run_text_experiment(
         return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id,
                                   models_dir=models_dir)
     if model not in text_models():
-        raise ValueError(f"unknown text model {model!r} for {task}; choose one of {text_models()}")
+        raise ValueError(f"unknown text model {model!r} for {spec.name}; choose one of {text_models()}")
     cfg = text_config(model, overrides, task=spec)
     dataset = dataset or spec.dataset
     if dataset is None:
-        raise ValueError(f"{task} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
+        raise ValueError(f"{spec.name} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
     plan = RunPlan(
-        task, model, dataset, seed,
+        spec.name, model, dataset, seed,
         load=lambda con: load_text_data(con, spec, dataset, dedupe=cfg.dedupe),
         describe=lambda data: {"text": dataclasses.asdict(cfg), "n_classes": len(data.classes),
                                "n_notes": {s: data.split(s).height for s in ("train", "val", "test")}},
@@ -190,7 +191,7 @@ def run_text_experiment(
     run_id = execute_run(db, plan)
     results = plan.outcome["results"]
     summary = {m: round(v, 4) for m, a, v, sd, n in results.metrics["test"]}
-    log.info("%s %s seed %d: %s%s", task, model, seed, json.dumps(summary),
+    log.info("%s %s seed %d: %s%s", spec.name, model, seed, json.dumps(summary),
              " [COLLAPSED]" if results.summary["collapsed"] else "")
     return run_id
 
