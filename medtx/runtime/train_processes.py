@@ -52,6 +52,35 @@ def _library_logs_to_files() -> None:
     hf_logging.enable_propagation()
 
 
+def release_memory() -> None:
+    """Give the memory a finished training freed back to the operating system. A pool process outlives its
+    trainings, and what one freed stays in its allocators: glibc's heap and pyarrow's pool keep freed blocks for
+    reuse, so an idle process still held its largest training's working set (next_visit transformer at synth_46520:
+    1,390 MiB RSS after it returned, 505 MiB after this; issue #35)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        import pyarrow
+
+        pyarrow.default_memory_pool().release_unused()
+    except ImportError:
+        pass
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _then_release(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a pool process, then `release_memory` (also when it raised)."""
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        release_memory()
+
+
 def _log_files() -> list[str]:
     return [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
 
@@ -74,7 +103,7 @@ class TrainingProcesses:
         with self._lock:
             pool = self._pool
         try:
-            return pool.submit(fn, *args, **kwargs).result()
+            return pool.submit(_then_release, fn, *args, **kwargs).result()
         except BrokenProcessPool as exc:
             with self._lock:
                 if self._pool is pool:
