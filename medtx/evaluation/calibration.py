@@ -112,19 +112,8 @@ def logistic_rows(y: np.ndarray, p: np.ndarray, inverse: np.ndarray, n_units: in
     return LogisticRows(centre, n, s, None)
 
 
-def identifiable(rows: LogisticRows) -> bool:
-    """Whether a slope can be fitted at all: the rows that hold data take at least two distinct x (a model that gave
-    every sample the same probability has no slope; no resample of it has one either)."""
-    held = rows.n > 0 if rows.unit is not None else rows.n.sum(axis=0) > 0
-    return np.unique(rows.x[held]).size >= 2
-
-
 def slope_stat(rows: LogisticRows) -> iv.Stat:
-    """The calibration slope as a Stat of the resample counts (binary: chunks of resamples bound memory); NaN
-    throughout when it is not `identifiable` (Newton's method would spend every iteration failing to converge)."""
-    if not identifiable(rows):
-        return lambda counts: np.full(counts.shape[0], np.nan)
-
+    """The calibration slope as a Stat of the resample counts (binary: chunks of resamples bound memory)."""
     def stat(counts: np.ndarray) -> np.ndarray:
         if rows.unit is None:  # per-unit tables: each resample is a weighted fit on the bins
             return fit_logistic(rows.x, counts @ rows.n, counts @ rows.s, np.ones((counts.shape[0], 1)))[1]
@@ -162,9 +151,14 @@ def calibration_figures(y: np.ndarray, p: np.ndarray, inverse: np.ndarray, count
     binned = np.asarray(p).ndim == 2
     out = {}
     for metric, stat in calibration_stats(y, p, inverse, n_units).items():
-        value, lo, hi = iv.interval(stat, counts)
+        value = iv.point(stat, n_units)
+        # no resample is computed for an interval that would be withheld whatever it is (the ECE; an estimate
+        # that is not finite, e.g. the slope of a model giving everyone one probability, 30 failing Newton steps
+        # per resample)
+        withheld = metric in iv.BIASED or not np.isfinite(value)
+        lo, hi = (float("nan"),) * 2 if withheld else iv.percentile_interval(stat(counts))
         method = iv.CI_METHOD + (SLOPE_BINNED if metric == "slope" and binned else "")
-        if metric in iv.BIASED or iv.outside(value, lo, hi) or not np.isfinite(value):
+        if withheld or iv.outside(value, lo, hi):
             lo, hi, method = float("nan"), float("nan"), method + iv.WITHHELD
         out[metric] = (value, lo, hi, method)
     return out

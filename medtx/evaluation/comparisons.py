@@ -66,12 +66,31 @@ def _align(run: RunData, ref: RunData, run_id: str, ref_id: str) -> RunData:
     return run.reorder(np.array([position[s] for s in ref.sample_ids]))
 
 
+def remembered(stats: dict[tuple[str, str], iv.Stat]) -> dict[tuple[str, str], iv.Stat]:
+    """The same Stats, each keeping its answer for the last count matrix of more than one row (by identity): the
+    reference's resampled values, computed once for every run compared with it."""
+    def keep(stat: iv.Stat) -> iv.Stat:
+        memo: dict = {}
+
+        def kept(counts: np.ndarray) -> np.ndarray:
+            if memo.get("counts") is not counts:
+                values = stat(counts)
+                if counts.shape[0] == 1:
+                    return values
+                memo.update(counts=counts, values=values)
+            return memo["values"]
+        return kept
+    return {key: keep(stat) for key, stat in stats.items()}
+
+
 def compare_pair(run: RunData, ref: RunData, task: Task, run_id: str, ref_id: str, counts: np.ndarray,
-                 inverse: np.ndarray) -> list[tuple]:
-    """ml.comparisons rows of one run against the reference (shared count matrix and unit index)."""
+                 inverse: np.ndarray, ref_stats: dict[tuple[str, str], iv.Stat] | None = None) -> list[tuple]:
+    """ml.comparisons rows of one run against the reference (shared count matrix and unit index); `ref_stats`:
+    the reference's Stats when the caller keeps them across runs (`remembered`)."""
     aligned = _align(run, ref, run_id, ref_id)
     n_units = counts.shape[1]
-    run_stats, ref_stats = aligned.stats(inverse, n_units), ref.stats(inverse, n_units)
+    run_stats = aligned.stats(inverse, n_units)
+    ref_stats = ref.stats(inverse, n_units) if ref_stats is None else ref_stats
     rows = []
     for metric, averaging in task.compared:
         if (metric, averaging) not in run_stats:
@@ -111,6 +130,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None
         ref = load_run_data(con, ref_id)
         n_units, inverse = iv.unit_index(ref.units)
         counts = iv.resample_counts(n_units, n_boot, seed)
+        ref_stats = remembered(ref.stats(inverse, n_units))
         for run_id in targets:
             if run_id == ref_id:
                 continue
@@ -118,7 +138,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None
             if data is None:
                 continue
             try:
-                rows += compare_pair(data, ref, task, run_id, ref_id, counts, inverse)
+                rows += compare_pair(data, ref, task, run_id, ref_id, counts, inverse, ref_stats)
             except ValueError as exc:
                 if run_ids is None or run_id in run_ids:
                     raise  # the run being recorded (or an explicit full recompute): refuse loudly

@@ -115,6 +115,17 @@ def _aligned_reference(con: duckdb.DuckDBPyConnection, task: Task, dataset: str 
     return ref_id, ref
 
 
+def _subgroups(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None, run_id: str, data: RunData,
+               counts: np.ndarray, inverse: np.ndarray) -> tuple[list, dict, str | None]:
+    """(per-group rows, the groups' resampled values the gaps read, the reference run id) of one run."""
+    hadm = np.array([int(s) for s in data.sample_ids], dtype=np.int64)
+    groups = sample_groups(con, dataset, hadm)
+    ref_id, ref = _aligned_reference(con, task, dataset, run_id, data)
+    data.stats(inverse, counts.shape[1])  # per-visit rows computed once; group subsets reuse them
+    group_rows, boot = subgroup_results(data, ref, groups, subgroup_metrics(task), counts, inverse)
+    return group_rows, boot, ref_id
+
+
 def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0
                   ) -> TrustResult | None:
     """Every figure of the run (nothing written); None when the run is not a binary/multi-label EHR run or
@@ -131,14 +142,8 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
     counts = iv.resample_counts(n_units, n_boot, seed)
     binary = task.kind == "binary"
 
-    # subgroups
-    hadm = np.array([int(s) for s in data.sample_ids], dtype=np.int64)
-    groups = sample_groups(con, dataset, hadm)
-    ref_id, ref = _aligned_reference(con, task, dataset, run_id, data)
-    metrics = subgroup_metrics(task)
-    data.stats(inverse, n_units)  # per-visit rows computed once; group subsets reuse them
-    group_rows, boot = subgroup_results(data, ref, groups, metrics, counts, inverse)
-    gaps = largest_gaps(boot, gap_metrics(metrics, task.kind))
+    group_rows, boot, ref_id = _subgroups(con, task, dataset, run_id, data, counts, inverse)
+    gaps = largest_gaps(boot, gap_metrics(subgroup_metrics(task), task.kind))
 
     # calibration, before and after recalibration fitted on validation
     y, p = data.arrays["y"].astype(np.float64), data.arrays["p"]
@@ -181,6 +186,33 @@ def _num(value: float | None) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
 
 
+def _insert_groups(con: duckdb.DuckDBPyConnection, run_id: str, groups: list, ref: str | None, n_boot: int) -> None:
+    if groups:
+        con.executemany(
+            "INSERT INTO ml.subgroups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(run_id, g.attribute, g.group, g.metric, g.averaging, g.n_patients, g.n_samples, g.n_positives,
+              g.too_small, _num(g.value), _num(g.ci_low), _num(g.ci_high), ref if ref != run_id else None,
+              _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot) for g in groups])
+
+
+def refresh_verdicts(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> bool:
+    """Rewrite the run's ml.subgroups rows against the current reference baseline; nothing else of the run's
+    trust figures reads the reference (its gaps, calibration, operating points and decision curve stay as
+    stored). False, and nothing written, when the run gets no trust figures."""
+    task_name, dataset = _run_info(con, run_id)
+    task = find_task(task_name)
+    data = load_run_data(con, run_id) if task is not None and applies(task) else None
+    if data is None:
+        return False
+    n_units, inverse = iv.unit_index(data.units)
+    group_rows, _, ref_id = _subgroups(con, task, dataset, run_id, data, iv.resample_counts(n_units, n_boot, seed),
+                                       inverse)
+    with transaction(con):
+        con.execute("DELETE FROM ml.subgroups WHERE run_id = ?", [run_id])
+        _insert_groups(con, run_id, group_rows, ref_id, n_boot)
+    return True
+
+
 def write_trust(con: duckdb.DuckDBPyConnection, run_id: str, result: TrustResult | None, n_boot: int = iv.N_BOOT
                 ) -> None:
     """Replace the run's rows in the trust tables (one transaction); None clears them."""
@@ -189,13 +221,7 @@ def write_trust(con: duckdb.DuckDBPyConnection, run_id: str, result: TrustResult
             con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
         if result is None:
             return
-        ref = result.reference_run_id
-        if result.groups:
-            con.executemany(
-                "INSERT INTO ml.subgroups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, g.attribute, g.group, g.metric, g.averaging, g.n_patients, g.n_samples, g.n_positives,
-                  g.too_small, _num(g.value), _num(g.ci_low), _num(g.ci_high), ref if ref != run_id else None,
-                  _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot) for g in result.groups])
+        _insert_groups(con, run_id, result.groups, result.reference_run_id, n_boot)
         if result.gaps:
             con.executemany(
                 "INSERT INTO ml.subgroup_gaps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -234,7 +260,7 @@ def analyse_trust(con: duckdb.DuckDBPyConnection, run_id: str) -> TrustResult | 
             [task, dataset, run_id, result.reference_run_id or "", result.reference_run_id]).fetchall()]
         started = time.perf_counter()
         for other in stale:  # the reference changed: their per-group verdicts named the old one
-            write_trust(con, other, compute_trust(con, other))
+            refresh_verdicts(con, other)
         if stale:
             log.info("trust: the reference of %s/%s is now %s: %d other run(s) recomputed in %.2f s", task, dataset,
                      result.reference_run_id, len(stale), time.perf_counter() - started)
