@@ -17,9 +17,8 @@ import pytest
 from flows.pipeline import _duckdb_memory_limit
 from medtx.pipeline.config import RunnerConfig
 from medtx.pipeline.exchange import export_training_package
-from medtx.runtime.resources import cgroup_memory_limit
 from medtx.runtime.train_processes import call_in, training_processes
-from medtx.store.db import MEMORY_LIMIT_ENV, auto_memory_limit, connect
+from medtx.store.db import MEMORY_LIMIT_ENV, auto_memory_limit, cgroup_memory_limit, connect
 from medtx.training.packages import PackageError, read_training_package
 from tests import fixtures_samples
 

@@ -62,31 +62,6 @@ def available_cpus(root: Path = CGROUP_ROOT) -> int:
     return max(1, cores)
 
 
-def cgroup_memory_limit(root: Path = CGROUP_ROOT) -> int | None:
-    """Bytes allowed by the cgroup (v2 `memory.max`, else v1 `memory/memory.limit_in_bytes`); None when unlimited
-    or unreadable."""
-    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-        try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        if text == "max":
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            return None
-        return value if 0 < value < 1 << 60 else None  # v1 writes ~2**63 for "unlimited"
-    return None
-
-
-def available_memory(root: Path = CGROUP_ROOT) -> int:
-    """Bytes of memory this process tree may use: the machine's physical memory, capped by the cgroup limit."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    limit = cgroup_memory_limit(root)
-    return min(total, limit) if limit is not None else total
-
-
 def threads_per_training(concurrent: int, cpus: int | None = None) -> int:
     """Torch intra-op threads for each of `concurrent` trainings sharing `cpus` cores."""
     cpus = available_cpus() if cpus is None else cpus

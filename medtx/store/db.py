@@ -37,11 +37,37 @@ _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_memory_limit(root: Path = CGROUP_ROOT) -> int | None:
+    """Bytes allowed by the cgroup (v2 `memory.max`, else v1 `memory/memory.limit_in_bytes`); None when unlimited
+    or unreadable."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            return None
+        return value if 0 < value < 1 << 60 else None  # v1 writes ~2**63 for "unlimited"
+    return None
+
+
+def available_memory(root: Path = CGROUP_ROOT) -> int:
+    """Bytes of memory this process tree may use: the machine's physical memory, capped by the cgroup limit."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = cgroup_memory_limit(root)
+    return min(total, limit) if limit is not None else total
+
+
 def auto_memory_limit(memory: int | None = None) -> int:
     """`auto`: 1/32 of `memory` (default: what this process tree may use), within [1 GiB, 8 GiB]."""
     if memory is None:
-        from medtx.runtime.resources import available_memory
-
         memory = available_memory()
     return int(min(AUTO_MEMORY_CEILING, max(AUTO_MEMORY_FLOOR, memory * AUTO_MEMORY_FRACTION)))
 
