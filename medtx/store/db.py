@@ -208,7 +208,7 @@ def connect(
                 con.close()
                 raise
     try:  # per database instance: every connection of this process to the file shares it
-        con.execute(f"SET memory_limit = '{duckdb_memory_limit()}B'")
+        con.execute(f"SET memory_limit = {sql_literal(f'{duckdb_memory_limit()}B')}")
     except Exception:
         con.close()
         raise
