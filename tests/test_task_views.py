@@ -46,3 +46,12 @@ def test_copy_last_and_oracle_read_the_task():
         CopyLast(get_task("readmission"), labels)
     assert get_task("drug_rec").oracle_code_column == "atc3"
     assert get_task("next_visit").visit_ages == "ages" and get_task("drug_rec").visit_ages is None
+
+
+def test_only_the_oracle_reads_the_generator_and_its_steps_need_a_synthetic_cohort():
+    """Issue 32: no branch on a model's name outside its file: the plan and the runners ask the ModelSpec
+    whether a model reads the synthetic generator's tables (the oracle's file says so when it registers)."""
+    from medtx.models.registry import reads_generator, specs
+
+    assert [s.name for s in specs() if s.reads_generator] == ["oracle"]
+    assert reads_generator("oracle") and not reads_generator("logreg") and not reads_generator("no_such_model")

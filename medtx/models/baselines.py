@@ -280,4 +280,4 @@ for _rank, (_name, _kinds, _reference, _config) in enumerate((("most_frequent", 
                                                               ("logreg", ("multilabel", "binary"), 10, LogRegConfig),
                                                               ("oracle", ("multilabel", "binary"), None, None))):
     register_model(ModelSpec(name=_name, family="ehr_baseline", kinds=_kinds, rank=10 * (_rank + 1),
-                             reference=_reference, config=_config))
+                             reference=_reference, config=_config, reads_generator=_name == "oracle"))

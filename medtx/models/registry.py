@@ -223,6 +223,9 @@ class ModelSpec:
     # a non-neural model that may be its task's reference baseline (medtx.evaluation.comparisons): its place in
     # the fixed preference order used when no candidate recorded a validation figure (lower first)
     reference: int | None = None
+    # reads the synthetic generator's own label probabilities (raw.synth_oracle_<task>): trains on synthetic
+    # cohorts only, and its training step carries those tables
+    reads_generator: bool = False
 
     def serves(self, task: Task) -> bool:
         """The model serves the task's kind, finds the sample features it reads, and the task takes it."""
@@ -265,6 +268,11 @@ def get_spec(name: str, family: str = "ehr") -> ModelSpec:
     if name not in known:
         raise ValueError(f"unknown {FAMILIES[family]} model {name!r}; expected one of {list(known)}")
     return known[name]
+
+
+def reads_generator(name: str) -> bool:
+    """Whether the model called `name` (of any family) reads the synthetic generator's tables (ModelSpec)."""
+    return any(s.reads_generator for s in specs() if s.name == name)
 
 
 def model_names(family: str, kind: str | None = None) -> tuple[str, ...]:

@@ -207,10 +207,13 @@ def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> li
 
 
 def _runs_on(spec: ModelEntry, dataset: str, cfg: PipelineConfig) -> bool:
-    """A model spec runs on a dataset unless it names others; the oracle needs a synthetic cohort."""
+    """A model spec runs on a dataset unless it names others; a model reading the synthetic generator's tables
+    (the oracle) needs a synthetic cohort."""
+    from medtx.models.registry import reads_generator
+
     if spec.datasets is not None and dataset not in spec.datasets:
         return False
-    if spec.model == "oracle":
+    if reads_generator(spec.model):
         return any(d.key == dataset and d.kind == "synth" for d in cfg.datasets)
     return True
 

@@ -27,7 +27,7 @@ import torch
 from medtx.metrics.bootstrap import N_BOOT
 from medtx.models import frames
 from medtx.models.baselines import build_baseline
-from medtx.models.registry import model_names
+from medtx.models.registry import model_names, reads_generator
 from medtx.models.ehr_data import LabelSpace
 from medtx.models.encoded import EncodedSet
 from medtx.models.frames import Frame
@@ -158,7 +158,7 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
         ddi = _table(tables, "ref.ddi_atc3")
         ddi_pairs = list(zip(ddi.column("atc3_a").to_pylist(), ddi.column("atc3_b").to_pylist(), strict=True))
     oracle_rows = None
-    if model == "oracle":
+    if reads_generator(model):
         name = f"{ORACLE_PREFIX}{task.name}"
         oracle_rows = _where(frames.arrow(tables[name]), dataset=dataset) if name in tables else pa.table({})
     labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)

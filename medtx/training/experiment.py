@@ -55,6 +55,8 @@ def _scoped(con: duckdb.DuckDBPyConnection, table: str, **equal: Any) -> pa.Tabl
 
 def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, model: str) -> dict[str, pa.Table]:
     """The tables an EHR run reads, restricted to its dataset and task, read through one connection."""
+    from medtx.models.registry import reads_generator
+
     name = task.name
     tables = {f"samples.{task.table}": _scoped(con, f"samples.{task.table}", dataset=dataset,
                                                **({"task": name} if task.shared_table else {})),
@@ -64,7 +66,7 @@ def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, m
               "samples.leakage_gate": _scoped(con, "samples.leakage_gate", dataset=dataset, task=name)}
     if "ref.ddi_atc3" in task.train_reads:
         tables["ref.ddi_atc3"] = _scoped(con, "ref.ddi_atc3")
-    if model == "oracle" and oracle_exists(con, f"synth_oracle_{name}"):
+    if reads_generator(model) and oracle_exists(con, f"synth_oracle_{name}"):
         tables[f"raw.synth_oracle_{name}"] = _scoped(con, f"raw.synth_oracle_{name}", dataset=dataset)
     return tables
 
