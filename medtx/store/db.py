@@ -188,6 +188,7 @@ def connect(
     the file is waited out for `wait_s` seconds (default MEDTX_LOCK_WAIT_S, 120 s; 0 = fail at once)."""
     db = Path(db)
     wait_s = lock_wait_s() if wait_s is None else wait_s
+    memory_limit = duckdb_memory_limit()  # a bad MEDTX_DUCKDB_MEMORY_LIMIT fails before the file is touched
     if read_only:
         if not db.exists():
             raise FileNotFoundError(f"warehouse {db} does not exist yet: run `medtx pipeline` first")
@@ -208,7 +209,7 @@ def connect(
                 con.close()
                 raise
     try:  # per database instance: every connection of this process to the file shares it
-        con.execute(f"SET memory_limit = {sql_literal(f'{duckdb_memory_limit()}B')}")
+        con.execute(f"SET memory_limit = {sql_literal(f'{memory_limit}B')}")
     except Exception:
         con.close()
         raise
