@@ -152,7 +152,9 @@ def test_each_bad_config_exits_2_with_one_line_before_anything_exists(tmp_path: 
     assert _names_allowed(line) and "Traceback" not in out.stderr and "Error" not in line.replace("config error", "")
     # nothing exists: no warehouse, no writer file, no Prefect home (Prefect was never imported), no log folder
     assert sorted(p.name for p in home.iterdir()) == []
-    assert seconds < 5, f"{name}: {seconds:.1f} s"
+    # a bound that catches a check that ran pipeline work, not a timing: the process's imports (torch among them)
+    # alone took 3 s at load 3 and 5-7 s in CI beside other jobs (stop 39 failed 6 cases on the old 5 s)
+    assert seconds < 30, f"{name}: {seconds:.1f} s"
 
 
 def test_a_valid_config_passes_the_check_and_touches_nothing(tmp_path: Path) -> None:
