@@ -23,7 +23,7 @@ from medtx.evaluation import calibration as cal
 from medtx.evaluation.trust import compute_trust, refresh_verdicts
 from medtx.evaluation.uncertainty import load_run_data
 from medtx.metrics import intervals as iv
-from medtx.store.db import connect
+from medtx.store.db import connect, open_warehouse
 from medtx.tasks import get_task
 from medtx.training.experiment import run_ehr_experiment
 from tests.fixtures_samples import DEMO, demo_copy, demo_db  # noqa: F401 (fixtures)
@@ -96,13 +96,16 @@ def demo_runs(demo_db: Path, tmp_path_factory) -> tuple[Path, dict[str, str]]:  
     return db, runs
 
 
-def test_ranking_metrics_equal_their_per_resample_references_on_demo_runs(demo_runs) -> None:
+@pytest.fixture(scope="module")
+def demo_data(demo_runs) -> dict:
+    """Each demo run's stored predictions (`load_run_data`), read once for the tests that only read them."""
     db, runs = demo_runs
-    con = connect(db, read_only=True)
-    try:
-        data = {m: load_run_data(con, r) for m, r in runs.items()}
-    finally:
-        con.close()
+    with open_warehouse(db, read_only=True) as con:
+        return {m: load_run_data(con, r) for m, r in runs.items()}
+
+
+def test_ranking_metrics_equal_their_per_resample_references_on_demo_runs(demo_data) -> None:
+    data = demo_data
     for model, d in data.items():
         y, p = d.arrays["y"], d.arrays["p"]
         assert y.any() and (~y).any(), model
@@ -156,13 +159,8 @@ def _newton_as_expressions(x, n, s, weights, iters=30, tol=1e-8):
     return np.where(bad, np.nan, a), np.where(bad, np.nan, b)
 
 
-def test_the_slope_fit_is_bit_identical_to_its_plain_expressions(demo_runs) -> None:
-    db, runs = demo_runs
-    con = connect(db, read_only=True)
-    try:
-        d = load_run_data(con, runs["logreg"])
-    finally:
-        con.close()
+def test_the_slope_fit_is_bit_identical_to_its_plain_expressions(demo_data) -> None:
+    d = demo_data["logreg"]
     rng = np.random.default_rng(1)
     z = rng.normal(-1.0, 1.3, 3000)
     cases = [(d.arrays["y"], d.arrays["p"], d.units),
@@ -199,16 +197,10 @@ def _figures_reference(y: np.ndarray, p: np.ndarray, inverse: np.ndarray, counts
     return out
 
 
-def test_calibration_figures_equal_the_figures_computed_with_every_resample(demo_runs) -> None:
+def test_calibration_figures_equal_the_figures_computed_with_every_resample(demo_data) -> None:
     """A withheld interval (the ECE; a slope whose estimate is NaN, as for most_frequent's one probability) is no
     longer resampled; every stored figure stays bit for bit what it was."""
-    db, runs = demo_runs
-    con = connect(db, read_only=True)
-    try:
-        data = {m: load_run_data(con, r) for m, r in runs.items()}
-    finally:
-        con.close()
-    for model, d in data.items():
+    for model, d in demo_data.items():
         y, p = d.arrays["y"].astype(np.float64), d.arrays["p"]
         n_units, inverse = iv.unit_index(d.units)
         counts = iv.resample_counts(n_units, iv.N_BOOT, 0)
