@@ -5,13 +5,16 @@ Stage-specific fixtures live in the stage's own test files (or tests/fixtures_<s
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
 _PREFECT_HOME = Path(tempfile.mkdtemp(prefix="medtx-prefect-home-"))
+atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ.setdefault("PREFECT_HOME", str(_PREFECT_HOME))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")

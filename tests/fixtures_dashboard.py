@@ -7,8 +7,10 @@ from-scratch BERT on specialty -> publish. Built once per test session (both das
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -25,6 +27,7 @@ TINY_BERT = {"epochs": 1, "mlm_epochs": 1, "hidden": 32, "layers": 2, "heads": 2
 def real_warehouse() -> tuple[Path, Path]:
     """(live warehouse, published snapshot) in a session temp folder."""
     folder = Path(tempfile.mkdtemp(prefix="medtx-dashboard-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # ~100 MB per session
     # Checkpoints and the MLM cache stay in tmp while building; the environment is restored afterwards.
     saved = {k: os.environ.get(k) for k in ("MEDTX_MODELS_DIR", "MEDTX_CACHE_DIR")}
     os.environ["MEDTX_MODELS_DIR"] = str(folder / "models")

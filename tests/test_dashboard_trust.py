@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def _headless(request):
 
 
 @pytest.fixture(scope="module")
-def published() -> tuple[Path, dict[str, str]]:
+def published(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     from medtx.codes import map_codes
     from medtx.ingest import ingest_mimic3
     from medtx.publish.snapshot import publish_snapshot
@@ -41,7 +40,7 @@ def published() -> tuple[Path, dict[str, str]]:
     from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
     from medtx.tasks import get_task
 
-    root = Path(tempfile.mkdtemp(prefix="medtx-trust-"))
+    root = tmp_path_factory.mktemp("trust")
     generate_mimic3(root / "synth", 2500, seed=5, risk_shift=RiskShift.parse("sex=female:1.5"))
     db = root / "warehouse.duckdb"
     ingest_mimic3(db, root / "synth", "synth_trust", root / "cache")
