@@ -341,6 +341,22 @@ def test_label_attention_head_equals_its_written_out_definition():
     torch.testing.assert_close(head(padded, masks), got.detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_label_attention_head_predicts_in_place_with_the_same_bits():
+    """Without gradients the head reuses its [B, L, labels] buffers (two alive instead of four, the peak of a
+    next_visit prediction at batch 512): the logits are bit for bit those of the training-mode forward."""
+    torch.manual_seed(1)
+    head = LabelAttentionPooling(n_features=2, n_labels=300, d_model=16)
+    states = [torch.randn(64, 40, 16), torch.randn(64, 12, 16)]
+    masks = [torch.rand(64, 40) > 0.3, torch.rand(64, 12) > 0.3]
+    for mask in masks:
+        mask[:, 0] = True
+    with torch.enable_grad():
+        trained = head(states, masks).detach()
+    with torch.no_grad():
+        predicted = head(states, masks)
+    assert torch.equal(predicted, trained)
+
+
 def test_listing_and_building_ehr_models_does_not_import_transformers():
     """transformers takes seconds to import; an EHR run lists every model (task vocabularies) and builds one,
     and must not pay for it (it did: medtx.models.bert_text imported it at module level)."""

@@ -280,11 +280,17 @@ class LabelAttentionPooling(nn.Module):
     def forward(self, states: list[Tensor], masks: list[Tensor]) -> Tensor:
         """states: per feature [B, L_f, D]; masks: per feature [B, L_f] (True = real) -> logits [B, labels]."""
         logits = self.bias.float()
+        in_place = not torch.is_grad_enabled()  # prediction: nothing to keep for a backward pass
         for i, (s, mask) in enumerate(zip(states, masks, strict=True)):
             scores = F.linear(s, (self.query[i] / math.sqrt(s.shape[-1])).to(s.dtype)).float()  # [B, L, labels]
-            values = F.linear(s, self.weight[i].to(s.dtype)).float()
             hidden = additive_mask(~mask, scores.dtype).unsqueeze(-1)  # [B, L, 1]
-            logits = logits + ((scores + hidden).softmax(dim=1) * values).sum(1)
+            if in_place:  # the same operations on the same operands, at most two [B, L, labels] tensors alive
+                weights = scores.add_(hidden).softmax(dim=1)
+                del scores
+                logits = logits + weights.mul_(F.linear(s, self.weight[i].to(s.dtype)).float()).sum(1)
+            else:
+                values = F.linear(s, self.weight[i].to(s.dtype)).float()
+                logits = logits + ((scores + hidden).softmax(dim=1) * values).sum(1)
         return logits
 
     def written_out(self, states: list[Tensor], masks: list[Tensor]) -> Tensor:
