@@ -52,7 +52,7 @@ def test_retrieval_and_seq2seq_runs(faq_db, tmp_path, monkeypatch):
 
 
 def test_faq_unknown_model_and_keys(faq_db):
-    from medtx.text.faq import run_faq_experiment
+    from medtx.text.experiment import run_faq_experiment
 
     with pytest.raises(ValueError, match="unknown FAQ model"):
         run_faq_experiment(faq_db, "gpt")

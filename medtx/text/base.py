@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-import polars as pl
+import pyarrow as pa
 from pydantic import Field
 
 from medtx.metrics.bootstrap import N_BOOT
+from medtx.models import frames
 from medtx.models.bounds import BatchSize, Count, Decay, Device, Epochs, LearningRate, Patience, Positive
 from medtx.models.registry import merge_settings
 
@@ -66,11 +67,18 @@ TextConfig = merge_settings("TextConfig", (TextTrainerConfig, TokenizerConfig, *
 
 @dataclass
 class TextData:
-    """One task's notes: frame(sample_id, text, y, split, unit[, subject_id, hadm_id]) and its class names."""
+    """One task's notes: frame(sample_id, text, y, split, unit[, subject_id, hadm_id]) and its class names.
 
-    frame: pl.DataFrame
+    The frame is an Arrow table (a polars DataFrame is converted through its `to_arrow()`): the text training path
+    runs where polars is not installed (`python -m medtx.worker`)."""
+
+    frame: pa.Table
     classes: list[str]
     binary: bool
 
-    def split(self, name: str) -> pl.DataFrame:
-        return self.frame.filter(pl.col("split") == name)
+    def __post_init__(self) -> None:
+        self.frame = frames.arrow(self.frame)
+
+    def split(self, name: str) -> pa.Table:
+        """The rows of one split, in frame order."""
+        return frames.where(self.frame, "split", name)

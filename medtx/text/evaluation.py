@@ -7,12 +7,14 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.classification import classification_metrics, confusion_counts, per_class_f1
 from medtx.metrics.collapse import is_collapsed
+from medtx.models import frames
 from medtx.text.base import TextData
 
 log = logging.getLogger("medtx.text")
@@ -23,7 +25,7 @@ class TextEvaluation:
     metrics: list[tuple[str, str, float, float | None, int | None]]  # (metric, averaging, value, sd, n_boot)
     label_metrics: list[tuple[str, str, float, int]]  # (label, metric, value, support)
     confusion: list[tuple[str, str, int]]
-    predictions: pl.DataFrame  # ml.predictions long form (without run_id)
+    predictions: pa.Table  # ml.predictions long form (without run_id)
     collapsed: bool
     collapse_reason: str
 
@@ -32,18 +34,19 @@ def evaluate_text(data: TextData, probs: np.ndarray, *, n_boot: int = N_BOOT, se
     """Test metrics (point value + bootstrap mean±sd over 80% of test units), per-class F1, confusion,
     long-form predictions and the collapse verdict."""
     test = data.split("test")
-    y = test["y"].to_numpy()
-    units = test["unit"].to_numpy()
-    ids = test["sample_id"].to_list()
+    y = frames.numbers(test, "y")
+    units = frames.numbers(test, "unit")
+    ids = frames.values(test, "sample_id")
     if data.binary:
         pred = (probs >= 0.5).astype(int)
         point = binary_metrics(y, probs)
         boot = bootstrap(lambda idx: binary_metrics(y[idx], probs[idx]), units, n_boot=n_boot, seed=seed)
         collapsed, reason = is_collapsed(probs.astype(np.float64))
-        predictions = pl.DataFrame({
-            "sample_id": ids, "label": [data.classes[1]] * len(ids), "prob": probs.astype(np.float64),
-            "y_true": y.astype(bool), "predicted": pred.astype(bool),
-            "subject_id": test["subject_id"].cast(pl.Int64), "hadm_id": test["hadm_id"].cast(pl.Int64),
+        predictions = pa.table({
+            "sample_id": pa.array(ids, pa.string()), "label": pa.array([data.classes[1]] * len(ids), pa.string()),
+            "prob": probs.astype(np.float64), "y_true": y.astype(bool), "predicted": pred.astype(bool),
+            "subject_id": pc.cast(test.column("subject_id"), pa.int64()),
+            "hadm_id": pc.cast(test.column("hadm_id"), pa.int64()),
         })
         label_rows, confusion = [], confusion_counts(y, pred, [0, 1])
         confusion = [(data.classes[int(t)], data.classes[int(p)], n) for t, p, n in confusion]
@@ -55,8 +58,9 @@ def evaluate_text(data: TextData, probs: np.ndarray, *, n_boot: int = N_BOOT, se
                          n_boot=n_boot, seed=seed)
         collapsed, reason = is_collapsed(np.asarray([data.classes[p] for p in pred]))
         n, c = probs.shape
-        predictions = pl.DataFrame({
-            "sample_id": np.repeat(ids, c), "label": np.tile(data.classes, n), "prob": probs.reshape(-1),
+        predictions = pa.table({
+            "sample_id": pa.array([s for s in ids for _ in range(c)], pa.string()),
+            "label": pa.array(list(data.classes) * n, pa.string()), "prob": probs.reshape(-1),
             "y_true": (np.repeat(y, c) == np.tile(np.arange(c), n)),
             "predicted": (np.repeat(pred, c) == np.tile(np.arange(c), n)),
         })

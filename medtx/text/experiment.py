@@ -12,108 +12,38 @@ Every run passes its test predictions through the collapse guard (`medtx.metrics
 majority-class model is stored as `collapsed = true` with the reason, never as a plain result.
 
 The stages of a run live in their own modules: `base.py` (TextConfig, TextData), `fitting.py` (fit_text_model),
-`evaluation.py` (evaluate_text), and the run skeleton shared with the FAQ runner in `runner.py` (load samples
--> start run -> fit/predict/evaluate -> record in one transaction); this module says how a task's notes are
-loaded and which stages a run takes.
+`evaluation.py` (evaluate_text), `faq.py` (the FAQ protocol) and `run.py` (a run's recipe from its samples, with
+no warehouse: what the worker, `python -m medtx.worker`, trains from a training package). This module reads a
+task's samples from the warehouse and records the run there, through the shared run skeleton
+(medtx.training.skeleton: load samples -> start run -> fit/predict/evaluate -> record in one transaction).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-import polars as pl
+import pyarrow as pa
 
-from medtx.store.db import quote_table
+from medtx.store.db import quote_ident, quote_table
 from medtx.store.fingerprint import tables_fingerprint
-from medtx.tasks import Task, all_tasks
-from medtx.text.base import TextConfig, TextData
+from medtx.tasks import Task
+from medtx.text.base import TextConfig, TextData  # noqa: F401  (re-exported: the text stage's API)
 from medtx.text.evaluation import TextEvaluation, evaluate_text  # noqa: F401  (re-exported: the text stage's API)
 from medtx.text.fitting import TextFit, fit_text_model  # noqa: F401  (re-exported: the text stage's API)
-from medtx.training import records
-from medtx.training.skeleton import OnEpoch, RunPlan, execute_run
+from medtx.text.run import (  # noqa: F401  (re-exported: the text stage's API; the run itself lives there, pure)
+    group_split_data,
+    patient_split_data,
+    text_config,
+    text_models,
+    text_run,
+    text_task,
+)
+from medtx.training.skeleton import RunPlan, execute_run
 
 log = logging.getLogger("medtx.text")
-
-def text_models() -> tuple[str, ...]:
-    """The text models (baselines, then neural), a view of the model registry."""
-    from medtx.models.registry import model_names
-
-    return model_names("text_baseline") + model_names("text")
-
-
-def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: Task | None = None) -> TextConfig:
-    """Defaults < the model's registered defaults < overrides; unknown keys are an error naming them."""
-    from medtx.models.registry import model_defaults, model_names
-
-    known = {f.name for f in dataclasses.fields(TextConfig)}
-    overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(f"unknown text config keys {unknown}; known: {sorted(known)}")
-    family = "text" if model in model_names("text") else "text_baseline"  # unknown: an error naming the known
-    # the model's registered defaults, then the task's own for it (readmission notes: ClinicalBERT pooling)
-    # no task: the first text classification task's (the registry's order)
-    task = task or next(t for t in all_tasks() if t.classifies_text)
-    values = {**model_defaults(model, task, family), **overrides}
-    return TextConfig(**values)
-
-
-# --------------------------------------------------------------------------------------------- data
-
-
-def group_split_data(frame: pl.DataFrame, *, dedupe: bool = True) -> TextData:
-    """From a multi-class note table split by text group (note_id, text, label, group_id, split), e.g.
-    samples.specialty: y = index into the sorted labels."""
-    missing = {"note_id", "text", "label", "group_id", "split"} - set(frame.columns)
-    if missing:
-        raise ValueError(f"the note sample table lacks columns {sorted(missing)}")
-    if dedupe:
-        frame = frame.sort("note_id").unique(["group_id", "label"], keep="first", maintain_order=True)
-    classes = sorted(frame["label"].unique().to_list())
-    index = {c: i for i, c in enumerate(classes)}
-    out = frame.select(
-        pl.col("note_id").cast(pl.Utf8).alias("sample_id"),
-        "text",
-        pl.col("label").replace_strict(index, return_dtype=pl.Int64).alias("y"),
-        "split",
-        pl.col("group_id").alias("unit"),
-    )
-    return TextData(out, classes, binary=False)
-
-
-def patient_split_data(frame: pl.DataFrame, task: Task) -> TextData:
-    """From a binary task's admissions joined to their patient split: only admissions with discharge text;
-    y = label (0/1), classes `no_<label>`, `<label>` (the task's `label_name`)."""
-    frame = frame.filter(pl.col("text").is_not_null() & (pl.col("text").str.strip_chars() != ""))
-    if frame.height == 0:
-        raise ValueError(f"{task.name}: no admission in {task.sample_table} has discharge text "
-                         "(NOTEEVENTS is empty for this dataset; use a synthetic cohort with notes)")
-    out = frame.select(
-        pl.col("hadm_id").cast(pl.Utf8).alias("sample_id"),
-        "text",
-        pl.col("label").cast(pl.Int64).alias("y"),
-        "split",
-        pl.col("subject_id").alias("unit"),
-        "subject_id",
-        "hadm_id",
-    )
-    return TextData(out, [f"no_{task.label_name}", task.label_name], binary=True)
-
-
-def _text_task(task: Task, *, generation: bool = False) -> Task:
-    """The task of a text run: a text classification task (`Task.classifies_text`), or also the FAQ's generation
-    task where the caller hands that to its runner; anything else is an error naming them."""
-    def takes(t: Task) -> bool:
-        return t.classifies_text or (generation and t.family == "text")
-
-    if not takes(task):
-        raise ValueError(f"unknown text task {task.name!r}; "
-                         f"choose one of {tuple(t.name for t in all_tasks() if takes(t))}")
-    return task
 
 
 def load_text_data(con, spec: Task, dataset: str, *, dedupe: bool = True) -> TextData:
@@ -125,8 +55,8 @@ def load_text_data(con, spec: Task, dataset: str, *, dedupe: bool = True) -> Tex
     if spec.split_unit == "text_group":
         # ORDER BY: a parallel scan returns rows in any order, and the order feeds the tokenizer and batches.
         frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)} "
-                        "ORDER BY note_id").pl()
-        if frame.height == 0:
+                        "ORDER BY note_id").to_arrow_table()
+        if frame.num_rows == 0:
             raise ValueError(f"{spec.sample_table} is empty: run `medtx ingest {spec.dataset}` then "
                              f"`medtx build-samples --task {spec.samples_task}`")
         return group_split_data(frame, dedupe=dedupe)
@@ -135,15 +65,24 @@ def load_text_data(con, spec: Task, dataset: str, *, dedupe: bool = True) -> Tex
         "JOIN samples.splits s ON s.dataset = r.dataset AND s.task = ? AND s.subject_id = r.subject_id "
         "WHERE r.dataset = ? ORDER BY r.subject_id, r.hadm_id",  # one order every run (see above)
         params=[spec.samples_task, dataset],
-    ).pl()
+    ).to_arrow_table()
     return patient_split_data(frame, spec)
+
+
+def load_faq(con, task: Task) -> pa.Table:
+    """The FAQ's question-answer pairs with their paraphrases and folds, by pair id (medtx.text.faq.faq_pairs)."""
+    from medtx.text.faq import faq_pairs
+
+    columns_sql = ", ".join(map(quote_ident, task.sample_columns))
+    return faq_pairs(con.sql(f"SELECT {columns_sql} FROM {quote_table(task.sample_table)} ORDER BY pair_id")
+                     .to_arrow_table(), task)
 
 
 # --------------------------------------------------------------------------------------------- recording
 
 
 def _fingerprint(con, spec: Task, dataset: str) -> str:
-    if spec.split_unit == "text_group":  # the split is a column of the sample table
+    if spec.split_unit in ("text_group", "pair"):  # the split (the FAQ's folds) is a column of the sample table
         return tables_fingerprint(con, [spec.sample_table])
     return tables_fingerprint(con, [spec.sample_table, "samples.splits"],
                               {"dataset": dataset, "task": spec.samples_task})
@@ -161,31 +100,27 @@ def run_text_experiment(
     run_id: str | None = None,
     models_dir: Path | None = None,
 ) -> str:
-    """Train and evaluate one text model on one task and seed; everything lands in `ml.*`. Returns the run id.
-    `task` is the record itself (`medtx.tasks.get_task(name)` where a name comes in).
+    """Train and evaluate one text model on one task and seed (or an FAQ model on the FAQ); everything lands in
+    `ml.*`. Returns the run id. `task` is the record itself (`medtx.tasks.get_task(name)` where a name comes in).
 
-    The run follows the shared skeleton (medtx.training.skeleton). Checkpoints go to `<models_dir>/<run_id>`
-    (default: settings `models_dir`). A failure marks the run `failed` with the error text and re-raises.
+    The run follows the shared skeleton (medtx.training.skeleton) with the recipe of medtx.text.run. Checkpoints go
+    to `<models_dir>/<run_id>` (default: settings `models_dir`). A failure marks the run `failed` with the error
+    text and re-raises.
     """
-    if (spec := _text_task(task, generation=True)).kind == "generation":
-        from medtx.text.faq import run_faq_experiment
-
-        return run_faq_experiment(db, model, seed, overrides, pipeline_run_id=pipeline_run_id, run_id=run_id,
-                                  models_dir=models_dir)
-    if model not in text_models():
-        raise ValueError(f"unknown text model {model!r} for {spec.name}; choose one of {text_models()}")
-    cfg = text_config(model, overrides, task=spec)
-    dataset = dataset or spec.dataset
-    if dataset is None:
-        raise ValueError(f"{spec.name} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
+    recipe = text_run(task, model, seed, overrides)
+    spec = recipe.task
+    if recipe.generation:
+        dataset = spec.dataset  # the FAQ's own corpus
+        load = lambda con: load_faq(con, spec)  # noqa: E731
+    else:
+        dataset = dataset or spec.dataset
+        if dataset is None:
+            raise ValueError(f"{spec.name} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
+        load = lambda con: load_text_data(con, spec, dataset, dedupe=recipe.cfg.dedupe)  # noqa: E731
     plan = RunPlan(
-        spec.name, model, dataset, seed,
-        load=lambda con: load_text_data(con, spec, dataset, dedupe=cfg.dedupe),
-        describe=lambda data: {"text": dataclasses.asdict(cfg), "n_classes": len(data.classes),
-                               "n_notes": {s: data.split(s).height for s in ("train", "val", "test")}},
+        spec.name, model, dataset, seed, load=load, describe=recipe.describe,
         fingerprint=lambda con: _fingerprint(con, spec, dataset),
-        train=lambda data, folder, on_epoch: _fit_and_evaluate(data, model, cfg, seed, folder, on_epoch),
-        code_parts=("text", "models", "training", "metrics"),
+        train=recipe.train, code_parts=recipe.code_parts,
         run_id=run_id, pipeline_run_id=pipeline_run_id, models_dir=models_dir,
     )
     run_id = execute_run(db, plan)
@@ -196,30 +131,12 @@ def run_text_experiment(
     return run_id
 
 
-def _own_copy(folder: Path, kind: str, path: Path) -> Path:
-    """A checkpoint the run recorded from outside its own folder (bert_scratch's MLM encoder lives in a cache that
-    seeds share) is copied into `folder/kind`: a run's record names only its own files, which is what a result
-    package may carry (medtx.pipeline.exchange refuses a path outside the run's folder) and what survives the cache."""
-    if path.resolve().is_relative_to(folder.resolve()):
-        return path
-    import shutil
+def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
+                       *, pipeline_run_id: str | None = None, run_id: str | None = None,
+                       models_dir: Path | None = None) -> str:
+    """One FAQ run (k-fold over held-out paraphrases, medtx.text.faq) into ml.*, through the shared run skeleton;
+    `ml.predictions.prob` holds each answer's token F1 and `text` the answer given. Returns the run id."""
+    from medtx.text.faq import faq_task
 
-    shutil.copytree(path, folder / kind, dirs_exist_ok=True)
-    return folder / kind
-
-
-def _fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, folder: Path,
-                      on_epoch: OnEpoch) -> records.RunResults:
-    """Fit (and predict the test notes: fit_text_model), evaluate, and say what to record."""
-    fitted = fit_text_model(data, model, cfg, seed, folder, on_epoch=on_epoch)
-    evaluation = evaluate_text(data, fitted.probs, n_boot=cfg.n_boot, seed=seed)
-    return records.RunResults(
-        metrics={"test": evaluation.metrics}, label_metrics={"test": evaluation.label_metrics},
-        confusion={"test": evaluation.confusion}, predictions=evaluation.predictions, attention=fitted.attention,
-        checkpoints={kind: (str(_own_copy(folder, kind, Path(path))), fitted.best_epoch if kind == "best" else None)
-                     for kind, path in fitted.checkpoints.items()},
-        summary={"collapsed": evaluation.collapsed, "collapse_reason": evaluation.collapse_reason,
-                 "n_params": fitted.n_params, "best_epoch": fitted.best_epoch,
-                 "train_seconds": fitted.train_seconds, "device": fitted.device,
-                 "threshold": 0.5 if data.binary else None, "threshold_source": "fixed" if data.binary else None},
-    )
+    return run_text_experiment(db, faq_task(), model, seed, overrides, pipeline_run_id=pipeline_run_id,
+                               run_id=run_id, models_dir=models_dir)

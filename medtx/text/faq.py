@@ -11,6 +11,9 @@ own file: `seq2seq` (medtx/models/seq2seq.py) — `Seq2SeqTransformer` over word
 with the shared trainer; `retrieval` (medtx/models/text_baselines.py) — the answer of the most similar indexed
 question (TF-IDF cosine, or MiniLM sentence embeddings with `embedding=minilm`). This runner hands them the
 text layer's pieces (`_FAQTools`: word vocabulary, trainer, sentence embedder) and never names a model.
+
+No warehouse here (pairs are a pyarrow Table; no polars, no DuckDB): the worker trains FAQ runs from a training
+package (medtx.text.run); medtx.text.experiment.run_faq_experiment reads the pairs from the warehouse and records.
 """
 
 from __future__ import annotations
@@ -25,18 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
 import torch
 
-from medtx.store.db import quote_ident, quote_table
-from medtx.store.fingerprint import tables_fingerprint
 from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.collapse import is_collapsed
+from medtx.models import frames
 from medtx.models.bounds import BatchSize, Device, Epochs, LearningRate, Patience, Positive
 from medtx.models.registry import merge_settings
 from medtx.tasks import Task, tasks_of_kind
-from medtx.training.skeleton import RunPlan, execute_run
-from medtx.training import records
+from medtx.training.results import RunResults
 
 log = logging.getLogger("medtx.text")
 
@@ -100,17 +101,20 @@ def exact_match(prediction: str, reference: str) -> float:
     return float([w for w in words(prediction) if w.isalnum()] == [w for w in words(reference) if w.isalnum()])
 
 
-def fold_splits(faq: pl.DataFrame) -> list[tuple[list[str], list[str], pl.DataFrame]]:
+def fold_splits(faq: pa.Table) -> list[tuple[list[str], list[str], pa.Table]]:
     """Per fold: (training questions, their answers, the held-out paraphrase rows of the fold)."""
-    rows = faq.filter(pl.col("paraphrase").is_not_null())
-    if rows.height == 0:
+    faq = frames.arrow(faq)
+    questions, answers = frames.values(faq, "question"), frames.values(faq, "answer")
+    paraphrases, folds = frames.values(faq, "paraphrase"), frames.values(faq, "fold")
+    rows = [i for i, p in enumerate(paraphrases) if p is not None]
+    if not rows:
         raise ValueError("samples.faq has no paraphrases: the FAQ protocol tests on held-out paraphrases")
     out = []
-    for fold in sorted(faq["fold"].unique().to_list()):
-        others = rows.filter(pl.col("fold") != fold)
-        questions = faq["question"].to_list() + others["paraphrase"].to_list()
-        answers = faq["answer"].to_list() + others["answer"].to_list()
-        out.append((questions, answers, rows.filter(pl.col("fold") == fold)))
+    for fold in sorted(set(folds)):
+        others = [i for i in rows if folds[i] is not None and folds[i] != fold]
+        held_out = pa.array([i for i in rows if folds[i] == fold], pa.int64())
+        out.append((questions + [paraphrases[i] for i in others], answers + [answers[i] for i in others],
+                    faq.take(held_out)))
     return out
 
 
@@ -175,7 +179,7 @@ class _FAQTools:
         return embed
 
 
-def answer_questions(faq: pl.DataFrame, spec, cfg: Any, seed: int, folder: Path,
+def answer_questions(faq: pa.Table, spec, cfg: Any, seed: int, folder: Path,
                      on_epoch=None) -> tuple[list[tuple[int, str]], dict]:
     """(pair_id, answer) for every held-out paraphrase: the model (its registered build) learns each fold's
     pairs and answers the fold's paraphrases; and what it reports (n_params, best_epochs, train_seconds)."""
@@ -184,57 +188,45 @@ def answer_questions(faq: pl.DataFrame, spec, cfg: Any, seed: int, folder: Path,
     answerer = spec.build(FAQContext(cfg, seed, _FAQTools(cfg, seed)))
     out = []
     for k, (questions, answers, test) in enumerate(fold_splits(faq)):
-        given = answerer.answer(k, questions, answers, test["paraphrase"].to_list(), folder / f"fold{k}",
+        given = answerer.answer(k, questions, answers, frames.values(test, "paraphrase"), folder / f"fold{k}",
                                 (lambda e, m, k=k: on_epoch(k, e, m)) if on_epoch else None)
-        out += list(zip(test["pair_id"].to_list(), given, strict=True))
+        out += list(zip(frames.values(test, "pair_id"), given, strict=True))
     return out, answerer.info
 
 
-def score_answers(faq: pl.DataFrame, answers: list[tuple[int, str]], *, n_boot: int, seed: int):
+def score_answers(faq: pa.Table, answers: list[tuple[int, str]], *, n_boot: int, seed: int):
     """Metric rows (token_f1, exact_match: mean ± sd over 80% of pairs) and the ml.predictions frame."""
-    reference = dict(zip(faq["pair_id"].to_list(), faq["answer"].to_list(), strict=True))
+    reference = dict(zip(frames.values(faq, "pair_id"), frames.values(faq, "answer"), strict=True))
     ids = np.array([p for p, _ in answers])
     f1 = np.array([token_f1(a, reference[p]) for p, a in answers])
     em = np.array([exact_match(a, reference[p]) for p, a in answers])
     boot = bootstrap(lambda idx: {"token_f1": float(f1[idx].mean()), "exact_match": float(em[idx].mean())},
                      ids, n_boot=n_boot, seed=seed)
     metrics = [(m, "none", boot[m][0], boot[m][1], n_boot) for m in ("token_f1", "exact_match")]
-    predictions = pl.DataFrame({"sample_id": [str(p) for p in ids], "label": ["answer"] * len(ids),
-                                "prob": f1, "y_true": em.astype(bool), "predicted": em.astype(bool),
-                                "text": [a for _, a in answers]})
+    predictions = pa.table({"sample_id": pa.array([str(p) for p in ids], pa.string()),
+                            "label": pa.array(["answer"] * len(ids), pa.string()), "prob": f1,
+                            "y_true": em.astype(bool), "predicted": em.astype(bool),
+                            "text": pa.array([a for _, a in answers], pa.string())})
     return metrics, predictions
 
 
-def run_faq_experiment(db: Path | str, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
-                       *, pipeline_run_id: str | None = None, run_id: str | None = None,
-                       models_dir: Path | None = None) -> str:
-    """One FAQ run (k-fold over held-out paraphrases) into ml.*, through the shared run skeleton
-    (medtx.training.skeleton); `ml.predictions.prob` holds each answer's token F1 and `text` the answer given.
-    Returns the run id."""
+def faq_model(model: str):
+    """The registered FAQ model (its ModelSpec); an unknown name is an error naming the known ones."""
     from medtx.models.registry import model_names, specs
 
     spec = next((s for s in specs(MODEL_FAMILY) if s.name == model), None)
     if spec is None:
         raise ValueError(f"unknown FAQ model {model!r}; choose one of {model_names(MODEL_FAMILY)}")
+    return spec
+
+
+def faq_config(overrides: dict[str, Any] | None = None) -> Any:
+    """The run's FAQConfig: defaults < overrides; unknown keys are an error naming the known ones."""
     known = {f.name for f in dataclasses.fields(FAQConfig)}
     unknown = sorted(set(overrides or {}) - known)
     if unknown:
         raise ValueError(f"unknown FAQ config keys {unknown}; known: {sorted(known)}")
-    cfg = FAQConfig(**(overrides or {}))
-    task = faq_task()
-    plan = RunPlan(
-        task.name, model, task.dataset, seed,
-        load=lambda con: load_faq(con, task),
-        describe=lambda faq: {"faq": dataclasses.asdict(cfg), "protocol": "kfold_paraphrase"},
-        fingerprint=lambda con: tables_fingerprint(con, [task.sample_table]),
-        train=lambda faq, folder, on_epoch: _answer_and_score(faq, spec, cfg, seed, folder, on_epoch),
-        code_parts=("text", "models", "training"),
-        run_id=run_id, pipeline_run_id=pipeline_run_id, models_dir=models_dir,
-    )
-    run_id = execute_run(db, plan)
-    log.info("%s %s seed %d: %s", task.name, model, seed,
-             {m: round(v, 4) for m, _, v, _, _ in plan.outcome["results"].metrics["test"]})
-    return run_id
+    return FAQConfig(**(overrides or {}))
 
 
 def faq_task() -> Task:
@@ -245,17 +237,16 @@ def faq_task() -> Task:
     return found[0]
 
 
-def load_faq(con, task: Task) -> pl.DataFrame:
-    """The question-answer pairs with their paraphrases and folds, by pair id."""
-    columns_sql = ", ".join(map(quote_ident, task.sample_columns))
-    faq = con.sql(f"SELECT {columns_sql} FROM {quote_table(task.sample_table)} ORDER BY pair_id").pl()
-    if faq.height == 0:
+def faq_pairs(rows: Any, task: Task) -> pa.Table:
+    """The question-answer pairs with their paraphrases and folds (the task's sample columns), by pair id; an
+    empty table is an error naming the command that builds it."""
+    rows = frames.arrow(rows).select(list(task.sample_columns))
+    if rows.num_rows == 0:
         raise ValueError(f"{task.sample_table} is empty: run `medtx build-samples --task {task.name}`")
-    return faq
+    return rows.sort_by("pair_id")
 
 
-def _answer_and_score(faq: pl.DataFrame, spec, cfg: Any, seed: int, folder: Path,
-                      on_epoch) -> records.RunResults:
+def answer_and_score(faq: pa.Table, spec, cfg: Any, seed: int, folder: Path, on_epoch) -> RunResults:
     """Fit and answer every fold's held-out paraphrases, score the answers, and say what to record."""
     # ml.epochs is keyed by epoch only: record fold 0's curve (the others follow the same recipe).
     def fold_epoch(fold, epoch, metrics):
@@ -265,7 +256,7 @@ def _answer_and_score(faq: pl.DataFrame, spec, cfg: Any, seed: int, folder: Path
     answers, info = answer_questions(faq, spec, cfg, seed, folder, fold_epoch)
     metrics, predictions = score_answers(faq, answers, n_boot=cfg.n_boot, seed=seed)
     collapsed, reason = is_collapsed([a for _, a in answers])  # one answer for every question
-    return records.RunResults(
+    return RunResults(
         metrics={"test": metrics}, predictions=predictions,
         summary={"collapsed": collapsed, "collapse_reason": reason, "n_params": info.get("n_params"),
                  "train_seconds": info.get("train_seconds"), "best_epoch": (info.get("best_epochs") or [None])[0]},

@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
 import torch
 
-from medtx.store.fingerprint import text_hash
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.classification import classification_metrics
+from medtx.models import frames
 from medtx.models.registry import ModelSpec, TextContext, TextTools
+from medtx.store.hashing import text_hash
 from medtx.text.base import TextConfig, TextData
-from medtx.training.runs import attention_frame
+from medtx.training.results import attention_frame
 from medtx.training.trainer import TrainConfig, fit, predict, set_seed
 
 log = logging.getLogger("medtx.text")
@@ -39,7 +40,7 @@ class TextFit:
     train_seconds: float = 0.0
     device: str = "cpu"
     history: list[dict[str, float]] = field(default_factory=list)
-    attention: pl.DataFrame | None = None
+    attention: pa.Table | None = None
     checkpoints: dict[str, Path] = field(default_factory=dict)  # kind -> folder
 
 
@@ -60,11 +61,11 @@ def _fit_sklearn(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int) ->
     train, test = data.split("train"), data.split("test")
     estimator = spec.build(_context(data, cfg, seed, None, None))
     started = time.perf_counter()
-    estimator.fit(train["text"].to_list(), train["y"].to_numpy())
+    estimator.fit(frames.values(train, "text"), frames.numbers(train, "y"))
     seconds = time.perf_counter() - started
-    fitted = estimator.predict_proba(test["text"].to_list())
+    fitted = estimator.predict_proba(frames.values(test, "text"))
     # Spread the estimator's columns (training classes only) onto the full class list.
-    probs = np.zeros((test.height, len(data.classes)))
+    probs = np.zeros((test.num_rows, len(data.classes)))
     probs[:, estimator.classes_] = fitted
     return TextFit(probs=probs[:, 1] if data.binary else probs, train_seconds=seconds)
 
@@ -85,10 +86,10 @@ def _context(data: TextData, cfg: TextConfig, seed: int, cache: Path | None, too
     """What a text model's build gets (medtx.models.registry.TextContext)."""
     train = data.split("train")
     n_out = 1 if data.binary else len(data.classes)
-    weights = None if data.binary else class_weights(train["y"].to_numpy(), n_out, cfg.class_weighting)
-    return TextContext(settings=cfg, train_texts=train["text"].to_list(), val_texts=data.split("val")["text"].to_list(),
-                       n_outputs=n_out, binary=data.binary, class_weights=weights, seed=seed,
-                       cache=cache, tools=tools)
+    weights = None if data.binary else class_weights(frames.numbers(train, "y"), n_out, cfg.class_weighting)
+    return TextContext(settings=cfg, train_texts=frames.values(train, "text"),
+                       val_texts=frames.values(data.split("val"), "text"), n_outputs=n_out, binary=data.binary,
+                       class_weights=weights, seed=seed, cache=cache, tools=tools)
 
 
 @dataclass(frozen=True)
@@ -135,10 +136,11 @@ class _Tools:
         return encoder_dir
 
 
-def _encode(tokenizer, frame: pl.DataFrame) -> list[dict]:
+def _encode(tokenizer, frame: pa.Table) -> list[dict]:
     from medtx.text.data import encode_items
 
-    return encode_items(tokenizer, frame["sample_id"].to_list(), frame["text"].to_list(), frame["y"].to_list())
+    return encode_items(tokenizer, frames.values(frame, "sample_id"), frames.values(frame, "text"),
+                        frames.values(frame, "y"))
 
 
 @torch.no_grad()
@@ -329,7 +331,7 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
 def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
     """Train `model` on the training split (selecting on validation) and return its test probabilities."""
     for split in ("train", "val", "test"):
-        if data.split(split).height == 0:
+        if data.split(split).num_rows == 0:
             raise ValueError(f"text task has no {split} notes; check samples.* splits")
     from medtx.models.registry import model_names, specs
 
