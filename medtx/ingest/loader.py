@@ -2,8 +2,9 @@
 
 The header is read first (Python's csv module, so quoted names work) to map any header case onto the
 lower-case spec and to refuse a file missing a required column before DuckDB touches the warehouse.
-DuckDB then reads the file with explicit types and `store_rejects`: bad rows land in a temporary rejects
-table and are copied to `raw.ingest_rejects`. The caller wraps everything in one transaction.
+DuckDB then reads the file with explicit types and `store_rejects`, straight into the raw table: bad rows land
+in a temporary rejects table and are copied to `raw.ingest_rejects`. The caller wraps everything in one
+transaction (medtx.ingest.writepath), so a failed check or a kill leaves the table as it was.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 
-from medtx.store.db import quote_ident, sql_literal
+from medtx.store.db import quote_ident, quote_table, sql_literal
 from medtx.ingest.schema import TableSpec, guess_table
 
 log = logging.getLogger("medtx.ingest")
@@ -143,11 +144,11 @@ def load_csv(
     *,
     label: str,
     dataset: str,
-    target: str,
     limit: int | None = None,
 ) -> tuple[int, int]:
-    """INSERT the parsable rows of `path` into the staging table `target` (same columns as
-    `spec.raw_table`) and its rejects into `temp.{REJECTS}`. Returns (rows loaded, records rejected).
+    """INSERT the parsable rows of `path` into `spec.raw_table` as `dataset`'s rows, and its rejects into
+    `temp.{STAGED_REJECTS}`. Returns (rows loaded, records rejected). Call it inside the write path's transaction
+    (medtx.ingest.staging._swap_in, under RawWriter.replacing), after the dataset's old rows are deleted.
     Raises IngestError when DuckDB cannot read the file at all (e.g. a gzip corrupt past its header)."""
     con.execute(f"DROP TABLE IF EXISTS temp.{quote_ident(_REJECTS)}")
     con.execute(f"DROP TABLE IF EXISTS temp.{quote_ident(_SCANS)}")
@@ -162,7 +163,7 @@ def load_csv(
         f" columns = {{{columns}}}, rejects_table = {sql_literal(_REJECTS)}, rejects_scan = {sql_literal(_SCANS)}"
     )
     sql = f"""
-        INSERT INTO {quote_ident(target)} ({", ".join(map(quote_ident, target_cols))})
+        INSERT INTO {quote_table(spec.raw_table)} ({", ".join(map(quote_ident, target_cols))})
         SELECT {", ".join(values_sql)}
         FROM read_csv($path, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"',
                       encoding = 'utf-8', store_rejects = true, {options_sql})
