@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from medtx.pipeline.exchange import export_training_package, package_key, record_result_package, train_in_package
+from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
 from medtx.pipeline.steps import run_train_from_package
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
@@ -75,32 +75,36 @@ def test_an_undeclared_read_fails_loudly_and_the_failed_run_is_recorded(demo_cop
     assert status == "failed" and "ddi_atc3" in error
 
 
-def test_a_worker_that_dies_before_publishing_leaves_nothing(demo_copy: Path, tmp_path: Path) -> None:
+def test_a_worker_that_dies_before_publishing_leaves_nothing(demo_copy: Path, tmp_path: Path, monkeypatch) -> None:
     package = export_training_package(demo_copy, READS, SCOPE, tmp_path / "exchange", "k3")
     result_dir = tmp_path / "exchange" / "results" / "r3"
+    result_dir.parent.mkdir(parents=True)
 
-    def killed(db: Path, models_root: Path) -> list[str]:
+    def killed(*args, **kwargs):
         raise KeyboardInterrupt  # not an Exception: stands for a kill; nothing may be published
 
+    monkeypatch.setattr("medtx.training.ehr_run.train_ehr", killed)
     with pytest.raises(KeyboardInterrupt):
-        train_in_package(package, result_dir, killed)
+        run_train_from_package(_spec("logreg"), str(package), str(result_dir), pipeline_run_id="p3", device="cpu")
     assert not result_dir.exists()
     assert not [p for p in result_dir.parent.iterdir() if p.name.startswith(".r3")]
 
 
-def test_a_result_folder_removed_while_training_is_made_again(demo_copy: Path, tmp_path: Path) -> None:
+def test_a_result_folder_removed_while_training_is_made_again(demo_copy: Path, tmp_path: Path, monkeypatch) -> None:
     """The flow removes results/<pipeline run>/ once its last recorded package is gone; a worker still training
     then publishes into a folder that no longer exists. It is made again (the default-config pipeline lost 4 text
     trainings to FileNotFoundError on this race)."""
     package = export_training_package(demo_copy, READS, SCOPE, tmp_path / "exchange", "k9")
     result_dir = tmp_path / "exchange" / "results" / "p9" / "train.x"
+    result_dir.parent.mkdir(parents=True)
 
-    def removed_meanwhile(db: Path, models_root: Path) -> list[str]:
+    def removed_meanwhile(*args, **kwargs):
         import shutil
 
         shutil.rmtree(result_dir.parent)  # what exchange._remove_result does after another step's recording
         raise ValueError("training failed after its folder vanished")
 
+    monkeypatch.setattr("medtx.training.ehr_run.train_ehr", removed_meanwhile)
     with pytest.raises(ValueError, match="folder vanished"):
-        train_in_package(package, result_dir, removed_meanwhile)
+        run_train_from_package(_spec("logreg"), str(package), str(result_dir), pipeline_run_id="p9", device="cpu")
     assert json.loads((result_dir / "manifest.json").read_text())["error"].startswith("ValueError")

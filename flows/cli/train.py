@@ -1,7 +1,7 @@
 """`medtx train --task drug_rec --model transformer`: train/evaluate one model on one task and seed.
 
 The same path as a pipeline's training step, in this process (`medtx.pipeline.steps.train_here`): the
-step's training package is exported to the exchange folder, the model trains from it in a scratch warehouse,
+step's training package is exported to the exchange folder, the model trains from it (`medtx.worker.train_run`),
 and the result package is recorded in the warehouse in one transaction (ml.runs, ml.epochs, ml.metrics,
 ml.predictions, ml.attention, checkpoints). The command prints the run id and its test metrics.
 """

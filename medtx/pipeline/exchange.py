@@ -7,11 +7,12 @@ the warehouse. Instead:
    it reads (`Step.reads`), filtered to the step's dataset/task scope, as Parquet files plus a manifest, into
    `<exchange>/packages/<key>/`. The key is a hash of the tables and their fingerprints, so one package serves
    every model and seed of a (task, dataset) and an unchanged one is never written twice;
-2. a worker (a thread, a process, a Dask worker on another machine that mounts the exchange folder) builds a
-   private scratch warehouse holding ONLY those tables (an undeclared read fails loudly instead of training on
-   empty data), runs the ordinary experiment against it and writes a *result package*: the run's rows of every
-   `ml.*` result table as Parquet plus its checkpoint folders, published by an atomic rename (a killed worker
-   leaves no package, never half of one);
+2. a worker (a thread, a process, a Dask worker on another machine that mounts the exchange folder, or
+   `python -m medtx.worker` on a machine without DuckDB) reads ONLY those tables (an undeclared read fails loudly
+   instead of training on empty data), trains the run from them (medtx.worker.train_run: EHR, notes or FAQ) and
+   writes a *result package*: the run's rows of every `ml.*` result table as Parquet plus its checkpoint folders,
+   published by an atomic rename (a killed worker leaves no package, never half of one:
+   medtx.training.packages);
 3. the flow records the result package into the warehouse in one transaction, idempotently: a run already
    recorded with the same content is left as it is.
 
@@ -32,18 +33,17 @@ import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from medtx.training.integrity import PackageDamaged, check_package, file_digests, safe_name
-from medtx.training.packages import MANIFEST, RESULT_TABLES, publish_dir, temp_dir_in
-from medtx.store.db import connect, open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
+from medtx.training.packages import MANIFEST, RESULT_TABLES, publish_dir
+from medtx.store.db import open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.pipeline")
 _TABLE = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
@@ -118,72 +118,6 @@ def _discard(folder: Path) -> None:
     aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
     os.replace(folder, aside)
     shutil.rmtree(aside, ignore_errors=True)
-
-
-def scratch_warehouse(package: Path, folder: Path) -> Path:
-    """A private warehouse in `folder` with the full schema, every table outside the package dropped, and
-    the package's tables loaded: what a worker trains against."""
-    manifest = check_package(package)
-    db = folder / "scratch.duckdb"
-    con = connect(db)
-    try:
-        # Every ml.* table stays (empty): results are never inputs, and the run's own analysis writes several
-        # (intervals, comparisons against its empty view, the trust tables); the flow redoes it when recording.
-        keep = set(manifest["tables"]) | set(RESULT_TABLES)
-        existing = con.sql("SELECT schema_name || '.' || table_name FROM duckdb_tables() "
-                           "WHERE schema_name <> 'main'").fetchall()
-        with transaction(con):
-            for (table,) in existing:
-                if table not in keep and not table.startswith("ml."):
-                    con.execute(f"DROP TABLE {quote_table(_checked(table))} CASCADE")
-            for table in manifest["tables"]:
-                con.execute(f"INSERT INTO {quote_table(_checked(table))} BY NAME SELECT * FROM read_parquet(?)",
-                            [str(package / f"{table}.parquet")])
-    finally:
-        con.close()
-    return db
-
-
-def _export_results(db: Path, run_ids: list[str], models_root: Path, out: Path) -> None:
-    with open_warehouse(db, read_only=True) as con:
-        ids_sql = ", ".join(map(sql_literal, run_ids)) or "NULL"  # COPY takes no bound parameters
-        for table in RESULT_TABLES:
-            con.execute(f"COPY (SELECT * FROM {quote_table(_checked(table))} WHERE run_id IN ({ids_sql})) "
-                        f"TO {sql_literal(out / f'{table}.parquet')} (FORMAT parquet)")
-    for run_id in run_ids:
-        if (models_root / run_id).exists():
-            shutil.copytree(models_root / run_id, out / "models" / run_id)
-
-
-def train_in_package(package: Path | str, result_dir: Path | str, run: Callable[[Path, Path], list[str]]) -> dict:
-    """Worker side: build a scratch warehouse from `package`, call `run(scratch_db, models_root)` (the
-    ordinary experiment; returns its run ids), and publish the result package at `result_dir` atomically —
-    also when the training failed, so its failed run reaches the warehouse; the error is re-raised after."""
-    result_dir = Path(result_dir)
-    result_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="medtx-worker-") as work:
-        work = Path(work)
-        db, models_root = scratch_warehouse(Path(package), work), work / "models"
-        error: BaseException | None = None
-        try:
-            run_ids = run(db, models_root)
-        except Exception as exc:  # recorded as a failed run by the experiment; published, then re-raised
-            error = exc
-            with open_warehouse(db, read_only=True) as con:
-                run_ids = [r[0] for r in con.sql("SELECT run_id FROM ml.runs").fetchall()]
-        tmp = temp_dir_in(result_dir.parent, f".{result_dir.name}-")  # its folder may be gone: made again
-        _export_results(db, run_ids, models_root, tmp)
-        manifest = {"run_ids": run_ids, "models_root": str(models_root),
-                    "worker": {"host": socket.gethostname(), "pid": os.getpid()},
-                    "error": None if error is None else f"{type(error).__name__}: {error}",
-                    "files": file_digests(tmp)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        if result_dir.exists():  # a retry of the same step: the newer result replaces the older one
-            shutil.rmtree(result_dir)
-        _publish_dir(tmp, result_dir)
-    if error is not None:
-        raise error
-    return {"run_ids": run_ids, "result": str(result_dir)}
 
 
 def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Path | str, *,

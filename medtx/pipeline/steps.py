@@ -91,7 +91,9 @@ def run_samples(spec: Spec, paths: Paths) -> dict[str, Any]:
 def run_train(
     spec: Spec, paths: Paths, *, pipeline_run_id: str | None, device: str, torch_threads: int | None = None
 ) -> dict[str, Any]:
-    """Train and evaluate one (dataset, task, model, seed); returns the run ids it wrote to ml.runs.
+    """Train and evaluate one (dataset, task, model, seed) against the warehouse itself (the in-process
+    experiments, no package; the pipeline trains from packages: `run_train_from_package`); returns the run ids it
+    wrote to ml.runs.
 
     A failure is recorded in ml.runs (status 'failed', error text) and re-raised, so Prefect marks the task
     failed while the flow carries on with the other models. `torch_threads` caps torch's CPU threads (the
@@ -129,28 +131,19 @@ def run_train_from_package(
 ) -> dict[str, Any]:
     """Worker side of a training step: train from a training package alone (never the warehouse) and publish a
     result package at `result_dir`, which the flow records (medtx.pipeline.exchange). Runs anywhere that mounts the
-    exchange folder: the flow's process, a local Dask worker, another machine. EHR runs go through the worker's
-    entry point (`medtx.worker.train_run`, what `python -m medtx.worker` calls: no DuckDB, no polars); text runs
-    still train against a scratch warehouse built from the package."""
+    exchange folder: the flow's process, a local Dask worker, another machine. Every run, EHR, notes or FAQ, goes
+    through the worker's entry point (`medtx.worker.train_run`, what `python -m medtx.worker` calls: no DuckDB,
+    no polars)."""
     from medtx import worker
-    from medtx.pipeline.exchange import train_in_package
 
-    if worker.supports(spec["task"]):
-        return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
-                                torch_threads=torch_threads)
-
-    def run(db: Path, models_root: Path) -> list[str]:
-        paths = {"db": str(db), "models_dir": str(models_root)}
-        return run_train(spec, paths, pipeline_run_id=pipeline_run_id, device=device,
-                         torch_threads=torch_threads)["run_ids"]
-
-    return train_in_package(Path(package), Path(result_dir), run)
+    return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
+                            torch_threads=torch_threads)
 
 
 def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: Path | str, *, device: str,
                torch_threads: int | None = None) -> list[str]:
     """`medtx train`: the pipeline's training path, in this process. Export the step's training package,
-    train from it in a scratch warehouse, then record the result package in one transaction — the only write
+    train from it (the worker's entry point), then record the result package in one transaction — the only write
     to the warehouse. A failed training is recorded too (its failed run), then the error is raised."""
     import uuid
 
