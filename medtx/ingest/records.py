@@ -62,9 +62,10 @@ def scan_records(path: Path, compression: str, offsets: Iterable[int] = (), sha2
             digest.update(chunk)
         # Blank lines: a '\n' that follows a '\n' (or '\n\r'), counted across chunk borders too.
         # The regex is ~10x slower than decompressing (4.5 s of a 4.7 s scan of 177 MB of PRESCRIPTIONS); a chunk
-        # with neither '\n\n' nor '\n\r\n' in it (most chunks of most files) has no match, found at memory speed.
+        # with neither '\n\n' nor '\n\r\n' in it (most chunks of most files) has no match, found at memory speed
+        # (and '\n\r\n' is looked for only where there is a '\r': 0.04 instead of 0.31 s per 400 MB).
         joined = prev_tail + chunk
-        if b"\n\n" in joined or b"\n\r\n" in joined:
+        if b"\n\n" in joined or (b"\r" in joined and b"\n\r\n" in joined):
             blank += sum(1 for _ in _BLANK_END.finditer(joined, len(prev_tail)))
         end = pos + len(chunk)
         while wanted and wanted[0] < end:
