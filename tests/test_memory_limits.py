@@ -140,8 +140,8 @@ def test_a_training_package_reads_a_table_only_when_it_is_asked_for(demo_copy: P
     for name in READS[:-1]:  # what a run of any model but the oracle reads
         assert tables[name].num_rows == manifest["tables"][name] and tables[name] is tables[name]
     assert "raw.synth_oracle_drug_rec" in tables  # membership reads nothing
-    with pytest.raises(FileNotFoundError):
-        tables["raw.synth_oracle_drug_rec"]
+    with pytest.raises(PackageError, match=r"raw\.synth_oracle_drug_rec\.parquet: unreadable after the package"):
+        tables["raw.synth_oracle_drug_rec"]  # one line naming the file (tests/test_package_tables.py: rewritten)
     (tmp_path / "aside.parquet").rename(oracle)
     assert tables["raw.synth_oracle_drug_rec"].num_rows == manifest["tables"]["raw.synth_oracle_drug_rec"]
     with pytest.raises(KeyError):

@@ -29,6 +29,11 @@ class PackageDamaged(ValueError):
     """A package in the exchange folder is not what its manifest says; the message names the file."""
 
 
+def sha256_bytes(data: bytes) -> str:
+    """The sha256 of bytes already in memory (a file read once, then parsed from the same buffer)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from medtx.training.integrity import PackageDamaged, file_digests, verify
+from medtx.training.integrity import PackageDamaged, file_digests, sha256_bytes, verify
 
 from medtx.training.results import (
     ATTENTION_COLUMNS,
@@ -86,16 +86,29 @@ class PackageTables(Mapping[str, pa.Table]):
 
     Why lazily: a package holds every table its step reads, and a run uses some of them only (a synth package
     carries the four oracle tables, 17M rows and ~1 GiB of Arrow memory at 46,520 patients, which only the oracle
-    baseline of one task reads): read eagerly, every training process held them for its whole run (issue #35)."""
+    baseline of one task reads): read eagerly, every training process held them for its whole run (issue #35).
 
-    def __init__(self, package: Path, rows: Mapping[str, int]) -> None:
-        self._package, self._rows, self._read = package, dict(rows), {}
+    A table is parsed from the very bytes whose sha256 is checked against the manifest (the file read once into
+    memory, hashed, then parsed from that buffer), so a file rewritten or cut after the package was opened is a
+    PackageError naming it, never rows nobody checked."""
+
+    def __init__(self, package: Path, rows: Mapping[str, int], files: Mapping[str, Any]) -> None:
+        self._package, self._rows, self._files, self._read = package, dict(rows), dict(files), {}
 
     def __getitem__(self, name: str) -> pa.Table:
         if name not in self._rows:
             raise KeyError(name)
         if name not in self._read:
-            self._read[name] = pq.read_table(self._package / f"{name}.parquet")
+            path = self._package / f"{name}.parquet"
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise PackageError(f"{path}: unreadable after the package was opened ({exc.strerror})") from None
+            want = self._files.get(path.name) or {}
+            if sha256_bytes(data) != want.get("sha256"):
+                raise PackageError(f"{path}: content differs from the manifest's sha256 ({len(data):,} bytes, the "
+                                   f"manifest says {want.get('bytes')}): changed after the package was opened")
+            self._read[name] = pq.read_table(pa.BufferReader(data))
         return self._read[name]
 
     def __contains__(self, name: object) -> bool:  # Mapping's would read the table
@@ -111,7 +124,8 @@ class PackageTables(Mapping[str, pa.Table]):
 def read_training_package(package: Path | str) -> tuple[dict[str, Any], PackageTables]:
     """(manifest, {table: rows}) of a training package; a missing manifest or table file, or a table file whose
     row count differs from the manifest's, is a PackageError. Every file is checked here (its sha256, its row count
-    from the Parquet footer); the rows of a table are read when a run first asks for it (`PackageTables`)."""
+    from the Parquet footer), and again when a run first asks for its rows: they are parsed from the bytes that
+    were hashed (`PackageTables`), so nothing changed in between is read unchecked."""
     package = Path(package)
     manifest_path = package / MANIFEST
     if not manifest_path.is_file():
@@ -132,7 +146,7 @@ def read_training_package(package: Path | str) -> tuple[dict[str, Any], PackageT
         rows = pq.read_metadata(path).num_rows
         if rows != manifest["tables"][name]:
             raise PackageError(f"{path}: {rows} rows, the manifest says {manifest['tables'][name]}")
-    return manifest, PackageTables(package, manifest["tables"])
+    return manifest, PackageTables(package, manifest["tables"], manifest["files"])
 
 
 # ----------------------------------------------------------------------------------------------- result packages
