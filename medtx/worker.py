@@ -145,8 +145,11 @@ def _parse_runs(args: argparse.Namespace, scope: dict[str, Any]) -> list[dict[st
                 "model": r["model"], "seed": int(r.get("seed", 0)), "overrides": {**base, **r.get("overrides", {})}}})
     if not specs:
         raise ValueError("no run given: pass --run MODEL[:SEED] or --runs FILE.json")
+    # A package is scoped by the samples it holds, not by the task trained on them: readmission_notes trains on
+    # readmission's samples, so its package says task 'readmission' and --task names the note task.
+    task = args.task or scope.get("task")
     for s in specs:
-        s.update(dataset=scope.get("dataset"), task=scope.get("task"))
+        s.update(dataset=scope.get("dataset"), task=task)
     return specs
 
 
@@ -164,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", metavar="FILE.json",
                         help='runs as a JSON list: [{"model": "gru", "seed": 0, "overrides": {"epochs": 3}}, ...]')
     parser.add_argument("--overrides", metavar="JSON", help='trainer/model overrides for every run, e.g. \'{"epochs": 1}\'')
+    parser.add_argument("--task", help="the task to train (default: the package's own, its manifest's scope); "
+                                       "e.g. readmission_notes on a readmission package")
     parser.add_argument("--out", type=Path, required=True, help="folder that receives one result package per run")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
@@ -181,6 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         manifest, _ = read_training_package(args.package)
         specs = _parse_runs(args, manifest.get("scope", {}))
+        if args.task:
+            from medtx.tasks import task_names
+
+            if args.task not in task_names():
+                raise ValueError(f"--task {args.task!r}: unknown task; expected one of {task_names()}")
         if not supports(specs[0]["task"]):
             raise ValueError(f"{args.package}: task {specs[0]['task']!r}: the worker trains EHR and text tasks")
     except (PackageError, ValueError, OSError) as exc:

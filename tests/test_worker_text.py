@@ -31,10 +31,11 @@ def _package(db: Path, task: str, dataset: str, folder: Path, key: str) -> Path:
     return export_training_package(db, step.reads, step.scope, folder / "exchange", key)
 
 
-def _train(env: dict[str, str], package: Path, runs: list[dict], out: Path) -> list[dict]:
+def _train(env: dict[str, str], package: Path, runs: list[dict], out: Path, *args: str) -> list[dict]:
     spec = out.parent / f"{out.name}.runs.json"
     spec.write_text(json.dumps(runs))
-    done = _worker(env, str(package), "--runs", str(spec), "--out", str(out), "--device", "cpu", "--threads", "1")
+    done = _worker(env, str(package), "--runs", str(spec), "--out", str(out), "--device", "cpu", "--threads", "1",
+                   *args)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
@@ -161,6 +162,23 @@ def test_a_patient_split_note_run_from_the_worker_equals_the_run_in_process(note
     row = _run_row(notes_copy, theirs)
     assert (row["threshold"], row["threshold_source"], row["status"]) == (0.5, "fixed", "completed")
 
+
+def test_the_worker_command_trains_the_task_it_is_told_on_a_package_scoped_by_another(notes_copy: Path,
+                                                                                      tmp_path: Path) -> None:
+    """readmission_notes trains on readmission's samples, so its package's scope says 'readmission': from the
+    command line `--task readmission_notes` trains the note task (recorded under that name); without it the run
+    is the EHR task's, and an unknown --task is refused with one line, exit 2."""
+    package = _package(notes_copy, "readmission_notes", "mimic3_demo", tmp_path, "r3")
+    assert read_training_package(package)[0]["scope"]["task"] == "readmission"
+    env = _blocked_env(tmp_path)
+    (line,) = _train(env, package, [{"model": "tfidf_logreg"}], tmp_path / "out", "--task", "readmission_notes")
+    assert line["run"].startswith("readmission_notes.mimic3_demo.tfidf_logreg") and line["status"] == "completed"
+    (run_id,) = record_result_package(notes_copy, line["result"], tmp_path / "models")
+    assert _run_row(notes_copy, run_id)["task"] == "readmission_notes"
+    bad = _worker(env, str(package), "--run", "tfidf_logreg", "--task", "nope", "--out", str(tmp_path / "o2"))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("medtx.worker: --task 'nope'")
+    default = _worker(env, str(package), "--run", "tfidf_logreg", "--out", str(tmp_path / "o3"), "--device", "cpu")
+    assert default.returncode == 1 and "readmission.mimic3_demo.tfidf_logreg" in default.stdout
 
 def test_a_blocked_leakage_gate_refuses_the_note_run_and_the_refusal_is_recorded(notes_copy: Path,
                                                                                 tmp_path: Path) -> None:
