@@ -79,8 +79,8 @@ class _Staged:
     def rows_sql(self) -> str:
         """`table WHERE condition`: this file's rows in its raw table (the dataset's: the old ones are deleted by
         then); more conditions may follow with AND. The dataset is bound as $dataset (`rows_params`)."""
-        scope = "dataset = $dataset" if self.item.spec.has_dataset else "TRUE"
-        return f"{quote_table(self.item.spec.raw_table)} WHERE {scope}"
+        scope_sql = "dataset = $dataset" if self.item.spec.has_dataset else "TRUE"
+        return f"{quote_table(self.item.spec.raw_table)} WHERE {scope_sql}"
 
     def rows_params(self) -> dict[str, str]:
         return {"dataset": self.dataset} if self.item.spec.has_dataset else {}
