@@ -47,3 +47,24 @@ def test_a_large_file_without_blank_lines_has_none_and_one_with_them_counts_each
     assert scan_records(path, "none").blank_lines == 0
     path.write_bytes(b"a,b,c\n" + body + b"\n\r\n" + body)
     assert scan_records(path, "none").blank_lines == 2
+
+
+def test_the_scan_reads_gzip_like_the_gzip_module_and_refuses_a_broken_stream(tmp_path):
+    """The scan decompresses with ISA-L (medtx.ingest.records._open): the same lines, size and hash as the gzip module
+    on a whole file, and on a broken deflate stream (one byte flipped: 'Invalid deflate symbol') an error the ingest
+    turns into its one line (staging catches records.GZIP_ERRORS), not a short, silent count."""
+    import hashlib
+    import random
+
+    data = b"row,drug,dose\n" + b"".join(b"%d,DRUG %d,%d\n" % (i, i * 7 % 13, i * 31) for i in range(20000))
+    whole = tmp_path / "whole.csv.gz"
+    whole.write_bytes(gzip.compress(data))
+    scan = scan_records(whole, "gzip", sha256=True)
+    assert (scan.lines, scan.size, scan.sha256) == (data.count(b"\n"), len(data), hashlib.sha256(data).hexdigest())
+    broken = bytearray(whole.read_bytes())
+    broken[random.Random(11).randrange(20, len(broken) // 2)] ^= 0xFF  # seed 11: a symbol error, not a CRC one
+    bad = tmp_path / "broken.csv.gz"
+    bad.write_bytes(bytes(broken))
+    with pytest.raises(records.GZIP_ERRORS) as caught:
+        scan_records(bad, "gzip")
+    assert "deflate" in str(caught.value).lower() or "crc" in str(caught.value).lower()

@@ -10,12 +10,14 @@ DuckDB also cuts a reject's `csv_line` at 10,000 characters; `read_lines_at` ret
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from isal import igzip, isal_zlib
 
 _CHUNK = 1 << 22  # 4 MiB of decompressed text per step: bytes.count runs at memory speed on it
 # The '\n' ending a blank line: one right after another line end ('\n' or '\n\r').
@@ -35,8 +37,16 @@ class RecordScan:
     sha256: str = ""  # of the decompressed bytes (what a SHA256SUMS.txt listing the .csv name holds)
 
 
+# What reading a cut or damaged gzip stream raises: no end-of-stream marker (EOFError), a bad header, CRC or length
+# (gzip.BadGzipFile, an OSError), a broken deflate stream (isal's or zlib's error).
+GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, isal_zlib.error)
+
+
 def _open(path: Path, compression: str):
-    return gzip.open(path, "rb") if compression == "gzip" else open(path, "rb")
+    """The file's decompressed bytes. gzip through ISA-L (python-isal): the same stream as the gzip module, checked
+    the same way (CRC and length), decompressed ~2.4x faster (PRESCRIPTIONS at 46,520 patients: 787 MiB in 0.8 s
+    instead of 1.9 s), and the scan runs beside DuckDB's load on the same two cores."""
+    return igzip.open(path, "rb") if compression == "gzip" else open(path, "rb")
 
 
 def _chunks(path: Path, compression: str) -> Iterator[bytes]:

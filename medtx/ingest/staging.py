@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,7 +39,7 @@ from medtx.ingest.loader import (
     read_header,
     write_log,
 )
-from medtx.ingest.records import RecordScan, read_lines_at, scan_records
+from medtx.ingest.records import GZIP_ERRORS, RecordScan, read_lines_at, scan_records
 from medtx.ingest.schema import TableSpec
 from medtx.ingest.sources import SourceFile
 from medtx.ingest.plausibility import check_policy
@@ -126,7 +125,7 @@ def ingest_tables(
         plan = plan_load(item.spec, header, label, others, index_column=item.index_column) if header else None
         staged.append(_Staged(item, header, plan, label, dataset))
     # Beside DuckDB's load, in one thread: each file's record scan (a second decompression, in Python) and the hash
-    # of local files for the log. zlib, hashlib and DuckDB release the GIL while they work.
+    # of local files for the log. ISA-L, hashlib and DuckDB release the GIL while they work.
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         for s in staged:
@@ -205,7 +204,7 @@ def _swap_in(con: duckdb.DuckDBPyConnection, s: _Staged, limit: int | None) -> N
         # Where each rejected record starts: a pass of its own, only for a file with rejects (or with a `limit`).
         located = scan_records(path, s.header.compression, offsets) if scan is None or offsets else scan
         scan = scan or located
-    except (EOFError, OSError, zlib.error) as exc:  # gzip: no end-of-stream marker, a CRC or length mismatch
+    except GZIP_ERRORS as exc:  # gzip: no end-of-stream marker, a CRC or length mismatch, a broken stream
         raise IngestError(f"{s.label}: the gzip stream is cut or damaged ({exc}); nothing was changed") from exc
     if path.stat().st_size != s.size:
         raise IngestError(f"{s.label}: the file changed while it was read ({s.size:,} -> {path.stat().st_size:,} "
