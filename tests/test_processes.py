@@ -59,3 +59,29 @@ def test_what_ran_before_is_left_alone_and_signals_are_restored() -> None:
     finally:
         mine.kill()
         mine.wait()
+
+
+# Ignores SIGTERM as Python's multiprocessing resource tracker does, and says so once it does.
+DEAF = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('deaf', flush=True)\ntime.sleep(120)\n"
+
+
+def test_a_child_that_ignores_sigterm_is_killed_without_waiting_the_whole_grace() -> None:
+    """The resource tracker of the training pool ignores SIGTERM: every `medtx pipeline` waited the whole 5 s
+    grace for it at exit before killing it. It is now killed DEAF_WAIT_S after the others are gone."""
+    from medtx.runtime.processes import DEAF_WAIT_S, ignores_sigterm
+
+    before = descendants()
+    deaf = subprocess.Popen([sys.executable, "-c", DEAF], stdout=subprocess.PIPE, text=True)
+    polite = subprocess.Popen(["sleep", "120"])
+    try:
+        assert deaf.stdout.readline().strip() == "deaf"
+        assert ignores_sigterm(deaf.pid) and not ignores_sigterm(polite.pid)
+        started = time.monotonic()
+        assert sorted(stop_descendants(before, grace_s=20)) == sorted([deaf.pid, polite.pid])
+        seconds = time.monotonic() - started
+        assert not psutil.pid_exists(deaf.pid) and not psutil.pid_exists(polite.pid)
+        assert seconds < DEAF_WAIT_S + 5, seconds  # not the 20 s grace
+    finally:
+        for proc in (deaf, polite):
+            proc.kill()
+            proc.wait()

@@ -58,16 +58,40 @@ def _freeze(before: set[int]) -> list[psutil.Process]:
     return [child for child in frozen.values() if child is not None]
 
 
+# How long a process that ignores SIGTERM is waited for once the others are gone (see end_processes).
+DEAF_WAIT_S = 1.0
+
+
+def ignores_sigterm(pid: int) -> bool:
+    """Whether the process has SIGTERM set to ignored (Linux: the SigIgn mask of /proc/PID/status); False where
+    that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def end_processes(children: list[psutil.Process], grace_s: float) -> None:
     """SIGTERM (and SIGCONT, so a stopped process sees it), then SIGKILL what is still alive after `grace_s`.
-    A process that is gone, or not ours to signal, is passed over. Used here and by medtx.runtime.watchdog."""
+    A process that is gone, or not ours to signal, is passed over. Used here and by medtx.runtime.watchdog.
+
+    A process that ignores SIGTERM (Python's multiprocessing resource tracker does, by design) is not waited
+    for the whole grace, which it would always use up: it ends by itself only once every process holding its
+    pipe is gone, so it is given DEAF_WAIT_S after the others (to clean up after a killed owner), then SIGKILL."""
+    deaf = [child for child in children if ignores_sigterm(child.pid)]
     for child in children:
         try:
             child.terminate()
             child.resume()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    _, alive = psutil.wait_procs([child for child in children if child not in deaf], timeout=grace_s)
+    _, still = psutil.wait_procs(deaf, timeout=min(grace_s, DEAF_WAIT_S))
+    alive += still
     for child in alive:
         try:
             child.kill()
