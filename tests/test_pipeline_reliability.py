@@ -341,9 +341,21 @@ runner: {torch_threads: 1}
 """
 
 
+# Where each kill -9 lands: a random moment just after the line that says a kind of step has been reached, so
+# that every kill hits a live run at a different stage. (Points drawn over a fixed 3-70 s window fell, once the
+# run took ~25 s, after it had already ended for 4 of 6: those were complete runs, killing nothing.)
+KILL_AFTER = (
+    ("medtx pipeline: ", 0.5, 3.0),  # the writer lock and the watchdog held; Prefect and its server starting
+    ("synth.synth_30 ", 0.0, 0.4),  # the flow's run row `running`; ingest writing raw tables in a transaction
+    ("samples.drug_rec.synth_30 ", 0.0, 0.4),  # training: ml.runs rows `running` in the training processes
+    ("8/8]", 0.0, 0.4),  # every step done: the last publish, the run's end, stopping its server
+)
+
+
 @pytest.mark.slow
 def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path) -> None:
     import random
+    import threading
 
     import psutil
 
@@ -351,13 +363,18 @@ def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path
     config.write_text(KILL_CONFIG)
     db = tmp_path / "w.duckdb"
     rng = random.Random(12)
-    points = sorted(rng.uniform(3, 70) for _ in range(6))
-    for i, point in enumerate(points):
+    for i, (line, low, high) in enumerate(KILL_AFTER):
         marker = f"kill-{os.getpid()}-{i}"
         proc = _pipeline_proc(config, db, marker, tmp_path)
-        deadline = time.monotonic() + point
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda p=proc, out=lines: out.extend(p.stdout), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 300
+        while not any(line in seen for seen in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, (line, "".join(lines)[-3000:])
+            time.sleep(0.05)
+        time.sleep(rng.uniform(low, high))
+        assert proc.poll() is None, (line, "".join(lines)[-3000:])  # the kill hits a live run
         everything = marked_pids(marker)
         for pid in everything:  # the whole command crashes at once (server and workers included)
             try:
@@ -365,6 +382,7 @@ def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path
             except psutil.NoSuchProcess:
                 pass
         proc.wait(timeout=30)
+        reader.join(timeout=30)
         if db.exists():
             connect(db).close()  # the warehouse always opens (and migrates) after a kill
     # the next start marks every run the killed owners left behind, then the rerun completes
@@ -377,6 +395,8 @@ def test_kill_minus_9_at_random_points_never_leaves_a_run_running(tmp_path: Path
     assert all(s in ("completed", "interrupted") for s, _ in pipelines.values()), pipelines
     assert all(s in ("completed", "interrupted") for s, _ in models.values()), models
     assert sum(s == "completed" for s, _ in pipelines.values()) >= 1
+    # the kills in ingest and in training left a run `running` each, which the next start closed
+    assert sum(s == "interrupted" for s, _ in pipelines.values()) >= 2, pipelines
     assert all("interrupted:" in (e or "") for s, e in pipelines.values() if s == "interrupted")
     assert not holder_path(db).exists()
 
