@@ -18,6 +18,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.fixtures_prefect import migrated_prefect_home
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +59,7 @@ def test_pipeline_publishes_as_data_lands_and_prints_one_line_per_step(tmp_path:
     config = tmp_path / "tiny.yaml"
     config.write_text(textwrap.dedent(CONFIG.format(demo=DATA / "mimic3_demo")))
     db = tmp_path / "var" / "warehouse.duckdb"
-    env = os.environ | {"PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp_path / "prefect"),
+    env = os.environ | {"PYTHONPATH": str(REPO), "PREFECT_HOME": str(migrated_prefect_home(tmp_path / "prefect")),
                         "MEDTX_CACHE_DIR": str(tmp_path / "cache"), "MEDTX_MODELS_DIR": str(tmp_path / "models"),
                         "MEDTX_RESULTS_DIR": str(tmp_path / "results")}
     env.pop("PREFECT_API_URL", None)

@@ -21,6 +21,7 @@ from medtx.store.db import connect
 from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
 from medtx.publish.snapshot import publish_snapshot
 from medtx.store.writer_lock import WarehouseBusy, hold_writer, holder_path, read_holder
+from tests.fixtures_prefect import migrated_prefect_home
 from tests.fixtures_processes import marked_pids
 
 REPO = Path(__file__).resolve().parent.parent
@@ -266,7 +267,8 @@ def _describe(pids: list[int]) -> list[str]:
 
 
 def _pipeline_proc(config: Path, db: Path, marker: str, tmp: Path) -> subprocess.Popen:
-    env = {**ENV, "MEDTX_TEST_MARK": marker, "PREFECT_HOME": str(tmp / "prefect"), "PREFECT_API_URL": "",
+    env = {**ENV, "MEDTX_TEST_MARK": marker, "PREFECT_HOME": str(migrated_prefect_home(tmp / "prefect")),
+           "PREFECT_API_URL": "",
            **{f"MEDTX_{k.upper()}": str(tmp / k) for k in ("cache_dir", "results_dir", "models_dir")}}
     env.pop("PREFECT_API_URL")  # a temporary server of its own, as a user's plain `medtx pipeline` gets
     return subprocess.Popen([PY, "-c", "from flows.cli import main; main()", "pipeline", "--config", str(config),
@@ -459,7 +461,8 @@ def test_a_pipeline_whose_ingest_refuses_its_input_exits_2_with_one_line(tmp_pat
     config.write_text(f"datasets: [{{source: {source}, name: demo_cut}}]\n"
                       "tasks: {drug_rec: {models: [{model: most_frequent}]}}\n")
     db = tmp_path / "w.duckdb"
-    env = {**ENV, "PREFECT_HOME": str(tmp_path / "prefect"), "MEDTX_CACHE_DIR": str(tmp_path / "cache"),
+    env = {**ENV, "PREFECT_HOME": str(migrated_prefect_home(tmp_path / "prefect")),
+           "MEDTX_CACHE_DIR": str(tmp_path / "cache"),
            "MEDTX_MODELS_DIR": str(tmp_path / "models"), "MEDTX_RESULTS_DIR": str(tmp_path / "results")}
     env.pop("PREFECT_API_URL", None)
     out = _medtx("pipeline", "--config", str(config), "--db", str(db), env=env, timeout=600)

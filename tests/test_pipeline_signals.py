@@ -25,6 +25,7 @@ import duckdb
 import psutil
 import pytest
 
+from tests.fixtures_prefect import migrated_prefect_home
 from tests.fixtures_processes import marked_pids
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,6 +55,7 @@ class Pipeline:
         config = tmp / "c.yaml"
         config.write_text(CONFIG)
         self.db = tmp / "home" / "w.duckdb"
+        migrated_prefect_home(tmp / "home" / "prefect-home")  # where MEDTX_HOME puts it
         self.marker = marker
         self.proc = subprocess.Popen([PY, "-c", "from flows.cli import main; main()", "pipeline", "--config",
                                       str(config), "--db", str(self.db)], env=_env(marker, tmp), cwd=tmp,

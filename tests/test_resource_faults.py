@@ -21,6 +21,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.fixtures_prefect import migrated_prefect_home
+
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 SMALL = """datasets: [{source: "synth:60"}]
@@ -141,7 +143,7 @@ def test_a_disk_that_fills_during_a_pipeline_ends_it_with_one_line(tmpfs: Path, 
     config.write_text(SMALL)
     _fill(tmpfs, 3_000_000)
     out = _medtx("pipeline", "--config", str(config), "--db", str(tmpfs / "w.duckdb"),
-                 env=_env(MEDTX_MIN_FREE_MB="1", PREFECT_HOME=str(tmp_path / "prefect")))
+                 env=_env(MEDTX_MIN_FREE_MB="1", PREFECT_HOME=str(migrated_prefect_home(tmp_path / "prefect"))))
     lines = _lines(out)
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr and len(lines) < 20, lines
