@@ -48,3 +48,19 @@ def test_benchmarks_readme_is_a_short_index_whose_links_resolve():
     assert broken == []
     names = [p.name for p in pages[1:]]
     assert names and all(re.match(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.md$", n) for n in names), names
+
+
+def test_every_step_kind_module_is_in_the_layer_order():
+    from medtx.pipeline.kinds import ORDER, kinds
+
+    modules = sorted(p.stem for p in (ROOT / "medtx/pipeline/kinds").glob("*.py") if p.stem != "__init__")
+    assert sorted(ORDER) == modules
+    assert [k.name for k in kinds()] == list(ORDER)
+
+
+def test_the_browser_test_loads_every_dashboard_page():
+    """docs/EXTENDING.md, 'Add a dashboard page': a new page needs a selector in the browser test's list."""
+    from dashboard.app import PAGES
+    from tests.test_dashboard_browser import PAGES as LOADED
+
+    assert sorted(path for path, _ in LOADED) == sorted(page.PATH for page in PAGES)

@@ -20,7 +20,7 @@ from flows.cli import app
 from flows.cli.locking import writes_warehouse
 from medtx.store.db import open_warehouse
 from medtx.metrics.intervals import WITHHELD
-from medtx.pipeline.plan import train_step
+from medtx.pipeline.kinds.train import train_step
 from medtx.pipeline.steps import train_here
 from medtx.settings import get_settings
 from medtx.tasks import Task, get_task, names_of_family
