@@ -41,8 +41,6 @@ from medtx.pipeline.config import PipelineConfig, RunnerConfig, load_config, res
 from medtx.pipeline.plan import Plan, Step, build_plan
 from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
-from medtx.runtime.train_processes import TrainingProcesses, call_in, training_processes
-from medtx.store.db import MEMORY_LIMIT_ENV
 from medtx.store.writer_lock import hold_writer
 
 log = logging.getLogger("medtx.pipeline")
@@ -108,49 +106,14 @@ def retry_on_lock(task, task_run, state) -> bool:
     return isinstance(exc, duckdb.IOException) or (isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError))
 
 
-# torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
-# torch._disable_dynamo), about 1 s; imported here it overlaps the data stages instead of the first training.
-TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
-# The training processes of the running pipeline (thread runner, several trainings at once); None otherwise.
-_TRAIN_POOL: TrainingProcesses | None = None
-
-
-@contextmanager
-def _training_pool(runner: RunnerConfig, width: int) -> Iterator[None]:
-    global _TRAIN_POOL
-    # The workers start and import the trainers while the data stages run.
-    with training_processes(width if runner.kind == "thread" else 1, preload=TRAINING_MODULES) as pool:
-        _TRAIN_POOL = pool
-        try:
-            yield
-        finally:
-            _TRAIN_POOL = None
-
-
-@contextmanager
-def _duckdb_memory_limit(runner: RunnerConfig) -> Iterator[None]:
-    """The config's `runner.duckdb_memory_limit` for every connection this run opens, in this process and in the
-    processes it starts (they inherit the environment); MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins."""
-    if MEMORY_LIMIT_ENV in os.environ or runner.duckdb_memory_limit == "auto":
-        yield
-        return
-    os.environ[MEMORY_LIMIT_ENV] = runner.duckdb_memory_limit
-    try:
-        yield
-    finally:
-        os.environ.pop(MEMORY_LIMIT_ENV, None)
-
-
 @task(name="step", task_run_name="{name}", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5,
       retry_condition_fn=retry_on_lock)
 def step_task(kind: str, name: str, parameters: dict) -> dict:
     """Every pipeline step, one Prefect task run each (`name` titles it): the library's step function
     (medtx.pipeline.steps.call_step). Whether a step may be reused is the executor's decision, made before this
     runs, so Prefect caches nothing. A training reads its package and writes a result package, never the
-    warehouse; under the thread runner with several trainings at once it runs in a pool process of its own
-    (medtx.runtime.train_processes)."""
-    if kind == "train":
-        return call_in(_TRAIN_POOL, steps.call_step, kind, parameters)
+    warehouse; under the thread runner with several trainings at once it runs in a process of the run's pool
+    (medtx.pipeline.executor.run_resources)."""
     return steps.call_step(kind, parameters)
 
 
@@ -255,7 +218,7 @@ def pipeline(
     run_id = str(flow_run.id or f"local-{time.time_ns()}")
     # One pipeline per warehouse: a second one refuses here, before it writes anything (re-entrant for the
     # CLI, which took the same holder file before starting Prefect).
-    with hold_writer(settings.db, "medtx pipeline", wait_s=0), _duckdb_memory_limit(cfg.runner):
+    with hold_writer(settings.db, "medtx pipeline", wait_s=0):
         try:
             # inside the try: a failure after the run's row exists (writing the plan) still closes the row
             executor.start(settings, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}, selected,
@@ -263,8 +226,9 @@ def pipeline(
             # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
             width, threads = _training_slots(cfg)
             log.info("training: %d at once, %s torch thread(s) each", width, threads or "default")
-            with (make_task_runner(cfg.runner, width) as runner, ThreadPoolTaskRunner(max_workers=1) as local,
-                  _training_pool(cfg.runner, width)):
+            pool = width if cfg.runner.kind == "thread" else 1  # Dask workers train in their own processes
+            with (executor.run_resources(cfg.runner.duckdb_memory_limit, pool),
+                  make_task_runner(cfg.runner, width) as runner, ThreadPoolTaskRunner(max_workers=1) as local):
                 run = executor.Executor(settings, run_id, _PrefectBackend(runner, local),
                                         train_width=width, torch_threads=threads, refresh=set(refresh or []),
                                         notify=_notify)

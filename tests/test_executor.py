@@ -78,10 +78,13 @@ plan = build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_di
 selected = list(plan.steps)
 events = []
 executor.start(settings, "local-test", {}, selected, lambda e, p: events.append(e))
-with executor.LocalBackend(width=2) as backend:
+# the run's resources as under Prefect: a pool of two training processes, the DuckDB memory limit
+with executor.run_resources("1GiB", 2), executor.LocalBackend(width=2) as backend:
     run = executor.Executor(settings, "local-test", backend, train_width=2, torch_threads=1,
                             notify=lambda e, p: events.append(e))
     run.run(executor.layers_of(selected))
+    from medtx.runtime import train_processes
+    print("POOL", train_processes._ACTIVE is not None and train_processes._ACTIVE.width)
 runs.finish_pipeline_run(run.db, "local-test", run.failed())
 for name, outcome in run.outcomes.items():
     print("OUTCOME", name, outcome.state)
@@ -106,6 +109,7 @@ def test_executor_runs_a_real_plan_without_prefect(tmp_path: Path) -> None:
     assert set(demo.values()) == {"completed"}, demo
     assert {k.split(".")[0] for k in demo} >= {"ingest", "reference", "codes", "samples", "train"}
     assert "PREFECT False" in done.stdout
+    assert "POOL 2" in done.stdout  # the trainings ran in the run's two training processes
     assert "EVENTS finished,plan,published,started" in done.stdout
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("raw.admissions", "core.prescriptions_atc3", "samples.drug_rec", "ml.metrics", "ml.predictions"):

@@ -25,9 +25,11 @@ exercise the scheduler without Prefect.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -40,8 +42,9 @@ from medtx.pipeline.exchange import export_training_package, package_key, record
 from medtx.training.integrity import PackageDamaged
 from medtx.pipeline.plan import Plan, Step
 from medtx.publish.snapshot import publish_snapshot
+from medtx.runtime.train_processes import active_pool
 from medtx.settings import Settings
-from medtx.store.db import open_warehouse
+from medtx.store.db import MEMORY_LIMIT_ENV, open_warehouse
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -91,6 +94,35 @@ class Reused:
 
     def error(self) -> str:
         return ""
+
+
+# torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
+# torch._disable_dynamo), about 1 s; imported by the pool's workers it overlaps the data stages instead.
+TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
+
+
+@contextmanager
+def duckdb_memory_limit(limit: str) -> Iterator[None]:
+    """The config's `runner.duckdb_memory_limit` for every connection the run opens, in this process and in the
+    processes it starts (they inherit the environment); MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins; "auto" sets
+    nothing (medtx.store.db sizes it)."""
+    if MEMORY_LIMIT_ENV in os.environ or limit == "auto":
+        yield
+        return
+    os.environ[MEMORY_LIMIT_ENV] = limit
+    try:
+        yield
+    finally:
+        os.environ.pop(MEMORY_LIMIT_ENV, None)
+
+
+@contextmanager
+def run_resources(memory_limit: str, pool_width: int) -> Iterator[None]:
+    """What a pipeline run holds while it runs, whatever the backend: the DuckDB memory limit and, for several
+    trainings at once in this process, a pool of training processes (medtx.runtime.train_processes: each
+    training its own torch generator) whose workers start and import the trainers while the data stages run."""
+    with duckdb_memory_limit(memory_limit), active_pool(pool_width, preload=TRAINING_MODULES):
+        yield
 
 
 def paths_of(settings: Settings) -> dict[str, str]:

@@ -110,8 +110,10 @@ def call_step(kind: str, parameters: dict[str, Any]) -> dict[str, Any]:
     `name` and `fingerprints` are for the backend's cache key and display only."""
     from medtx.pipeline.kinds import kind_named
 
+    from medtx.runtime.train_processes import call_in_active
+
     p = {k: v for k, v in parameters.items() if k not in ("name", "fingerprints")}
     run = kind_named(kind).run
-    if kind == "train":
-        return run(p.pop("spec"), p.pop("package"), p.pop("result_dir"), **p)
+    if kind == "train":  # in a training process of the run's pool when it has one (executor.run_resources)
+        return call_in_active(run, p.pop("spec"), p.pop("package"), p.pop("result_dir"), **p)
     return run(p["spec"], p["paths"])
