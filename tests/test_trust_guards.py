@@ -146,12 +146,13 @@ def test_holm_keeps_a_strong_difference_and_never_flips_a_direction():
 # ----------------------------------------------------------------------------------------------- the card
 
 
-@pytest.fixture
-def card_db(tmp_db: Path) -> Path:
+@pytest.fixture(scope="module")
+def card_db(tmp_path_factory) -> Path:
     """Real runs recorded through records.finish_run (which computes every trust figure): a reference, a run with
-    600 validation admissions, one with 9, a constant model and a failed run."""
+    600 validation admissions, one with 9, a constant model and a failed run. The tests only read it."""
     from medtx.training import records
 
+    tmp_db = tmp_path_factory.mktemp("card") / "warehouse.duckdb"
     c = _cohort()
     con = connect(tmp_db)
     try:
@@ -294,3 +295,45 @@ def test_a_pooled_ece_does_not_hide_a_badly_calibrated_label():
     assert rows["ece_label_max"][2] > 0.25 > 3 * pooled
     assert json.loads(rows["ece_label_max"][6])["label"] == "l07"
     assert rows["ece_label_median"][2] < 0.05
+
+
+def test_a_multilabel_card_shows_the_per_label_ece_beside_the_pooled_one(tmp_db: Path):
+    """A next_visit run recorded through records.finish_run: one label (D03) under-predicted by 30 points."""
+    import polars as pl
+
+    from medtx.training import records
+    from tests.test_trust import _insert
+
+    c, n_labels = _cohort(), 12
+    labels = [f"D{j:02d}" for j in range(n_labels)]
+
+    def cells(n: int, seed: int):
+        rng = np.random.default_rng(seed)
+        p = rng.beta(1, 6, (n, n_labels))
+        y = rng.random((n, n_labels)) < p
+        y[:, 3] = rng.random(n) < np.clip(p[:, 3] + 0.3, 0, 1)
+        return p, y
+
+    con = connect(tmp_db)
+    try:
+        _demographics(con, c)
+        n = len(c["hadm"])
+        p, y = cells(n, 1)
+        records.start_run(con, "ml", task="next_visit", model="transformer", dataset="sim", seed=0, config={})
+        records.write_predictions(con, "ml", pl.DataFrame({
+            "sample_id": np.repeat(c["hadm"].astype(str), n_labels), "subject_id": np.repeat(c["subj"], n_labels),
+            "hadm_id": np.repeat(c["hadm"], n_labels), "label": labels * n, "prob": p.ravel(), "y_true": y.ravel(),
+            "predicted": p.ravel() >= 0.3}))
+        pv, yv = cells(300, 2)
+        _insert(con, "ml.val_predictions", pl.DataFrame({
+            "run_id": ["ml"] * (300 * n_labels), "sample_id": np.repeat([f"v{i}" for i in range(300)], n_labels),
+            "subject_id": np.repeat(np.arange(300), n_labels), "label": labels * 300, "prob": pv.ravel(),
+            "y_true": yv.ravel()}))
+        records.finish_run(con, "ml")
+    finally:
+        con.close()
+    card = _card(tmp_db, "ml")
+    ece = card.data["per_label_ece"]
+    assert ece["worst_label"] == "D03" and ece["max"] > 0.2 > 4 * ece["pooled"] / 2
+    assert "worst 0.2" in _section(card, "calibration") and "label D03" in _section(card, "calibration")
+    assert [r["method"] for r in card.data["recalibration"]] == ["temperature"]
