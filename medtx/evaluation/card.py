@@ -299,6 +299,16 @@ def _headline(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figur
     order = {n: i for i, n in enumerate(names)}
     rows.sort(key=lambda r: (order.get(r["metric"], len(order)), r["metric"], r["averaging"]))
     shown = [r for r in rows if r["metric"] not in ("n_samples", "n_patients")]
+    # a metric the comparisons do not cover (AUROC) takes its overall verdict from the subgroups' 'overall' row:
+    # the same paired bootstrap on every test patient, so it has a verdict wherever the groups have one
+    whole = {(g["metric"], g["averaging"]): g for g in _rows(
+        con, "SELECT metric, averaging, verdict, diff, diff_ci_low, diff_ci_high, reference_run_id FROM ml.subgroups "
+             "WHERE run_id = ? AND attribute = 'overall' AND verdict IS NOT NULL", [run["run_id"]])}
+    for r in shown:
+        g = whole.get((r["metric"], r["averaging"]))
+        if r["verdict"] is None and g is not None:
+            r.update(verdict=g["verdict"], diff=g["diff"], d_lo=g["diff_ci_low"], d_hi=g["diff_ci_high"],
+                     reference_run_id=g["reference_run_id"])
     table = [[r["metric"], r["averaging"], _ci(r["value"], r["ci_low"], r["ci_high"]),
               (r["verdict"] or "–") + (f" ({r['diff']:+.3f} [{_f(r['d_lo'])}, {_f(r['d_hi'])}])"
                                        if r["diff"] is not None and r["verdict"] != "too_small" else ""),
@@ -317,8 +327,8 @@ def _headline(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figur
     para = ["Point estimate on the whole test split with its 95% percentile interval over 1,000 bootstrap "
             "resamples of test patients; the verdict is a paired bootstrap against the reference baseline "
             + (f"({', '.join(sorted(refs))}) " if refs else "") + "on the same resampled patients. The ECE carries "
-            "no interval (its bootstrap is biased). AUROC's overall verdict is the 'overall' row of the subgroup "
-            "table."]
+            "no interval (its bootstrap is biased). AUROC's verdict (not among the task's compared metrics) is the "
+            "same paired bootstrap over every test patient ('overall' row of the subgroup table)."]
     return Section("headline", "Headline metrics (test)", para,
                    tables=[(["metric", "averaging", "value [95% CI]", "verdict vs reference (diff [95% CI])",
                              "interval method"], table)])
@@ -329,17 +339,20 @@ def _obj(value: float | None, lo: float | None, hi: float | None) -> dict:
 
 
 def _group_cell(g: dict | None) -> str:
+    """A group's figure with its (Holm-adjusted) verdict, or why it is withheld."""
     if g is None:
         return "–"
     if g["too_small"]:
         why = g.get("withheld") or f"fewer than {iv.MIN_UNITS} test patients"
         return ("too small: " + why) if why.startswith("fewer than") else why
-    verdict = g.get("verdict_adjusted") or g["verdict"]
-    shown = "" if not verdict else f" · {verdict}" + (" (unadjusted)" if not g.get("verdict_adjusted")
-                                                      and g["attribute"] != "overall" else "")
-    if g["attribute"] != "overall" and g.get("verdict_adjusted") and g["verdict"] != g["verdict_adjusted"]:
-        shown += f" (unadjusted: {g['verdict']})"
-    return _ci(g["value"], g["ci_low"], g["ci_high"]) + shown
+    text, raw, adjusted = _ci(g["value"], g["ci_low"], g["ci_high"]), g["verdict"], g.get("verdict_adjusted")
+    if raw is None:
+        return text
+    if g["attribute"] == "overall":
+        return f"{text} · {raw}"
+    if adjusted is None:  # stored before the adjustment existed
+        return f"{text} · {raw} (unadjusted)"
+    return f"{text} · {adjusted}" + (f" (unadjusted: {raw})" if raw != adjusted else "")
 
 
 def _subgroup_section(con: duckdb.DuckDBPyConnection, rid: str, task, groups: list[dict], data: dict,
