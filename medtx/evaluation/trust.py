@@ -176,7 +176,9 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
         if val is None:
             log.warning("trust: run %s stored no validation predictions; no recalibration or operating points", run_id)
         else:
-            for d in cal.recalibration_decisions(task.kind, *val, units=load_val_units(con, run_id)):
+            units = load_val_units(con, run_id)
+            units = units if len(units) == len(val[0]) else None  # folds of samples, should they ever disagree
+            for d in cal.recalibration_decisions(task.kind, *val, units=units):
                 q = d.fitted.apply(p) if d.fitted is not None else None
                 distinct = int(np.unique(q).size) if q is not None else None
                 recal_rows.append((d.method, d.status, d.reason, d.n_fit, d.n_events, d.oof_original, d.oof_mapped,
