@@ -70,7 +70,7 @@ def note_time_sql(charttime: str = "charttime", chartdate: str = "chartdate") ->
 CODED_AT_DISCHARGE = "dischtime"
 
 STAYS_SQL = """
-    SELECT subject_id, hadm_id, admittime, dischtime
+    SELECT subject_id, hadm_id, admittime, dischtime, deathtime
     FROM raw.admissions
     WHERE dataset = $dataset AND hadm_id IS NOT NULL AND subject_id IS NOT NULL
     QUALIFY row_number() OVER (PARTITION BY hadm_id ORDER BY row_id NULLS LAST, admittime) = 1"""

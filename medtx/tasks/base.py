@@ -109,6 +109,20 @@ class Task:
     # or 'static' for tokens known at admission (age, sex, admission type: not events). The leakage gate checks
     # every code of an event-sourced feature against the warehouse's event times (medtx.tasks.leakage).
     feature_sources: tuple[tuple[str, str], ...] = ()
+    # The prefixes of the task's `static` tokens (medtx.samples.static: each names one column with a time rule);
+    # a prefix without a rule is refused at build, naming the task, the prefix and the declared columns.
+    static_tokens: tuple[str, ...] = ()
+    # What the task predicts, in words, and when that outcome is known: a SQL expression over the index admission's
+    # `admittime`, `dischtime` and `deathtime` (e.g. "dischtime" for an in-hospital outcome). The leakage gate
+    # refuses a sample whose prediction time is at or after it. None: no bound declared (the record says so).
+    outcome: str = ""
+    outcome_known: str | None = None
+
+    def __post_init__(self) -> None:
+        # A static token prefix without a time rule is refused where the task is declared (and so at every build).
+        from medtx.samples.static import check_prefixes
+
+        check_prefixes(self.name, self.static_tokens)
 
     @property
     def binary(self) -> bool:

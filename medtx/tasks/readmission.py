@@ -113,6 +113,10 @@ TASK = Task(
     clock="at discharge of the admission",
     observation_window="every admission of the patient up to and including this one",
     feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug")),
+    # Known at the latest when the 30-day window closes (a readmission overlapping the stay is known earlier; the
+    # bound does not see the next admission).
+    outcome="a non-elective admission within 30 days of discharge",
+    outcome_known=f"dischtime + INTERVAL {WINDOW_DAYS} DAY",
     order=30,
     description="unplanned readmission within 30 days (binary), codes of the admission and history",
 )

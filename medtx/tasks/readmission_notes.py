@@ -26,6 +26,8 @@ TASK = Task(
     prediction_time="dischtime",
     clock="at discharge of the admission (ClinicalBERT convention; the summary may be charted later)",
     observation_window="the admission's discharge summaries",
+    outcome="a non-elective admission within 30 days of discharge",
+    outcome_known="dischtime + INTERVAL 30 DAY",
     order=55,
     description="30-day readmission (binary) from the discharge summary text",
 )

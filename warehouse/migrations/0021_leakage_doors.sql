@@ -1,0 +1,9 @@
+-- Issue 43: the leakage gate without side doors (medtx.tasks.leakage, docs/TASKS.md).
+-- (d) clock_bound: samples whose prediction time is at or after their outcome is known (Task.outcome_known);
+--     NULL: the task declares no outcome time.
+-- (c) audit: the shortcut audit in words (cross-validated AUROC per feature family and on all features over
+--     train + validation, and the cut-off with its reference); a flagged family blocks the task unless the
+--     config acknowledges it with a reason (samples.leakage_shortcuts.reason). 'suspect' is no longer written.
+ALTER TABLE samples.leakage_gate ADD COLUMN clock_bound BIGINT;
+ALTER TABLE samples.leakage_gate ADD COLUMN audit VARCHAR;
+ALTER TABLE samples.leakage_shortcuts ADD COLUMN reason VARCHAR;   -- the config's reason, when acknowledged
