@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from medtx.tasks.build import build_samples
 from medtx.tasks.audit import audit, auroc, cutoff_for
 from medtx.tasks.leakage import LeakageError, _matrix, require_pass, run_gate
 from tests.conftest import DATA
+from tests.fixtures_samples import insert_rows
 
 SYNTH = "synth_400"
 DEMO = "mimic3_demo"
@@ -39,7 +41,7 @@ def _build(root: Path, dataset: str) -> Path:
     if dataset == DEMO:
         ingest_mimic3(db, DATA / "mimic3_demo", DEMO, root / "cache")
     else:
-        generate_mimic3(root / dataset, 400, seed=5, plant_death_code=True)
+        generate_mimic3(root / dataset, 400, seed=5, plant_death_code=True, notes=True)
         ingest_mimic3(db, root / dataset, dataset, root / "cache")
     con = connect(db)
     try:
@@ -273,3 +275,63 @@ def test_over_100_random_splits_the_planted_proxy_is_blocked_every_time_and_hone
     assert leaky == SPLITS
     assert [flagged for flagged, _ in honest] == [0, 0], honest
     assert all(highest < 0.8 for _, highest in honest), honest
+
+
+# ------------------------------------------------------------------------------------------ notes follow the clock
+
+def _plant_notes(con, dataset: str) -> tuple[int, str, str]:
+    """Two discharge summaries for the first stay of a patient whose next admission began > 3 days after it: one
+    charted the day after discharge, one charted after the next admission began ("readmitted ..."). Returns
+    (hadm_id, early text, late text); readmission is rebuilt."""
+    hadm, subject, disch, nxt = con.execute("""
+        SELECT hadm_id, subject_id, dischtime, next_admit FROM (
+            SELECT hadm_id, subject_id, dischtime,
+                   lead(admittime) OVER (PARTITION BY subject_id ORDER BY admittime, hadm_id) AS next_admit
+            FROM raw.admissions WHERE dataset = $dataset)
+        WHERE next_admit > dischtime + INTERVAL 3 DAY AND next_admit < dischtime + INTERVAL 20 DAY
+          AND hadm_id IN (SELECT hadm_id FROM samples.readmission WHERE dataset = $dataset)
+        ORDER BY hadm_id LIMIT 1""", {"dataset": dataset}).fetchall()[0]
+    early, late = "Discharge summary: stable, home with follow-up.", "Addendum: the patient was readmitted today."
+    insert_rows(con, "noteevents", [
+        {"dataset": dataset, "row_id": 9_000_001, "subject_id": subject, "hadm_id": hadm,
+         "chartdate": (disch + timedelta(days=1)).date(), "category": "Discharge summary", "text": early},
+        {"dataset": dataset, "row_id": 9_000_002, "subject_id": subject, "hadm_id": hadm,
+         "chartdate": (nxt + timedelta(days=1)).date(), "charttime": nxt + timedelta(hours=2),
+         "category": "Discharge summary", "text": late}])
+    build_samples(con, DATA, ["readmission"], [dataset], seed=1)
+    return hadm, early, late
+
+
+def test_notes_are_features_only_from_their_chart_time_and_never_once_the_next_admission_began(wh):
+    con, dataset = wh
+    hadm, early, late = _plant_notes(con, dataset)
+    text, text_time, disch = con.execute("SELECT text, text_time, dischtime FROM samples.readmission WHERE "
+                                         "dataset = ? AND hadm_id = ?", [dataset, hadm]).fetchall()[0]
+    assert early in text and late not in text  # the note written once the readmission began is no feature
+    assert text_time == datetime.combine((disch + timedelta(days=1)).date(), datetime.max.time())
+    honest = run_gate(con, get_task("readmission_notes"), dataset)
+    assert honest.status == "pass" and honest.late_codes == 0, honest.message
+    assert require_pass(con, get_task("readmission_notes"), dataset) == "pass"
+    # the old clock (the summary read at discharge): the summary is charted after it
+    at_discharge = dataclasses.replace(get_task("readmission_notes"), prediction_time="dischtime",
+                                       prediction_time_column="prediction_time")
+    result = run_gate(con, at_discharge, dataset)
+    _one_line_block(result, "readmission_notes", dataset, "(b)", "task readmission_notes: sample hadm_id",
+                    "holds in text a note charted", "after its prediction time")
+    # a builder that keeps the note written after the readmission began
+    con.execute("UPDATE samples.readmission SET text = text || ? WHERE dataset = ? AND hadm_id = ?",
+                [late, dataset, hadm])
+    result = run_gate(con, get_task("readmission_notes"), dataset)
+    _one_line_block(result, "readmission_notes", dataset, "(b)", f"sample hadm_id {hadm}",
+                    "once the next admission began")
+    with pytest.raises(LeakageError, match="BLOCKED readmission_notes"):
+        require_pass(con, get_task("readmission_notes"), dataset)
+
+
+def test_a_stored_note_time_the_notes_do_not_give_is_blocked(wh):
+    con, dataset = wh
+    hadm, _, _ = _plant_notes(con, dataset)
+    con.execute("UPDATE samples.readmission SET text_time = text_time + INTERVAL 1 DAY WHERE dataset = ? AND "
+                "hadm_id = ?", [dataset, hadm])
+    result = run_gate(con, get_task("readmission_notes"), dataset)
+    _one_line_block(result, "readmission_notes", dataset, "(b)", f"sample hadm_id {hadm} stores text_time")

@@ -93,7 +93,8 @@ class GateResult:
 def _rows_sql(task: Task, owner: Task) -> str:
     """The task's sample rows of `$dataset` (the owner task's table, filtered on `task` when shared)."""
     own_sql = " AND task = $owner" if owner.shared_table else ""
-    return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}"
+    filter_sql = f" AND ({task.sample_filter})" if task.sample_filter else ""  # SQL written in the task's file
+    return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}{filter_sql}"
 
 
 def split_overlap(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int, str | None]:
@@ -135,23 +136,22 @@ def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tupl
     clock_sql = task.prediction_time  # a SQL expression written in the task's file (code, not data)
     truth_sql = f"""
         SELECT hadm_id, subject_id AS patient, CAST(({clock_sql}) AS TIMESTAMP) AS pt
-        FROM ({STAYS_SQL})"""
+        FROM ({STAYS_SQL}) AS stay"""
     params = {"dataset": dataset}
     columns = set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)
-    stored_sql = "r.prediction_time" if "prediction_time" in columns else "NULL"
+    column = task.prediction_time_column
+    stored_sql = f"r.{quote_ident(column)}" if column in columns else "NULL"
     bad_clock = con.execute(f"""
         SELECT r.hadm_id, {stored_sql} AS stored, t.pt FROM {ROWS} r LEFT JOIN ({truth_sql}) t USING (hadm_id)
         WHERE t.pt IS NULL OR {stored_sql} IS DISTINCT FROM t.pt ORDER BY r.hadm_id""", params).fetchall()
     n, first = len(bad_clock), None
     if bad_clock:
         hadm, got, want = bad_clock[0]
-        first = (f"sample hadm_id {hadm} stores prediction_time {got}, the clock ({task.prediction_time}) over "
-                 f"raw.admissions gives {want}")
+        first = (f"sample hadm_id {hadm} stores {column} {got}, the clock of task {task.name} over the warehouse "
+                 f"gives {want}")
     sources = dict(task.feature_sources)
     for feature in task.features:
         source = sources.get(feature)
-        if source is None and task.family != "ehr":
-            continue  # a text column without a note rule: not timed here (readmission_notes: docs/TASKS.md)
         if source is None or feature not in columns:
             n += 1
             why = ("has no time rule (no source in Task.feature_sources)" if source is None
@@ -271,7 +271,7 @@ def clock_bound(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tup
         SELECT hadm_id, pt, known FROM (
             SELECT hadm_id, CAST(({task.prediction_time}) AS TIMESTAMP) AS pt,
                    CAST(({task.outcome_known}) AS TIMESTAMP) AS known
-            FROM ({STAYS_SQL})
+            FROM ({STAYS_SQL}) AS stay
         ) WHERE hadm_id IN (SELECT hadm_id FROM {ROWS}) AND pt >= known
         ORDER BY hadm_id""", {"dataset": dataset}).fetchall()
     if not rows:

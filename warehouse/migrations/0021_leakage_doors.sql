@@ -7,3 +7,8 @@
 ALTER TABLE samples.leakage_gate ADD COLUMN clock_bound BIGINT;
 ALTER TABLE samples.leakage_gate ADD COLUMN audit VARCHAR;
 ALTER TABLE samples.leakage_shortcuts ADD COLUMN reason VARCHAR;   -- the config's reason, when acknowledged
+
+-- Notes follow the clock: readmission's `text` holds only the discharge summaries charted before the patient's
+-- next admission began (and within the 30-day window), and text_time is the last one's chart time, the
+-- prediction time of the note-text view readmission_notes (medtx.samples.clock.summary_time_sql).
+ALTER TABLE samples.readmission ADD COLUMN text_time TIMESTAMP;
