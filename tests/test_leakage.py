@@ -173,7 +173,10 @@ def test_a_patient_in_two_splits_is_refused(leaky):
                       "AND split <> ?", [DATASET, split_a]).fetchall()[0][0]
     leaky.execute("UPDATE samples.readmission SET subject_id = ? WHERE dataset = ? AND hadm_id = ?",
                   [b, DATASET, hadm])
-    assert require_pass(leaky, get_task("readmission"), DATASET) == "pass"  # the record predates the change
+    # the record predates the change: it judged other samples (their fingerprint), so training refuses them
+    with pytest.raises(LeakageError, match=r"^leakage gate: the samples of task 'readmission' on dataset "
+                                           r"'synth_1000' are not those the gate judged \(fingerprint "):
+        require_pass(leaky, get_task("readmission"), DATASET)
     result = run_gate(leaky, get_task("readmission"), DATASET)
     assert result.status == "blocked" and result.split_overlap == 1
     assert f"(a) 1 patient(s) in more than one split; first: patient {a} (raw.admissions) has samples in splits" \

@@ -335,3 +335,30 @@ def test_a_stored_note_time_the_notes_do_not_give_is_blocked(wh):
                 "hadm_id = ?", [dataset, hadm])
     result = run_gate(con, get_task("readmission_notes"), dataset)
     _one_line_block(result, "readmission_notes", dataset, "(b)", f"sample hadm_id {hadm} stores text_time")
+
+
+# ------------------------------------------------------------------------------------------ the gate's fingerprint
+
+def test_training_refuses_samples_other_than_those_the_gate_judged(built, tmp_path):
+    """The gate record carries the fingerprint of the samples and split it judged; a sample changed after the
+    gate ran (here one admission's static tokens) is refused by require_pass and by the training entry point."""
+    from medtx.training.experiment import run_ehr_experiment
+
+    db, dataset = built
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    con = connect(copy)
+    try:
+        judged = con.execute("SELECT fingerprint FROM samples.leakage_gate WHERE dataset = ? AND task = 'mortality'",
+                             [dataset]).fetchall()[0][0]
+        assert judged and require_pass(con, get_task("mortality"), dataset) == "pass"
+        con.execute("UPDATE samples.admission_outcome SET static = [['AGE//UNKNOWN']] WHERE dataset = ? AND "
+                    "task = 'mortality' AND hadm_id = (SELECT min(hadm_id) FROM samples.admission_outcome "
+                    "WHERE dataset = ? AND task = 'mortality')", [dataset, dataset])
+        with pytest.raises(LeakageError, match=f"^leakage gate: the samples of task 'mortality' on dataset "
+                                               f"'{dataset}' are not those the gate judged \\(fingerprint "):
+            require_pass(con, get_task("mortality"), dataset)
+    finally:
+        con.close()
+    with pytest.raises(LeakageError, match="are not those the gate judged"):
+        run_ehr_experiment(copy, dataset, get_task("mortality"), "logreg", 0)

@@ -36,10 +36,10 @@ import numpy as np
 
 from medtx.store.db import quote_ident, quote_table
 from medtx.tasks.base import Task
-from medtx.tasks.verdict import LeakageError, check_gate_rows, gated
+from medtx.tasks.verdict import LeakageError, check_gate_rows, gated, samples_fingerprint
 
-__all__ = ["GateResult", "LeakageError", "Shortcut", "check_gate_rows", "gate_all", "gated", "require_pass",
-           "run_gate"]
+__all__ = ["GateResult", "LeakageError", "Shortcut", "check_gate_rows", "current_fingerprint", "gate_all", "gated",
+           "require_pass", "run_gate"]
 
 if TYPE_CHECKING:  # annotations only: the training worker checks the gate's record without DuckDB
     import duckdb
@@ -84,6 +84,7 @@ class GateResult:
     message: str = ""
     clock_bound: int | None = None  # None: the task declares no outcome time
     audit: str = ""  # the shortcut audit's figures and cut-off, in words
+    fingerprint: str = ""  # of the samples judged (medtx.tasks.verdict.samples_fingerprint)
 
     @property
     def blocked(self) -> bool:
@@ -95,6 +96,15 @@ def _rows_sql(task: Task, owner: Task) -> str:
     own_sql = " AND task = $owner" if owner.shared_table else ""
     filter_sql = f" AND ({task.sample_filter})" if task.sample_filter else ""  # SQL written in the task's file
     return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}{filter_sql}"
+
+
+def current_fingerprint(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> str:
+    """The fingerprint of the task's samples and split as the warehouse holds them now (what training would read)."""
+    samples = con.sql(f"SELECT * FROM {quote_table(task.sample_table)} WHERE dataset = $dataset",
+                      params={"dataset": dataset}).to_arrow_table()
+    splits = con.sql("SELECT * FROM samples.splits WHERE dataset = $dataset AND task = $task",
+                     params={"dataset": dataset, "task": task.samples_task}).to_arrow_table()
+    return samples_fingerprint(samples, splits, task, dataset)
 
 
 def split_overlap(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int, str | None]:
@@ -397,6 +407,7 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
         late, first_b = late_codes(con, task, dataset)
         bound, first_d = clock_bound(con, task, dataset)
         scores, audit_note = audit_shortcuts(con, task, dataset, acknowledge)
+        fingerprint = current_fingerprint(con, task, dataset)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {ROWS}")
         con.execute(f"DROP TABLE IF EXISTS {EVENTS}")
@@ -427,7 +438,8 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
                    + (", no prediction at or after the outcome is known" if bound is not None
                       else ", no outcome time declared (d)")
                    + f", {audit_note}" + (f"; {acked}" if acked else ""))
-    result = GateResult(task.name, dataset, status, n, overlap, late, flagged, message, bound, audit_note)
+    result = GateResult(task.name, dataset, status, n, overlap, late, flagged, message, bound, audit_note,
+                        fingerprint)
     _record(con, result)
     (log.warning if status != "pass" else log.info)("%s", message)
     return result
@@ -441,11 +453,11 @@ def _record(con: duckdb.DuckDBPyConnection, result: GateResult) -> None:
         con.execute(f"DELETE FROM {GATE_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"DELETE FROM {SHORTCUTS_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"""INSERT INTO {GATE_TABLE} (dataset, task, status, samples, split_overlap, late_codes, shortcuts,
-                        acknowledged, message, created_at, clock_bound, audit)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?)""",
+                        acknowledged, message, created_at, clock_bound, audit, fingerprint)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?, ?)""",
                     [result.dataset, result.task, result.status, result.samples, result.split_overlap,
                      result.late_codes, len(result.shortcuts), sum(s.acknowledged for s in result.shortcuts),
-                     result.message, result.clock_bound, result.audit])
+                     result.message, result.clock_bound, result.audit, result.fingerprint])
         if result.shortcuts:
             con.executemany(f"INSERT INTO {SHORTCUTS_TABLE} (dataset, task, feature, token, metric, value, "
                             f"acknowledged, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -454,17 +466,20 @@ def _record(con: duckdb.DuckDBPyConnection, result: GateResult) -> None:
 
 
 def require_pass(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> str:
-    """Refuse to train a task whose gate record is `blocked` or missing (LeakageError, one line); returns the
-    recorded status ('pass' or 'suspect'). Tasks the gate does not cover return 'ungated'."""
+    """Refuse to train a task whose gate record is `blocked` or missing, or was made on other samples than the
+    warehouse holds now (LeakageError, one line); returns the recorded status ('pass'). Tasks the gate does not
+    cover return 'ungated'."""
     import duckdb
 
+    columns = ("dataset", "task", "status", "message", "fingerprint")
     try:
-        rows = con.execute(f"SELECT dataset, task, status, message FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
+        rows = con.execute(f"SELECT {', '.join(columns)} FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
                            [dataset, task.name]).fetchall()
     except duckdb.CatalogException:
         rows = []
-    return check_gate_rows([dict(zip(("dataset", "task", "status", "message"), r, strict=True)) for r in rows],
-                           task, dataset)
+    records = [dict(zip(columns, r, strict=True)) for r in rows]
+    check_gate_rows(records, task, dataset)  # blocked or missing: refused before the samples are read
+    return check_gate_rows(records, task, dataset, current_fingerprint(con, task, dataset) if gated(task) else None)
 
 
 def gate_all(con: duckdb.DuckDBPyConnection, tasks: Sequence[Task], dataset: str,

@@ -12,3 +12,7 @@ ALTER TABLE samples.leakage_shortcuts ADD COLUMN reason VARCHAR;   -- the config
 -- next admission began (and within the 30-day window), and text_time is the last one's chart time, the
 -- prediction time of the note-text view readmission_notes (medtx.samples.clock.summary_time_sql).
 ALTER TABLE samples.readmission ADD COLUMN text_time TIMESTAMP;
+
+-- The fingerprint of the samples the gate judged (medtx.tasks.verdict.samples_fingerprint: the task's sample rows
+-- and its split); training refuses samples whose fingerprint differs (issue 44). NULL: a record made before.
+ALTER TABLE samples.leakage_gate ADD COLUMN fingerprint VARCHAR;
