@@ -1,27 +1,32 @@
-"""The leakage gate: before any training, is a task's sample set free of the three leaks medtx can check?
+"""The leakage gate: before any training, is a task's sample set free of the leaks medtx can check?
 
 Run per (task, dataset) after the task's samples are built (medtx.tasks.build.build_samples) and recorded in
-`samples.leakage_gate` (+ `samples.leakage_shortcuts`); training refuses a task whose record says `blocked`
-(`require_pass`). The checks read the warehouse, not the builder's word:
+`samples.leakage_gate` (+ `samples.leakage_shortcuts`); training refuses a task whose record says `blocked`, or
+whose samples are not those the record judged (`require_pass`, medtx.tasks.verdict). The checks read the
+warehouse, not the builder's word:
 
 (a) split overlap: every sample row's patient is read from raw.admissions by its hadm_id (not from the row's
     subject_id); a patient whose rows sit in more than one split of the task fails the gate. Rows whose hadm_id
     raw.admissions does not know fail too (their patient cannot be checked).
-(b) late codes: the sample's prediction time is recomputed from raw.admissions and the task's clock
-    (`Task.prediction_time`), and every code of every event-sourced feature column (`Task.feature_sources`) must be
-    explained by an event of that patient, with that source and code, known at or before it (medtx.samples.clock's
-    event times). A code known only later, or a stored `prediction_time` that disagrees with the recomputed one,
-    fails the gate. (The check is by patient, source and code: a code the patient also had earlier passes, so it
-    proves "nothing the patient could not have known then", the leak that matters.)
-(c) shortcut audit, on the validation split: for a binary task, any single token of any feature column whose
-    presence alone reaches AUROC >= SHORTCUT_AUROC (either direction: max(AUROC, 1 - AUROC)); for a multi-label
-    task, any feature column whose last visit equals the label set in >= SHORTCUT_EXACT_SHARE of validation
-    samples (an audit needs >= AUDIT_MIN_CLASS validation samples of each class; otherwise the record says it
-    was not run). Flagged features are named; they make the task `suspect` (not blocked) until a person acknowledges
-    them in the pipeline config (`leakage: {acknowledge: {<task>: ["<feature>:<token>", ...]}}`, `<feature>:*`
-    for a multi-label column; docs/TASKS.md).
+(b) late tokens: the sample's prediction time is recomputed from the warehouse and the task's clock
+    (`Task.prediction_time`, stored as `Task.prediction_time_column`), and every feature column
+    (`Task.features`) must have a time rule (`Task.feature_sources`): an event source (every code explained by an
+    event of that patient, source and code known at or before it, medtx.samples.clock), `static` (every token
+    recomputed from the allow-list medtx.samples.static: its prefix declared there and by the task, its value
+    the column's, the column known by the prediction time), or `note` (every note text it holds charted by the
+    prediction time and before the patient's next admission began). A column without a rule, a late token, or a
+    stored prediction time that disagrees with the recomputed one fails the gate. (By patient and code: a code
+    the patient also had earlier passes, so it proves "nothing the patient could not have known then".)
+(c) shortcut audit (medtx.tasks.audit), over train + validation: for a binary EHR task, a logistic regression
+    cross-validated by patient on each feature family (a column; a static prefix) and on all features, flagged
+    when its AUROC's lower 95% bound reaches the cut-off (the synthetic oracle's AUROC + 0.05, else 0.90); for a
+    multi-label task, a column whose last visit equals the label set in >= SHORTCUT_EXACT_SHARE of samples. A
+    flagged family blocks the task until the config acknowledges it with a reason
+    (`tasks.<task>.samples.acknowledge: {<family>: <reason>}`; docs/TASKS.md).
+(d) clock bound: a task's outcome (`Task.outcome`) is known at `Task.outcome_known`; a sample predicting at or
+    after it fails the gate (an in-hospital outcome predicted at discharge).
 
-A failed (a) or (b) is `blocked` with one line naming the task, dataset and first offending row.
+Any failure is `blocked` with one line naming the task, dataset and first offending row or token source.
 Tasks the gate does not cover (text corpora split by text group or by pair) get no record.
 """
 
