@@ -54,7 +54,8 @@ def tiny_db(tmp_db: Path) -> Path:
         con.execute("INSERT INTO samples.drug_rec BY NAME SELECT * FROM f")  # prediction_time: NULL (no clock here)
         # hand-made samples have no raw events for the leakage gate to check: record it as passed, as the gate
         # would after a build, so training (which refuses a task without a record) runs
-        con.execute("INSERT INTO samples.leakage_gate VALUES (?, 'drug_rec', 'pass', ?, 0, 0, 0, 0, "
+        con.execute("INSERT INTO samples.leakage_gate (dataset, task, status, samples, split_overlap, late_codes, "
+                    "shortcuts, acknowledged, message, created_at) VALUES (?, 'drug_rec', 'pass', ?, 0, 0, 0, 0, "
                     "'test fixture: hand-made samples', current_timestamp)", [DATASET, frame.height])
         con.register("sp", _splits(frame).to_arrow())
         con.execute("INSERT INTO samples.splits SELECT * FROM sp")
@@ -65,6 +66,12 @@ def tiny_db(tmp_db: Path) -> Path:
             rows = [(DATASET, "drug_rec", feature, t, i, 1) for i, t in enumerate(["<pad>", "<unk>", *tokens])]
             con.executemany("INSERT INTO samples.vocab VALUES (?, ?, ?, ?, ?, ?)", rows)
         con.execute("INSERT INTO ref.ddi_atc3 VALUES ('D0', 'D1'), ('D2', 'Z999')")
+        # ... of these samples (training refuses samples other than those the gate judged)
+        from medtx.tasks import get_task
+        from medtx.tasks.leakage import current_fingerprint
+
+        con.execute("UPDATE samples.leakage_gate SET fingerprint = ? WHERE task = 'drug_rec'",
+                    [current_fingerprint(con, get_task("drug_rec"), DATASET)])
     finally:
         con.close()
     return tmp_db

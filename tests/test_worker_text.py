@@ -121,13 +121,22 @@ def test_a_text_run_from_the_worker_equals_the_same_run_in_process(specialty_db:
 
 @pytest.fixture
 def notes_copy(demo_copy: Path) -> Path:  # noqa: F811
-    """The demo with discharge text on its readmission samples (the demo ships without notes): every fourth
-    admission's text is blank or missing, which the note task leaves out."""
+    """The demo with discharge summaries (the demo ships without notes) planted in raw.noteevents, charted on the
+    day of discharge, and readmission rebuilt so the leakage gate judges them: every fourth admission has none
+    and some a blank one, which the note task leaves out."""
+    from medtx.tasks.build import build_samples
+    from tests.conftest import DATA
+
     with duckdb.connect(str(demo_copy)) as con:
-        con.execute("UPDATE samples.readmission SET text = CASE WHEN hadm_id % 4 = 0 THEN NULL "
-                    "WHEN hadm_id % 4 = 1 AND hadm_id % 8 = 1 THEN '  ' "
-                    "ELSE 'discharge summary ' || hadm_id || CASE WHEN label THEN ' chf copd readmit' "
-                    "ELSE ' stable home' END END WHERE dataset = 'mimic3_demo'")
+        stays = con.sql("SELECT subject_id, hadm_id, dischtime, label FROM samples.readmission "
+                        "WHERE dataset = 'mimic3_demo'").fetchall()
+        notes = [("mimic3_demo", 8_000_000 + hadm, subject, hadm, disch.replace(hour=0, minute=0, second=0),
+                  "Discharge summary", "  " if hadm % 8 == 1 else
+                  f"discharge summary {hadm}" + (" chf copd readmit" if label else " stable home"))
+                 for subject, hadm, disch, label in stays if hadm % 4 != 0]
+        con.executemany("INSERT INTO raw.noteevents (dataset, row_id, subject_id, hadm_id, chartdate, category, text) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)", notes)
+        build_samples(con, DATA, ["readmission"], ["mimic3_demo"])
     return demo_copy
 
 

@@ -143,6 +143,24 @@ class TaskConfig(_Strict):
 
     _datasets = field_validator("datasets")(_distinct_names)
 
+    @field_validator("samples")
+    @classmethod
+    def _sample_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The sample builder's options (medtx.tasks.build.build_samples), checked at load. `acknowledge`: the
+        feature families whose shortcut a person checked (medtx.tasks.leakage), each with the reason the card and
+        the leaderboard show: `{<family>: <reason>}`."""
+        allowed = ("fractions", "min_count", "k_folds", "acknowledge")
+        unknown = sorted(set(value) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown sample option(s) {unknown}; allowed: {', '.join(allowed)}")
+        ack = value.get("acknowledge")
+        if ack is not None and (not isinstance(ack, dict) or not all(
+                isinstance(k, str) and k.strip() and isinstance(v, str) and v.strip() for k, v in ack.items())):
+            raise ValueError("acknowledge must map each acknowledged feature family to the reason a person gave, "
+                             "e.g. {static:ADMISSION_TYPE: \"elective admissions are planned, checked by ...\"}; "
+                             f"got {ack!r}")
+        return value
+
     @model_validator(mode="after")
     def _unique_labels(self) -> TaskConfig:
         labels = [m.label for m in self.models]

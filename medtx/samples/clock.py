@@ -66,11 +66,41 @@ def note_time_sql(charttime: str = "charttime", chartdate: str = "chartdate") ->
     return f"coalesce({charttime}, {end_of_day_sql(chartdate)})"
 
 
+# A discharge summary (NOTEEVENTS category 'Discharge summary', error rows and empty texts dropped), as `n`.
+DISCHARGE_SUMMARY_SQL = ("lower(trim(n.category)) = 'discharge summary' AND coalesce(trim(n.iserror), '') <> '1' "
+                         "AND nullif(trim(n.text), '') IS NOT NULL")
+
+
+def next_admission_sql(subject: str, admittime: str) -> str:
+    """SQL: when the patient's next admission began (the first strictly later admittime of raw.admissions in
+    `$dataset`), NULL when there is none. `subject`, `admittime`: SQL expressions of the caller's stay."""
+    return (f"(SELECT min(a2.admittime) FROM raw.admissions a2 WHERE a2.dataset = $dataset "
+            f"AND a2.subject_id = {subject} AND a2.admittime > {admittime})")
+
+
+def usable_note_sql(note_time: str, subject: str, admittime: str, until: str | None = None) -> str:
+    """SQL predicate: a note of the stay known at `note_time` may be a feature: it was charted before the patient's
+    next admission began (and before `until`, e.g. when the task's outcome is known). Notes follow the clock: a
+    note is a feature only from its chart time, and never once a later stay has begun."""
+    nxt = next_admission_sql(subject, admittime)
+    bound = f" AND {note_time} < ({until})" if until else ""
+    return f"(({nxt}) IS NULL OR {note_time} < ({nxt})){bound}"
+
+
+def summary_time_sql(hadm: str, subject: str, admittime: str, until: str | None = None) -> str:
+    """SQL: the chart time (this module's note rule) of the stay's last discharge summary that may be a feature
+    (`usable_note_sql`); NULL when none. The clock of a task that reads the discharge summary (readmission_notes):
+    its prediction time, recomputed by the leakage gate from raw.noteevents."""
+    time = note_time_sql("n.charttime", "n.chartdate")
+    return (f"(SELECT max({time}) FROM raw.noteevents n WHERE n.dataset = $dataset AND n.hadm_id = {hadm} "
+            f"AND {DISCHARGE_SUMMARY_SQL} AND {usable_note_sql(time, subject, admittime, until)})")
+
+
 # Diagnoses and procedures: at the stay's discharge.
 CODED_AT_DISCHARGE = "dischtime"
 
 STAYS_SQL = """
-    SELECT subject_id, hadm_id, admittime, dischtime
+    SELECT subject_id, hadm_id, admittime, dischtime, deathtime
     FROM raw.admissions
     WHERE dataset = $dataset AND hadm_id IS NOT NULL AND subject_id IS NOT NULL
     QUALIFY row_number() OVER (PARTITION BY hadm_id ORDER BY row_id NULLS LAST, admittime) = 1"""
@@ -119,7 +149,7 @@ def create_event_view(con: duckdb.DuckDBPyConnection, dataset: str, name: str = 
     Returns `name`."""
     if not name.isidentifier():
         raise ValueError(f"event table name {name!r} is not a plain SQL identifier")
-    from medtx.store.db import quote_ident
-
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {events_sql()}", {"dataset": dataset})
+    # a plain identifier (checked above) quoted as such; no medtx.store import, so the task registry (which reads
+    # this module's SQL helpers) stays loadable where DuckDB is absent (medtx.worker)
+    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {events_sql()}', {"dataset": dataset})
     return name

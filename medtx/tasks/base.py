@@ -99,16 +99,35 @@ class Task:
     description: str = ""
     order: int = 100  # position in listings (CLI help, leaderboard); ties by name
     # The clock (docs/TASKS.md). `prediction_time`: a SQL expression over the sample's index admission's
-    # `admittime` and `dischtime` (e.g. "dischtime", "admittime + INTERVAL 48 HOUR"); every sample row stores it
+    # `admittime` and `dischtime` (e.g. "dischtime", "admittime + INTERVAL 48 HOUR"; the admission is also
+    # `stay`, for a correlated subquery such as readmission_notes' summary time); every sample row stores it
     # as `prediction_time` and its features hold only events known at or before it (medtx.samples.clock's rule,
     # read through medtx.samples.common.create_history). None: the task has no admission clock (text corpora).
     prediction_time: str | None = None
+    # The sample column storing the prediction time, and the rows the task trains on (a SQL predicate over the
+    # sample table; None: all), for a task trained on another task's samples with its own clock (readmission_notes).
+    prediction_time_column: str = "prediction_time"
+    sample_filter: str | None = None
     clock: str = ""  # the prediction time in words, e.g. "48 hours after admission"
     observation_window: str = ""  # what the features may hold, in words
     # feature column -> the medtx.samples.clock event source its codes come from ('diagnosis', 'procedure', 'drug'),
     # or 'static' for tokens known at admission (age, sex, admission type: not events). The leakage gate checks
     # every code of an event-sourced feature against the warehouse's event times (medtx.tasks.leakage).
     feature_sources: tuple[tuple[str, str], ...] = ()
+    # The prefixes of the task's `static` tokens (medtx.samples.static: each names one column with a time rule);
+    # a prefix without a rule is refused at build, naming the task, the prefix and the declared columns.
+    static_tokens: tuple[str, ...] = ()
+    # What the task predicts, in words, and when that outcome is known: a SQL expression over the index admission's
+    # `admittime`, `dischtime` and `deathtime` (e.g. "dischtime" for an in-hospital outcome). The leakage gate
+    # refuses a sample whose prediction time is at or after it. None: no bound declared (the record says so).
+    outcome: str = ""
+    outcome_known: str | None = None
+
+    def __post_init__(self) -> None:
+        # A static token prefix without a time rule is refused where the task is declared (and so at every build).
+        from medtx.samples.static import check_prefixes
+
+        check_prefixes(self.name, self.static_tokens)
 
     @property
     def binary(self) -> bool:

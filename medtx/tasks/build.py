@@ -11,7 +11,7 @@ imports medtx.tasks; each task's builder is its own file's `build` (medtx/tasks/
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +42,7 @@ def build_samples(
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     min_count: int = 1,
     k_folds: int = 5,
-    acknowledge: Mapping[str, Collection[str]] | Collection[str] | None = None,
+    acknowledge: Mapping[str, str] | Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[tuple[str, str], int]:
     """Build the given tasks (default: all) for the given EHR datasets (default: every dataset in
     raw.admissions). Returns sample counts per (task, dataset).
@@ -51,10 +51,10 @@ def build_samples(
     everything, such a task is logged and skipped so the others still run.
 
     After each EHR task is built, the leakage gate (medtx.tasks.leakage) checks it and every task trained on its
-    samples, and records the verdict in samples.leakage_gate. `acknowledge`: the shortcuts a person acknowledged
-    in the pipeline config (`tasks.<task>.samples.acknowledge`, docs/TASKS.md), `feature:token` strings, as a
-    list (for the tasks built here) or a mapping task -> list. A blocked task is recorded, not raised here: its trainings
-    refuse to start (medtx.tasks.leakage.require_pass).
+    samples, and records the verdict in samples.leakage_gate. `acknowledge`: the feature families whose shortcut
+    a person acknowledged in the pipeline config (`tasks.<task>.samples.acknowledge`, docs/TASKS.md), as a
+    mapping family -> reason (for the tasks built here) or task -> (family -> reason). A blocked task is
+    recorded, not raised here: its trainings refuse to start (medtx.tasks.leakage.require_pass).
     """
     explicit = tasks is not None
     known = buildable_tasks()
@@ -63,9 +63,8 @@ def build_samples(
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; expected one of {list(known)}")
     chosen = [t for t in all_tasks() if t.name in tasks]
-    if acknowledge is not None and not isinstance(acknowledge, Mapping):
-        listed = (acknowledge,) if isinstance(acknowledge, str) else tuple(acknowledge)
-        acknowledge = {t.name: listed for t in chosen}
+    if acknowledge and not any(isinstance(v, Mapping) for v in acknowledge.values()):
+        acknowledge = {t.name: dict(acknowledge) for t in chosen}
     ctx = BuildContext(None, Path(data_dir), seed, tuple(fractions), min_count, k_folds)
     counts: dict[tuple[str, str], int] = {}
     ehr = [t for t in chosen if t.family == "ehr"]

@@ -139,6 +139,9 @@ TASK = Task(
     clock="at the current visit's discharge (SafeDrug/PyHealth convention)",
     observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
     feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),
+    # No bound: the label's drugs are prescribed during the stay, before its discharge (the convention recommends
+    # a stay's drug set in retrospect; docs/TASKS.md).
+    outcome="the ATC-3 drugs prescribed during the current visit",
     order=10,
     description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
 )

@@ -1,55 +1,58 @@
-"""The leakage gate: before any training, is a task's sample set free of the three leaks medtx can check?
+"""The leakage gate: before any training, is a task's sample set free of the leaks medtx can check?
 
 Run per (task, dataset) after the task's samples are built (medtx.tasks.build.build_samples) and recorded in
-`samples.leakage_gate` (+ `samples.leakage_shortcuts`); training refuses a task whose record says `blocked`
-(`require_pass`). The checks read the warehouse, not the builder's word:
+`samples.leakage_gate` (+ `samples.leakage_shortcuts`); training refuses a task whose record says `blocked`, or
+whose samples are not those the record judged (`require_pass`, medtx.tasks.verdict). The checks read the
+warehouse, not the builder's word:
 
 (a) split overlap: every sample row's patient is read from raw.admissions by its hadm_id (not from the row's
     subject_id); a patient whose rows sit in more than one split of the task fails the gate. Rows whose hadm_id
     raw.admissions does not know fail too (their patient cannot be checked).
-(b) late codes: the sample's prediction time is recomputed from raw.admissions and the task's clock
-    (`Task.prediction_time`), and every code of every event-sourced feature column (`Task.feature_sources`) must be
-    explained by an event of that patient, with that source and code, known at or before it (medtx.samples.clock's
-    event times). A code known only later, or a stored `prediction_time` that disagrees with the recomputed one,
-    fails the gate. (The check is by patient, source and code: a code the patient also had earlier passes, so it
-    proves "nothing the patient could not have known then", the leak that matters.)
-(c) shortcut audit, on the validation split: for a binary task, any single token of any feature column whose
-    presence alone reaches AUROC >= SHORTCUT_AUROC (either direction: max(AUROC, 1 - AUROC)); for a multi-label
-    task, any feature column whose last visit equals the label set in >= SHORTCUT_EXACT_SHARE of validation
-    samples (an audit needs >= AUDIT_MIN_CLASS validation samples of each class; otherwise the record says it
-    was not run). Flagged features are named; they make the task `suspect` (not blocked) until a person acknowledges
-    them in the pipeline config (`leakage: {acknowledge: {<task>: ["<feature>:<token>", ...]}}`, `<feature>:*`
-    for a multi-label column; docs/TASKS.md).
+(b) late tokens: the sample's prediction time is recomputed from the warehouse and the task's clock
+    (`Task.prediction_time`, stored as `Task.prediction_time_column`), and every feature column
+    (`Task.features`) must have a time rule (`Task.feature_sources`): an event source (every code explained by an
+    event of that patient, source and code known at or before it, medtx.samples.clock), `static` (every token
+    recomputed from the allow-list medtx.samples.static: its prefix declared there and by the task, its value
+    the column's, the column known by the prediction time), or `note` (every note text it holds charted by the
+    prediction time and before the patient's next admission began). A column without a rule, a late token, or a
+    stored prediction time that disagrees with the recomputed one fails the gate. (By patient and code: a code
+    the patient also had earlier passes, so it proves "nothing the patient could not have known then".)
+(c) shortcut audit (medtx.tasks.audit), over train + validation: for a binary EHR task, a logistic regression
+    cross-validated by patient on each feature family (a column; a static prefix) and on all features, flagged
+    when its AUROC's lower 95% bound reaches the cut-off (the synthetic oracle's AUROC + 0.05, else 0.90); for a
+    multi-label task, a column whose last visit equals the label set in >= SHORTCUT_EXACT_SHARE of samples. A
+    flagged family blocks the task until the config acknowledges it with a reason
+    (`tasks.<task>.samples.acknowledge: {<family>: <reason>}`; docs/TASKS.md).
+(d) clock bound: a task's outcome (`Task.outcome`) is known at `Task.outcome_known`; a sample predicting at or
+    after it fails the gate (an in-hospital outcome predicted at discharge).
 
-A failed (a) or (b) is `blocked` with one line naming the task, dataset and first offending row.
+Any failure is `blocked` with one line naming the task, dataset and first offending row or token source.
 Tasks the gate does not cover (text corpora split by text group or by pair) get no record.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from medtx.store.db import quote_ident, quote_table
 from medtx.tasks.base import Task
-from medtx.tasks.verdict import LeakageError, check_gate_rows, gated
+from medtx.tasks.verdict import LeakageError, check_gate_rows, gated, samples_fingerprint
 
-__all__ = ["GateResult", "LeakageError", "Shortcut", "check_gate_rows", "gate_all", "gated", "require_pass",
-           "run_gate"]
+__all__ = ["GateResult", "LeakageError", "Shortcut", "check_gate_rows", "current_fingerprint", "gate_all", "gated",
+           "require_pass", "run_gate"]
 
 if TYPE_CHECKING:  # annotations only: the training worker checks the gate's record without DuckDB
     import duckdb
-from medtx.samples.clock import STAYS_SQL, create_event_view
+from medtx.samples.clock import STAYS_SQL, create_event_view, note_time_sql
 
 log = logging.getLogger("medtx.leakage")
 
-SHORTCUT_AUROC = 0.95
-SHORTCUT_EXACT_SHARE = 0.95
-# Below this many validation positives (or negatives), one code present in the few positives reaches AUROC 1 by
-# chance: the audit is not run and the record says so (the MIMIC-III demo's validation split has 1-5 positives).
-AUDIT_MIN_CLASS = 10
+SHORTCUT_EXACT_SHARE = 0.95  # multi-label: the last visit's codes equal the label set this often
 GATE_TABLE = "samples.leakage_gate"
 SHORTCUTS_TABLE = "samples.leakage_shortcuts"
 EVENTS = "_gate_events"
@@ -58,27 +61,35 @@ ROWS = "_gate_rows"
 
 @dataclass(frozen=True)
 class Shortcut:
+    """One audited feature family (a feature column, a static prefix `static:AGE`, or `all`) and its figure."""
+
     feature: str
-    token: str  # the code, or '*' for a whole multi-label column
-    metric: str  # 'val_auroc' | 'val_exact_share'
+    token: str  # '*': the whole family
+    metric: str  # 'cv_auroc' (binary) | 'exact_share' (multi-label)
     value: float
     acknowledged: bool = False
+    reason: str | None = None  # the config's reason, when acknowledged
+    lower: float | None = None  # cv_auroc: its lower 95% bound (what the cut-off is compared with)
+    flagged: bool = True
 
     @property
     def name(self) -> str:
-        return f"{self.feature}:{self.token}"
+        return self.feature if self.token == "*" else f"{self.feature}:{self.token}"
 
 
 @dataclass(frozen=True)
 class GateResult:
     task: str
     dataset: str
-    status: str  # 'pass' | 'suspect' | 'blocked'
+    status: str  # 'pass' | 'blocked'
     samples: int
     split_overlap: int
     late_codes: int | None  # None: not checked (no clock)
-    shortcuts: tuple[Shortcut, ...] = field(default_factory=tuple)
+    shortcuts: tuple[Shortcut, ...] = field(default_factory=tuple)  # flagged families (acknowledged or not)
     message: str = ""
+    clock_bound: int | None = None  # None: the task declares no outcome time
+    audit: str = ""  # the shortcut audit's figures and cut-off, in words
+    fingerprint: str = ""  # of the samples judged (medtx.tasks.verdict.samples_fingerprint)
 
     @property
     def blocked(self) -> bool:
@@ -88,7 +99,17 @@ class GateResult:
 def _rows_sql(task: Task, owner: Task) -> str:
     """The task's sample rows of `$dataset` (the owner task's table, filtered on `task` when shared)."""
     own_sql = " AND task = $owner" if owner.shared_table else ""
-    return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}"
+    filter_sql = f" AND ({task.sample_filter})" if task.sample_filter else ""  # SQL written in the task's file
+    return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}{filter_sql}"
+
+
+def current_fingerprint(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> str:
+    """The fingerprint of the task's samples and split as the warehouse holds them now (what training would read)."""
+    samples = con.sql(f"SELECT * FROM {quote_table(task.sample_table)} WHERE dataset = $dataset",
+                      params={"dataset": dataset}).to_arrow_table()
+    splits = con.sql("SELECT * FROM samples.splits WHERE dataset = $dataset AND task = $task",
+                     params={"dataset": dataset, "task": task.samples_task}).to_arrow_table()
+    return samples_fingerprint(samples, splits, task, dataset)
 
 
 def split_overlap(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int, str | None]:
@@ -130,89 +151,253 @@ def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tupl
     clock_sql = task.prediction_time  # a SQL expression written in the task's file (code, not data)
     truth_sql = f"""
         SELECT hadm_id, subject_id AS patient, CAST(({clock_sql}) AS TIMESTAMP) AS pt
-        FROM ({STAYS_SQL})"""
+        FROM ({STAYS_SQL}) AS stay"""
     params = {"dataset": dataset}
     columns = set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)
-    stored_sql = "r.prediction_time" if "prediction_time" in columns else "NULL"
+    column = task.prediction_time_column
+    stored_sql = f"r.{quote_ident(column)}" if column in columns else "NULL"
     bad_clock = con.execute(f"""
         SELECT r.hadm_id, {stored_sql} AS stored, t.pt FROM {ROWS} r LEFT JOIN ({truth_sql}) t USING (hadm_id)
         WHERE t.pt IS NULL OR {stored_sql} IS DISTINCT FROM t.pt ORDER BY r.hadm_id""", params).fetchall()
     n, first = len(bad_clock), None
     if bad_clock:
         hadm, got, want = bad_clock[0]
-        first = (f"sample hadm_id {hadm} stores prediction_time {got}, the clock ({task.prediction_time}) over "
-                 f"raw.admissions gives {want}")
-    for feature, source in task.feature_sources:
-        if source == "static" or feature not in columns:
+        first = (f"sample hadm_id {hadm} stores {column} {got}, the clock of task {task.name} over the warehouse "
+                 f"gives {want}")
+    sources = dict(task.feature_sources)
+    for feature in task.features:
+        source = sources.get(feature)
+        if source is None or feature not in columns:
+            n += 1
+            why = ("has no time rule (no source in Task.feature_sources)" if source is None
+                   else "is not in the sample table")
+            first = first or f"feature column {feature!r} of task {task.name} {why}: the gate cannot time its tokens"
             continue
-        late = con.execute(f"""
-            WITH t AS ({truth_sql}),
-            codes AS (
-                SELECT DISTINCT r.hadm_id, t.patient, t.pt, unnest(flatten(r.{quote_ident(feature)})) AS code
-                FROM {ROWS} r JOIN t USING (hadm_id)
-            )
-            SELECT c.hadm_id, c.patient, c.pt, c.code FROM codes c
-            WHERE NOT EXISTS (SELECT 1 FROM {EVENTS} e WHERE e.subject_id = c.patient AND e.source = $source
-                              AND e.code = c.code AND e.time <= c.pt)
-            ORDER BY c.hadm_id, c.code""", {**params, "source": source}).fetchall()
-        n += len(late)
-        if late and first is None:
-            hadm, patient, pt, code = late[0]
-            known = con.execute(f"SELECT min(time) FROM {EVENTS} WHERE subject_id = ? AND source = ? AND code = ?",
-                                [patient, source, code]).fetchall()[0][0]
-            first = (f"sample hadm_id {hadm} (patient {patient}) holds {feature} code {code!r} ({source}), known "
-                     f"{'only at ' + str(known) if known else 'by no event of the patient'}, after its prediction "
-                     f"time {pt}")
+        if source == "static":
+            late, why = _late_static(con, task, feature, truth_sql, params)
+        elif source == "note":
+            late, why = _late_notes(con, task, feature, truth_sql, params)
+        else:
+            late, why = _late_events(con, feature, source, truth_sql, params)
+        n += late
+        first = first or why
     return n, first
 
 
+def _late_events(con: duckdb.DuckDBPyConnection, feature: str, source: str, truth_sql: str,
+                 params: dict) -> tuple[int, str | None]:
+    """Codes of an event-sourced column that no event of the patient, source and code explains by the clock."""
+    late = con.execute(f"""
+        WITH t AS ({truth_sql}),
+        codes AS (
+            SELECT DISTINCT r.hadm_id, t.patient, t.pt, unnest(flatten(r.{quote_ident(feature)})) AS code
+            FROM {ROWS} r JOIN t USING (hadm_id)
+        )
+        SELECT c.hadm_id, c.patient, c.pt, c.code FROM codes c
+        WHERE NOT EXISTS (SELECT 1 FROM {EVENTS} e WHERE e.subject_id = c.patient AND e.source = $source
+                          AND e.code = c.code AND e.time <= c.pt)
+        ORDER BY c.hadm_id, c.code""", {**params, "source": source}).fetchall()
+    if not late:
+        return 0, None
+    hadm, patient, pt, code = late[0]
+    known = con.execute(f"SELECT min(time) FROM {EVENTS} WHERE subject_id = ? AND source = ? AND code = ?",
+                        [patient, source, code]).fetchall()[0][0]
+    return len(late), (f"sample hadm_id {hadm} (patient {patient}) holds {feature} code {code!r} ({source}), known "
+                       f"{'only at ' + str(known) if known else 'by no event of the patient'}, after its prediction "
+                       f"time {pt}")
+
+
+def _late_static(con: duckdb.DuckDBPyConnection, task: Task, feature: str, truth_sql: str,
+                 params: dict) -> tuple[int, str | None]:
+    """Static tokens the allow-list (medtx.samples.static) does not give the sample's admission by its clock: a
+    prefix without a time rule or not declared by the task, a value the column does not hold, or a column known
+    only after the prediction time (a discharge-time column in a task predicting before discharge)."""
+    from medtx.samples.static import BY_PREFIX, SEPARATOR, static_truth_sql
+
+    rows = con.execute(f"""
+        WITH t AS ({truth_sql}), s AS ({static_truth_sql()}),
+        toks AS (SELECT DISTINCT r.hadm_id, t.pt, unnest(flatten(r.{quote_ident(feature)})) AS token
+                 FROM {ROWS} r JOIN t USING (hadm_id))
+        SELECT k.hadm_id, k.pt, k.token, s.known FROM toks k
+        LEFT JOIN s ON s.hadm_id = k.hadm_id AND s.token = k.token
+        WHERE s.token IS NULL OR s.known IS NULL OR s.known > k.pt
+           OR split_part(k.token, '{SEPARATOR}', 1) NOT IN (SELECT unnest($declared::VARCHAR[]))
+        ORDER BY k.hadm_id, k.token""", {**params, "declared": list(task.static_tokens)}).fetchall()
+    if not rows:
+        return 0, None
+    hadm, pt, token, known = rows[0]
+    prefix = token.split(SEPARATOR, 1)[0] if SEPARATOR in token else token
+    column = BY_PREFIX.get(prefix)
+    where = f"task {task.name}: sample hadm_id {hadm} holds {feature} token {token!r}"
+    if column is None:
+        why = f"{where}: prefix {prefix!r} comes from no column with a time rule (medtx/samples/static.py)"
+    elif prefix not in task.static_tokens:
+        why = f"{where}: prefix {prefix!r} ({column.column}) is not among the task's declared static_tokens"
+    elif known is None and SEPARATOR in token:
+        why = f"{where}: {column.column} of that admission does not give this token"
+    else:
+        why = (f"{where} from {column.column}, known {column.known} ({known}), after its prediction time {pt}")
+    return len(rows), why
+
+
+def _late_notes(con: duckdb.DuckDBPyConnection, task: Task, feature: str, truth_sql: str,
+                params: dict) -> tuple[int, str | None]:
+    """Note texts in a text column that no note of the patient known by the clock (and before the patient's next
+    admission began) explains: each note of the patient whose text the sample's text contains must have a
+    same-text note charted at or before the prediction time, and not after a later admission of the patient
+    began."""
+    rows = con.execute(f"""
+        WITH t AS ({truth_sql}),
+        stays AS ({STAYS_SQL}),
+        notes AS (
+            SELECT n.subject_id AS patient, trim(n.text) AS body, CAST({note_time_sql('n.charttime', 'n.chartdate')}
+                   AS TIMESTAMP) AS time
+            FROM raw.noteevents n
+            WHERE n.dataset = $dataset AND coalesce(trim(n.iserror), '') <> '1' AND nullif(trim(n.text), '') IS NOT NULL
+        ), samples AS (
+            SELECT r.hadm_id, t.patient, t.pt, r.{quote_ident(feature)} AS text,
+                   (SELECT min(s2.admittime) FROM stays s2 WHERE s2.subject_id = t.patient
+                    AND s2.admittime > st.admittime) AS next_admit
+            FROM {ROWS} r JOIN t USING (hadm_id) JOIN stays st USING (hadm_id)
+            WHERE r.{quote_ident(feature)} IS NOT NULL
+        ), used AS (
+            SELECT DISTINCT s.hadm_id, s.patient, s.pt, s.next_admit, n.body
+            FROM samples s JOIN notes n ON n.patient = s.patient AND contains(s.text, n.body)
+        )
+        SELECT u.hadm_id, u.patient, u.pt, min(n.time) AS first_time, left(u.body, 40) AS head FROM used u
+        JOIN notes n ON n.patient = u.patient AND n.body = u.body
+        GROUP BY u.hadm_id, u.patient, u.pt, u.next_admit, u.body
+        HAVING NOT bool_or(n.time <= u.pt AND (u.next_admit IS NULL OR n.time < u.next_admit))
+        ORDER BY u.hadm_id""", params).fetchall()
+    if not rows:
+        return 0, None
+    hadm, patient, pt, time, head = rows[0]
+    return len(rows), (f"task {task.name}: sample hadm_id {hadm} (patient {patient}) holds in {feature} a note "
+                       f"charted {time} ({head!r}...), after its prediction time {pt} or once the next admission "
+                       f"began")
+
+
+def clock_bound(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int | None, str | None]:
+    """(d) samples whose prediction time is at or after their outcome is known (Task.outcome_known); None: the
+    task declares no bound."""
+    if task.prediction_time is None or task.outcome_known is None:
+        return None, None
+    rows = con.execute(f"""
+        SELECT hadm_id, pt, known FROM (
+            SELECT hadm_id, CAST(({task.prediction_time}) AS TIMESTAMP) AS pt,
+                   CAST(({task.outcome_known}) AS TIMESTAMP) AS known
+            FROM ({STAYS_SQL}) AS stay
+        ) WHERE hadm_id IN (SELECT hadm_id FROM {ROWS}) AND pt >= known
+        ORDER BY hadm_id""", {"dataset": dataset}).fetchall()
+    if not rows:
+        return 0, None
+    hadm, pt, known = rows[0]
+    return len(rows), (f"task {task.name} predicts at {task.prediction_time!r}, but its outcome ({task.outcome}) is "
+                       f"known at {task.outcome_known!r}: sample hadm_id {hadm} predicts at {pt}, its outcome is "
+                       f"known at {known}")
+
+
+def _reference(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, hadm_ids: Sequence[int],
+               y: np.ndarray) -> float | None:
+    """The synthetic oracle's AUROC on the audited samples (raw.synth_oracle_<task>), None where there is none."""
+    import duckdb
+
+    from medtx.tasks.audit import auroc
+
+    try:
+        prob = dict(con.execute(f"SELECT hadm_id, prob FROM raw.synth_oracle_{task.samples_task} WHERE dataset = ?",
+                                [dataset]).fetchall())
+    except duckdb.CatalogException:
+        return None
+    if not prob or any(h not in prob for h in hadm_ids) or y.all() or not y.any():
+        return None
+    area = auroc(y, np.array([prob[h] for h in hadm_ids]))
+    return max(area, 1.0 - area)
+
+
 def audit_shortcuts(con: duckdb.DuckDBPyConnection, task: Task, dataset: str,
-                    acknowledge: Collection[str] = ()) -> tuple[tuple[Shortcut, ...], str | None]:
-    """(c) single features that alone nearly give the label away on validation; (flagged, why-not-checked)."""
+                    acknowledge: Mapping[str, str] | None = None) -> tuple[tuple[Shortcut, ...], str]:
+    """(c) feature families (and all features together) that give the label away beyond what is honestly
+    knowable, on train + validation; returns (every family's score, flagged or not; the audit in words)."""
     params = {"dataset": dataset, "split_task": task.samples_task}
-    val_sql = f"""SELECT r.* FROM {ROWS} r JOIN samples.splits sp ON sp.dataset = $dataset AND sp.task = $split_task
-              AND sp.subject_id = r.subject_id WHERE sp.split = 'val'"""
-    ack = set(acknowledge)
-    found: list[Shortcut] = []
-    features = [f for f in task.features if f in set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)]
-    if task.kind == "binary":
-        label_sql = quote_ident(task.label_column)
-        pos, neg = con.execute(f"SELECT count(*) FILTER (WHERE {label_sql}), count(*) FILTER (WHERE NOT {label_sql}) "
-                               f"FROM ({val_sql})", params).fetchall()[0]
-        if min(pos, neg) < AUDIT_MIN_CLASS:
-            return (), (f"shortcut audit not run: the validation split holds {pos} positive and {neg} negative "
-                        f"samples, fewer than {AUDIT_MIN_CLASS} of a class")
-        for feature in features:
-            if task.family != "ehr":
-                continue  # text columns: no token audit
-            rows = con.execute(f"""
-                WITH tok AS (SELECT DISTINCT hadm_id, {label_sql} AS y, unnest(flatten({quote_ident(feature)})) AS token FROM ({val_sql}))
-                SELECT token, 0.5 * (1 + count(*) FILTER (WHERE y) / {int(pos)} - count(*) FILTER (WHERE NOT y) / {int(neg)})
-                       AS auroc
-                FROM tok GROUP BY token ORDER BY token""", params).fetchall()
-            for token, auroc in rows:
-                value = max(auroc, 1.0 - auroc)
-                if value >= SHORTCUT_AUROC:
-                    found.append(Shortcut(feature, token, "val_auroc", value, f"{feature}:{token}" in ack))
-    elif task.kind == "multilabel":
-        label_sql = quote_ident(task.label_column)
+    rows_sql = f"""SELECT r.* FROM {ROWS} r JOIN samples.splits sp ON sp.dataset = $dataset AND sp.task = $split_task
+              AND sp.subject_id = r.subject_id WHERE sp.split IN ('train', 'val')"""
+    ack = dict(acknowledge or {})
+    columns = set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)
+    features = [f for f in task.features if f in columns]
+    label_sql = quote_ident(task.label_column)
+    if task.kind == "multilabel":
+        found = []
         for feature in features:
             share = con.execute(f"""
                 SELECT avg(CASE WHEN list_sort(list_distinct({quote_ident(feature)}[-1])) = list_sort(list_distinct({label_sql}))
                            THEN 1.0 ELSE 0.0 END)
-                FROM ({val_sql}) WHERE len({label_sql}) > 0""", params).fetchall()[0][0]
-            if share is not None and share >= SHORTCUT_EXACT_SHARE:
-                found.append(Shortcut(feature, "*", "val_exact_share", share, f"{feature}:*" in ack))
-    return tuple(found), None
+                FROM ({rows_sql}) WHERE len({label_sql}) > 0""", params).fetchall()[0][0]
+            if share is not None:
+                found.append(Shortcut(feature, "*", "exact_share", share, feature in ack, ack.get(feature),
+                                      flagged=share >= SHORTCUT_EXACT_SHARE))
+        return tuple(found), f"last-visit copy of the label set, cut-off {SHORTCUT_EXACT_SHARE:.2f} (train + val)"
+    if task.kind != "binary" or task.family != "ehr":
+        return (), "shortcut audit not run: no token audit for text features"
+    from medtx.tasks.audit import audit, cutoff_for
+
+    x, y, groups, hadm_ids, families = _matrix(con, features, label_sql, rows_sql, params)
+    reference = _reference(con, task, dataset, hadm_ids, y)
+    cutoff, how = cutoff_for(reference)
+    scores, why_not = audit(x, y, groups, families, cutoff)
+    if why_not:
+        return (), why_not
+    found = tuple(Shortcut(s.family, "*", "cv_auroc", s.auroc, s.family in ack, ack.get(s.family), s.lower,
+                           s.flagged) for s in scores)
+    top = max(found, key=lambda s: s.value)
+    return found, (f"shortcut audit over {len(y)} train + val samples ({int(y.sum())} positive), 5-fold by patient: "
+                   f"all features CV AUROC {found[-1].value:.3f} (lower bound {found[-1].lower:.3f}), highest "
+                   f"{top.feature} {top.value:.3f}; cut-off {how}")
+
+
+def _matrix(con: duckdb.DuckDBPyConnection, features: Sequence[str], label_sql: str, rows_sql: str,
+            params: dict) -> tuple:
+    """The audited samples as a binary sparse matrix of `feature:token` presence, with labels, patients, hadm_ids
+    and the families (feature column; static token prefix) as column lists."""
+    from scipy.sparse import csr_matrix
+
+    from medtx.samples.static import SEPARATOR
+
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _gate_audit AS SELECT row_number() OVER (ORDER BY hadm_id) - 1 AS i, "
+                f"* FROM ({rows_sql})", params)
+    try:
+        meta = con.sql(f"SELECT hadm_id, subject_id, {label_sql} FROM _gate_audit ORDER BY i").fetchall()
+        parts = " UNION ALL ".join(
+            f"SELECT DISTINCT i, '{f}' AS feature, unnest(flatten({quote_ident(f)})) AS token FROM _gate_audit"
+            for f in features)
+        cells = con.sql(f"SELECT i, feature, token FROM ({parts}) WHERE token IS NOT NULL").fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _gate_audit")
+    index: dict[tuple[str, str], int] = {}
+    families: dict[str, list[int]] = {}
+    rows, cols = [], []
+    for i, feature, token in cells:
+        key = (feature, token)
+        if key not in index:
+            index[key] = len(index)
+            family = (f"{feature}:{token.split(SEPARATOR, 1)[0]}" if feature == "static" and SEPARATOR in token
+                      else feature)
+            families.setdefault(family, []).append(index[key])
+        rows.append(i)
+        cols.append(index[key])
+    x = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(meta), max(len(index), 1)))
+    hadm_ids = [m[0] for m in meta]
+    return (x, np.array([bool(m[2]) for m in meta]), np.array([m[1] for m in meta]), hadm_ids,
+            dict(sorted(families.items())))
 
 
 def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Task | None = None,
-             acknowledge: Collection[str] = ()) -> GateResult | None:
-    """Check (a), (b), (c) for one task and dataset, replace its record, and return it (None: not gated).
+             acknowledge: Mapping[str, str] | None = None) -> GateResult | None:
+    """Check (a), (b), (c), (d) for one task and dataset, replace its record, and return it (None: not gated).
 
     `owner`: the task whose builder filled the sample table (defaults to `task.samples_task` looked up by the
-    caller; pass it to avoid a registry lookup). `acknowledge`: the config's acknowledged shortcuts for this
-    task (`feature:token`)."""
+    caller; pass it to avoid a registry lookup). `acknowledge`: the config's acknowledged feature families for this
+    task, family -> the reason a person gave (`tasks.<task>.samples.acknowledge`)."""
     if not gated(task):
         return None
     if owner is None:
@@ -225,33 +410,41 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
         n = con.sql(f"SELECT count(*) FROM {ROWS}").fetchall()[0][0]
         overlap, first_a = split_overlap(con, task, dataset)
         late, first_b = late_codes(con, task, dataset)
-        shortcuts, audit_note = audit_shortcuts(con, task, dataset, acknowledge)
+        bound, first_d = clock_bound(con, task, dataset)
+        scores, audit_note = audit_shortcuts(con, task, dataset, acknowledge)
+        fingerprint = current_fingerprint(con, task, dataset)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {ROWS}")
         con.execute(f"DROP TABLE IF EXISTS {EVENTS}")
-    open_shortcuts = [s for s in shortcuts if not s.acknowledged]
+    flagged = tuple(s for s in scores if s.flagged)
+    open_shortcuts = [s for s in flagged if not s.acknowledged]
     where = f"{task.name}/{dataset}"
-    if overlap or late:
+    parts = []
+    if overlap:
+        parts.append(f"(a) {overlap} patient(s) in more than one split; first: {first_a}")
+    if late:
+        parts.append(f"(b) {late} feature token(s) or clock(s) after the prediction time; first: {first_b}")
+    if open_shortcuts:
+        names = ", ".join(f"{s.name} ({s.metric} {s.value:.3f}"
+                          + (f", lower bound {s.lower:.3f})" if s.lower is not None else ")") for s in open_shortcuts)
+        parts.append(f"(c) the features give the label away: {names} [{audit_note}]; acknowledge with a reason in "
+                     f"the config (tasks.{task.name}.samples.acknowledge: {{{open_shortcuts[0].name}: <reason>}}) "
+                     f"once a person has checked it")
+    if bound:
+        parts.append(f"(d) {bound} sample(s) predict at or after the outcome is known; first: {first_d}")
+    acked = "; ".join(f"{s.name} acknowledged: {s.reason}" for s in flagged if s.acknowledged)
+    if parts:
         status = "blocked"
-        parts = []
-        if overlap:
-            parts.append(f"(a) {overlap} patient(s) in more than one split; first: {first_a}")
-        if late:
-            parts.append(f"(b) {late} feature code(s) or clock(s) after the prediction time; first: {first_b}")
         message = f"leakage gate BLOCKED {where}: " + "; ".join(parts)
-    elif open_shortcuts:
-        status = "suspect"
-        names = ", ".join(f"{s.name} ({s.metric} {s.value:.3f})" for s in open_shortcuts[:5])
-        more = f" and {len(open_shortcuts) - 5} more" if len(open_shortcuts) > 5 else ""
-        message = (f"leakage gate SUSPECT {where}: (c) a single feature alone gives the label away: {names}{more}; "
-                   f"acknowledge in the config (leakage.acknowledge.{task.name}) once a person has checked it")
     else:
         status = "pass"
         message = (f"leakage gate pass {where}: no split overlap, "
-                   + ("no code after the prediction time" if late is not None else "no clock to check (b)")
-                   + (f", {len(shortcuts)} shortcut(s) acknowledged" if shortcuts else ", no shortcut")
-                   + (f" ({audit_note})" if audit_note else ""))
-    result = GateResult(task.name, dataset, status, n, overlap, late, shortcuts, message)
+                   + ("no feature token after the prediction time" if late is not None else "no clock to check (b)")
+                   + (", no prediction at or after the outcome is known" if bound is not None
+                      else ", no outcome time declared (d)")
+                   + f", {audit_note}" + (f"; {acked}" if acked else ""))
+    result = GateResult(task.name, dataset, status, n, overlap, late, flagged, message, bound, audit_note,
+                        fingerprint)
     _record(con, result)
     (log.warning if status != "pass" else log.info)("%s", message)
     return result
@@ -265,38 +458,37 @@ def _record(con: duckdb.DuckDBPyConnection, result: GateResult) -> None:
         con.execute(f"DELETE FROM {GATE_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"DELETE FROM {SHORTCUTS_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"""INSERT INTO {GATE_TABLE} (dataset, task, status, samples, split_overlap, late_codes, shortcuts,
-                        acknowledged, message, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)""",
+                        acknowledged, message, created_at, clock_bound, audit, fingerprint)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?, ?)""",
                     [result.dataset, result.task, result.status, result.samples, result.split_overlap,
                      result.late_codes, len(result.shortcuts), sum(s.acknowledged for s in result.shortcuts),
-                     result.message])
+                     result.message, result.clock_bound, result.audit, result.fingerprint])
         if result.shortcuts:
-            con.executemany(f"INSERT INTO {SHORTCUTS_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [[result.dataset, result.task, s.feature, s.token, s.metric, s.value, s.acknowledged]
-                             for s in result.shortcuts])
-
-
-def acknowledged_for(config: Mapping | None, task: str) -> tuple[str, ...]:
-    """The `leakage.acknowledge.<task>` entries of a pipeline config (a mapping), as `feature:token` strings."""
-    entries = ((config or {}).get("leakage") or {}).get("acknowledge") or {}
-    return tuple(str(e) for e in (entries.get(task) or ()))
+            con.executemany(f"INSERT INTO {SHORTCUTS_TABLE} (dataset, task, feature, token, metric, value, "
+                            f"acknowledged, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            [[result.dataset, result.task, s.feature, s.token, s.metric, s.value, s.acknowledged,
+                              s.reason] for s in result.shortcuts])
 
 
 def require_pass(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> str:
-    """Refuse to train a task whose gate record is `blocked` or missing (LeakageError, one line); returns the
-    recorded status ('pass' or 'suspect'). Tasks the gate does not cover return 'ungated'."""
+    """Refuse to train a task whose gate record is `blocked` or missing, or was made on other samples than the
+    warehouse holds now (LeakageError, one line); returns the recorded status ('pass'). Tasks the gate does not
+    cover return 'ungated'."""
     import duckdb
 
+    columns = ("dataset", "task", "status", "message", "fingerprint")
     try:
-        rows = con.execute(f"SELECT dataset, task, status, message FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
+        rows = con.execute(f"SELECT {', '.join(columns)} FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
                            [dataset, task.name]).fetchall()
     except duckdb.CatalogException:
         rows = []
-    return check_gate_rows([dict(zip(("dataset", "task", "status", "message"), r, strict=True)) for r in rows],
-                           task, dataset)
+    records = [dict(zip(columns, r, strict=True)) for r in rows]
+    check_gate_rows(records, task, dataset)  # blocked or missing: refused before the samples are read
+    return check_gate_rows(records, task, dataset, current_fingerprint(con, task, dataset) if gated(task) else None)
 
 
 def gate_all(con: duckdb.DuckDBPyConnection, tasks: Sequence[Task], dataset: str,
-             acknowledge: Mapping[str, Collection[str]] | None = None) -> dict[str, GateResult]:
+             acknowledge: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, GateResult]:
     """Run the gate for every gated task of `tasks` on one dataset (a task trained on another's samples too)."""
     from medtx.tasks import all_tasks
 
@@ -304,7 +496,7 @@ def gate_all(con: duckdb.DuckDBPyConnection, tasks: Sequence[Task], dataset: str
     out = {}
     for task in all_tasks():
         if gated(task) and (task.name in names or task.samples_task in names):
-            result = run_gate(con, task, dataset, acknowledge=(acknowledge or {}).get(task.name, ()))
+            result = run_gate(con, task, dataset, acknowledge=(acknowledge or {}).get(task.name))
             if result is not None:
                 out[task.name] = result
     return out

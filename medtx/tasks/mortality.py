@@ -13,8 +13,9 @@ the tables medtx loads (no vitals or labs). Per admission of the dataset (one ro
   at their discharge; the current stay's own codes, assigned at its discharge, are never visible), the drugs of
   earlier admissions and those of this stay whose start day ended by the prediction time; one visit per
   admission, the current one last (its diagnoses/procedures lists are empty);
-- `static` = one visit of three tokens known at admission: `AGE//<decade>` (age at admission in whole years,
-  capped at 90, in 10-year bands: `AGE//60-69`; `AGE//UNKNOWN` without a birth date), `SEX//<F|M|UNKNOWN>`,
+- `static` = one visit of three tokens known at admission, taken from the allow-list of medtx.samples.static
+  (`STATIC_TOKENS`): `AGE//<decade>` (age at admission in whole years, capped at 90, in 10-year bands:
+  `AGE//60-69`; `AGE//UNKNOWN` without a birth date), `SEX//<F|M|UNKNOWN>`,
   `ADMISSION_TYPE//<EMERGENCY|ELECTIVE|URGENT|NEWBORN|UNKNOWN>`. Every EHR model reads it as one more feature
   column (its single visit lines up with the current admission).
 Split: by patient, like the other EHR tasks. Rows live in the generic samples.admission_outcome table.
@@ -45,19 +46,19 @@ COHORT_SQL = f"""
 
 INDEX_SQL = f"SELECT subject_id, hadm_id FROM ({COHORT_SQL}) WHERE excluded IS NULL"
 
-SAMPLES_SQL = """
-    WITH sex AS (
-        SELECT subject_id, upper(trim(first(gender ORDER BY row_id NULLS LAST))) AS gender
-        FROM raw.patients WHERE dataset = $dataset GROUP BY 1
-    )
+STATIC_TOKENS = ("AGE", "SEX", "ADMISSION_TYPE")  # medtx.samples.static: each known at admission
+
+
+def samples_sql() -> str:
+    """The sample rows: history features, the static tokens of medtx.samples.static, the label."""
+    from medtx.samples.static import static_tokens_sql
+
+    return f"""
     SELECT $dataset AS dataset, $task AS task, h.subject_id, h.hadm_id, v.admittime, h.prediction_time,
-           h.conditions, h.procedures, h.drugs,
-           [[CASE WHEN v.age IS NULL THEN 'AGE//UNKNOWN'
-                  ELSE 'AGE//' || (v.age // 10 * 10) || '-' || (v.age // 10 * 10 + 9) END,
-             'SEX//' || CASE WHEN sex.gender IN ('F', 'M') THEN sex.gender ELSE 'UNKNOWN' END,
-             'ADMISSION_TYPE//' || coalesce(nullif(v.admission_type, ''), 'UNKNOWN')]] AS static,
-           v.hospital_expire_flag = 1 AS label
-    FROM _samples_history h JOIN _samples_visits v USING (hadm_id) LEFT JOIN sex ON sex.subject_id = h.subject_id"""
+           h.conditions, h.procedures, h.drugs, st.static, v.hospital_expire_flag = 1 AS label
+    FROM _samples_history h JOIN _samples_visits v USING (hadm_id)
+    JOIN ({static_tokens_sql(NAME, STATIC_TOKENS)}) st USING (hadm_id)"""
+
 
 # Histories hold admissions that are no sample themselves (stays under 48 h), and the current admission's codes
 # are hidden: the vocabularies count every code of the whole visible history.
@@ -74,7 +75,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({COHORT_SQL}) GROUP BY 1").fetchall())
     stats = visit_stats(con)
     create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {SAMPLES_SQL}",
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {samples_sql()}",
                 {"dataset": ctx.dataset, "task": NAME})
     drop_history(con)
     n, patients, positives = con.sql(
@@ -123,6 +124,9 @@ TASK = Task(
                         "start day ended within its first 48 hours; age, sex and admission type"),
     feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug"),
                      ("static", "static")),
+    static_tokens=STATIC_TOKENS,
+    outcome="in-hospital death (hospital_expire_flag), known at death or discharge",
+    outcome_known="least(dischtime, coalesce(deathtime, dischtime))",
     order=40,
     description="in-hospital death (binary) at 48 h after admission, from earlier admissions, early drugs and "
                 "demographics",

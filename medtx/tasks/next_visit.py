@@ -121,6 +121,9 @@ TASK = Task(
     clock="at the discharge of the history's last visit (BEHRT convention)",
     observation_window="every visit with diagnoses up to and including the last one of the history",
     feature_sources=(("visits", "diagnosis"),),
+    # No bound declared: the next visit is not the index admission the gate's clock reads (its diagnoses are
+    # known at its own discharge, after this prediction time by construction).
+    outcome="the next visit's diagnoses",
     order=20,
     description="diagnoses of the next visit (multi-label) from all visits so far",
 )

@@ -10,7 +10,9 @@ Rule, per admission A of a patient (admissions ordered by admittime, then hadm_i
   next admission (admittime before A's dischtime) counts as a readmission.
 Features: the per-visit conditions/procedures/ATC-3 drugs of all the patient's admissions up to and
 including A (excluded admissions still count as history). text = A's discharge summaries from NOTEEVENTS
-(category 'Discharge summary', error rows dropped), joined in chart order; NULL when there is none.
+(category 'Discharge summary', error rows dropped) charted before the patient's next admission began and within
+the 30-day window, joined in chart order (NULL when there is none); text_time = the last one's chart time, the
+prediction time of the note-text view (readmission_notes).
 """
 
 from __future__ import annotations
@@ -41,16 +43,28 @@ INDEX_SQL = """
         AND admission_type IS DISTINCT FROM 'NEWBORN'"""
 
 # Features from the history relation (medtx.samples.common.create_history: what the clock shows at discharge).
-READMISSION_SQL = f"""
+# The note-text view (readmission_notes): the admission's discharge summaries that may be features by the note
+# clock (medtx.samples.clock.usable_note_sql: charted before the patient's next admission began and before the
+# 30-day window closed), in chart order, and `text_time`, the last one's chart time (that task's prediction time).
+NOTES_UNTIL = f"v.dischtime + INTERVAL {WINDOW_DAYS} DAY"
+
+
+def readmission_sql() -> str:
+    """The sample rows: history features, the note text with its time, the label."""
+    from medtx.samples.clock import DISCHARGE_SUMMARY_SQL, note_time_sql, usable_note_sql
+
+    time = note_time_sql("n.charttime", "n.chartdate")
+    return f"""
     WITH notes AS (
-        SELECT hadm_id, string_agg(text, chr(10) || chr(10) ORDER BY chartdate, charttime, row_id) AS text
-        FROM raw.noteevents
-        WHERE dataset = $dataset AND lower(trim(category)) = 'discharge summary'
-          AND coalesce(trim(iserror), '') <> '1' AND nullif(trim(text), '') IS NOT NULL
-        GROUP BY hadm_id
+        SELECT n.hadm_id, string_agg(n.text, chr(10) || chr(10) ORDER BY n.chartdate, n.charttime, n.row_id) AS text,
+               CAST(max({time}) AS TIMESTAMP) AS text_time
+        FROM raw.noteevents n JOIN _samples_visits v ON v.hadm_id = n.hadm_id
+        WHERE n.dataset = $dataset AND {DISCHARGE_SUMMARY_SQL}
+          AND {usable_note_sql(time, 'v.subject_id', 'v.admittime', NOTES_UNTIL)}
+        GROUP BY n.hadm_id
     )
     SELECT $dataset AS dataset, h.subject_id, h.hadm_id, v.admittime, v.dischtime, h.prediction_time,
-           h.conditions, h.procedures, h.drugs, notes.text,
+           h.conditions, h.procedures, h.drugs, notes.text, notes.text_time,
            coalesce(date_diff('second', i.dischtime, i.next_admittime) < {WINDOW_DAYS} * 86400, false) AS label
     FROM _samples_history h JOIN ({INDEX_SQL}) i USING (hadm_id) JOIN _samples_visits v USING (hadm_id)
     LEFT JOIN notes USING (hadm_id)"""
@@ -65,7 +79,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     )
 
     create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {READMISSION_SQL}", {"dataset": ctx.dataset})
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {readmission_sql()}", {"dataset": ctx.dataset})
     drop_history(con)
     stats = visit_stats(con)
     n, patients, positives, with_text = con.sql(
@@ -94,7 +108,7 @@ TASK = Task(
     family="ehr",
     sample_table=TABLE,
     sample_columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "prediction_time", "conditions",
-                    "procedures", "drugs", "text", "label"),
+                    "procedures", "drugs", "text", "text_time", "label"),
     features=("conditions", "procedures", "drugs"),
     label_column="label",
     label_name="readmission_30d",
@@ -113,6 +127,10 @@ TASK = Task(
     clock="at discharge of the admission",
     observation_window="every admission of the patient up to and including this one",
     feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug")),
+    # Known at the latest when the 30-day window closes (a readmission overlapping the stay is known earlier; the
+    # bound does not see the next admission).
+    outcome="a non-elective admission within 30 days of discharge",
+    outcome_known=f"dischtime + INTERVAL {WINDOW_DAYS} DAY",
     order=30,
     description="unplanned readmission within 30 days (binary), codes of the admission and history",
 )

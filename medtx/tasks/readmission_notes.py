@@ -1,8 +1,16 @@
 """Task `readmission_notes`: 30-day readmission from the discharge summary text (ClinicalBERT). It trains on
-the `readmission` task's samples (their `text` column), with the same patient split; it builds nothing."""
+the `readmission` task's samples (their `text` column), with the same patient split; it builds nothing.
+
+Notes follow the clock (medtx.samples.clock): the text holds only the admission's discharge summaries charted
+before the patient's next admission began (and within the 30-day window), and the prediction time is the last
+one's chart time (`text_time`), not the discharge: MIMIC-III charts many summaries a day or more after discharge.
+Every readmission the label counts began after that time (a summary charted once the next admission began is
+not a feature), so the label is readmission's. The rows without such a summary are not this task's samples.
+"""
 
 from __future__ import annotations
 
+from medtx.samples.clock import summary_time_sql
 from medtx.tasks.base import Task
 
 TASK = Task(
@@ -10,7 +18,7 @@ TASK = Task(
     kind="binary",
     family="text",
     sample_table="samples.readmission",
-    sample_columns=("dataset", "subject_id", "hadm_id", "prediction_time", "text", "label"),
+    sample_columns=("dataset", "subject_id", "hadm_id", "text_time", "text", "label"),
     features=("text",),
     label_column="label",
     label_name="readmission",
@@ -21,11 +29,17 @@ TASK = Task(
     builds="readmission",
     # Every text model pools chunks the ClinicalBERT way here (medtx/models/bert_text.py): "*" = any model.
     model_defaults={"*": {"pooling": "clinicalbert"}},
-    # The ClinicalBERT convention: the discharge summary is read at discharge (MIMIC-III charts many summaries a day
-    # or more after discharge, so by the note clock (medtx.samples.clock) this is a retrospective task; docs/TASKS.md).
-    prediction_time="dischtime",
-    clock="at discharge of the admission (ClinicalBERT convention; the summary may be charted later)",
-    observation_window="the admission's discharge summaries",
+    # The ClinicalBERT setting (the discharge summary), with its prediction time declared honestly: the chart time
+    # of the last summary that may be read (recomputed by the leakage gate from raw.noteevents; docs/TASKS.md).
+    prediction_time=summary_time_sql("stay.hadm_id", "stay.subject_id", "stay.admittime",
+                                     "stay.dischtime + INTERVAL 30 DAY"),
+    prediction_time_column="text_time",
+    sample_filter="text IS NOT NULL",
+    clock="at the chart time of the admission's last discharge summary charted before the next admission began",
+    observation_window="the admission's discharge summaries charted by then",
+    feature_sources=(("text", "note"),),
+    outcome="a non-elective admission within 30 days of discharge",
+    outcome_known="dischtime + INTERVAL 30 DAY",
     order=55,
     description="30-day readmission (binary) from the discharge summary text",
 )

@@ -137,10 +137,14 @@ def note_rows_from_tables(tables: Mapping[str, pa.Table], task: Task, dataset: s
     (medtx.text.experiment.load_text_data): split by text group, (note_id, text, label, group_id, split) in note_id
     order; split by patient, (subject_id, hadm_id, text, label, split) of the dataset's admissions whose patient has
     a split of the task's samples, in (subject_id, hadm_id) order. The leakage gate is checked first (its rows)."""
-    from medtx.tasks.verdict import check_gate_rows
+    from medtx.tasks.verdict import check_gate_rows, gated, samples_fingerprint
 
-    check_gate_rows(frames.arrow(tables[GATE]).to_pylist() if GATE in tables else [], task, dataset)
+    gate_rows = frames.arrow(tables[GATE]).to_pylist() if GATE in tables else []
+    check_gate_rows(gate_rows, task, dataset)
     samples = _table(tables, task.sample_table)
+    if gated(task):  # the samples must be those the gate judged (their fingerprint is in its record)
+        check_gate_rows(gate_rows, task, dataset, samples_fingerprint(samples, _table(tables, "samples.splits"),
+                                                                      task, dataset))
     if task.split_unit == "text_group":
         if samples.num_rows == 0:
             raise ValueError(f"{task.sample_table} is empty: run `medtx ingest {task.dataset}` then "

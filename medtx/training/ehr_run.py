@@ -144,10 +144,14 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
     the leakage gate blocked, or never checked, is refused before any model is built (medtx.tasks.verdict.check_gate_rows: the step's
     samples.leakage_gate rows, one line naming task, dataset and first offending row)."""
     from medtx.models.registry import ehr_neural_models, required_features
-    from medtx.tasks.verdict import check_gate_rows
+    from medtx.tasks.verdict import check_gate_rows, samples_fingerprint
 
     parts = split_samples(tables, dataset, task)  # no samples at all: "nothing to train on", with the commands
-    check_gate_rows(_table(tables, "samples.leakage_gate").to_pylist(), task, dataset)  # before any model exists
+    gate_rows = _table(tables, "samples.leakage_gate").to_pylist()
+    check_gate_rows(gate_rows, task, dataset)  # before any model exists
+    # ... and the samples must be those the gate judged (their fingerprint is in its record)
+    check_gate_rows(gate_rows, task, dataset, samples_fingerprint(_table(tables, f"samples.{task.table}"),
+                                                                  _table(tables, "samples.splits"), task, dataset))
     vocab = _table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
