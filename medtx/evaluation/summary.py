@@ -11,7 +11,7 @@ The rules (stated here once, shown in the card's words):
   compatible with 1; below 1 predictions too extreme; above 1 too timid; an interval containing 0 = the
   probabilities carry almost no information about the outcome);
 - net benefit over `NB_RANGE` (threshold probabilities 0.05-0.30: acting on a risk between 1 in 20 and 3 in 10,
-  where a readmission or mortality alert is plausibly acted on): where the model's interval lies above both
+  where an alert of an admission-level outcome is plausibly acted on): where the model's interval lies above both
   treat-all and treat-none;
 - PPV against prevalence: an operating point whose test PPV does not exceed the test prevalence alerts no better
   than picking admissions at random;

@@ -1,0 +1,155 @@
+"""Admission-level binary outcomes as declarations: `admission_outcome(...)` returns the whole `Task`.
+
+An admission-level task (an in-hospital outcome at 48 h, a prolonged stay, ...) predicts one yes/no outcome of an
+admission at a moment of that admission, from what the clock shows then. What differs between such tasks is a
+handful of facts; everything else (the history features, the static tokens, the sample table, the summary, the
+lineage, the metrics) is the same and lives here once (docs/EXTENDING.md shows a whole task file):
+
+    TASK = admission_outcome(
+        name="prolonged_stay", label="dischtime > admittime + INTERVAL 7 DAY", label_name="stay_over_7_days",
+        prediction_time="admittime + INTERVAL 48 HOUR", clock="48 hours after admission",
+        exclusions=(Exclusion("under_48h", "dischtime <= {t}"), ...),
+        outcome="a stay longer than 7 days", outcome_known="least(dischtime, coalesce(deathtime, dischtime))", ...)
+
+- `exclusions`: the cohort's rules, in order; an admission takes the first that applies (SQL over one row of
+  `_samples_visits`: subject_id, hadm_id, admittime, dischtime, deathtime, admission_type, hospital_expire_flag,
+  age; `{t}` stands for the prediction time). Each is counted in samples.task_summary as `excluded_<reason>`;
+  an admission without its times is excluded first (`without_times`) unless the declaration places that rule.
+- `label`: SQL over the same row, true for a positive sample.
+- features: every earlier admission's codes and this one's as the clock shows them at the prediction time
+  (medtx.samples.common.create_history), one visit per admission, the current one last; plus `static`, one visit
+  of tokens from the allow-list of medtx.samples.static (`static_tokens`, each with its time rule).
+Rows go to the generic samples.admission_outcome table (told apart by `task`), split by patient. The file that
+declares the task is its module (`medtx/tasks/<name>.py`); this module holds no task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+
+if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
+    import duckdb
+
+TABLE = "samples.admission_outcome"
+COLUMNS = ("dataset", "task", "subject_id", "hadm_id", "admittime", "prediction_time", "conditions", "procedures",
+           "drugs", "static", "label")
+FEATURES = ("conditions", "procedures", "drugs", "static")
+# Histories hold admissions that are no sample themselves, and the current admission's codes may be hidden: the
+# vocabularies count every code of the whole visible history.
+VOCAB = {"conditions": "flatten(conditions)", "procedures": "flatten(procedures)", "drugs": "flatten(drugs)",
+         "static": "static[-1]"}
+DEFAULT_STATIC = ("AGE", "SEX", "ADMISSION_TYPE")  # each known at admission (medtx.samples.static)
+# An admission without its times has no prediction time and no clock: never a sample.
+WITHOUT_TIMES = "admittime IS NULL OR dischtime IS NULL OR {t} IS NULL"
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """One cohort rule: admissions where `when` holds are left out and counted as `excluded_<reason>`."""
+
+    reason: str
+    when: str  # SQL over one `_samples_visits` row; `{t}` is the prediction time
+
+
+@dataclass(frozen=True)
+class OutcomeSQL:
+    """The SQL of one admission-level task, from its declaration."""
+
+    name: str
+    prediction_time: str
+    label: str
+    exclusions: tuple[Exclusion, ...]
+    static_tokens: tuple[str, ...]
+    empty_cohort: str  # why a dataset can have no sample, in words (the EmptyCohortError message)
+
+    @property
+    def rules(self) -> tuple[Exclusion, ...]:
+        """The declared exclusions, after the times guard unless the declaration places it itself."""
+        if any(e.reason == "without_times" for e in self.exclusions):
+            return self.exclusions
+        return (Exclusion("without_times", WITHOUT_TIMES), *self.exclusions)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(e.reason for e in self.rules)
+
+    def cohort(self) -> str:
+        """Every admission with its exclusion reason (NULL: in the cohort), the first reason that applies."""
+        t = f"({self.prediction_time})"
+        rules = self.rules
+        cases = "\n".join(f"                WHEN {r.when.format(t=t)} THEN '{r.reason}'" for r in rules)
+        return f"""
+    SELECT subject_id, hadm_id,
+           CASE
+{cases}
+           END AS excluded
+    FROM _samples_visits"""
+
+    def index(self) -> str:
+        return f"SELECT subject_id, hadm_id FROM ({self.cohort()}) WHERE excluded IS NULL"
+
+    def samples(self) -> str:
+        from medtx.samples.static import static_tokens_sql
+
+        return f"""
+    SELECT $dataset AS dataset, $task AS task, h.subject_id, h.hadm_id, v.admittime, h.prediction_time,
+           h.conditions, h.procedures, h.drugs, st.static, coalesce(({self.label}), false) AS label
+    FROM _samples_history h JOIN _samples_visits v USING (hadm_id)
+    JOIN ({static_tokens_sql(self.name, self.static_tokens)}) st USING (hadm_id)"""
+
+
+def build_outcome(sql: OutcomeSQL, con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
+    """Rewrite one admission-level task's rows of samples.admission_outcome (+ splits, vocab, summary) for a
+    dataset, from `_samples_visits` (medtx.tasks.build fills it)."""
+    from medtx.samples.common import (
+        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
+    )
+
+    excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({sql.cohort()}) GROUP BY 1").fetchall())
+    stats = visit_stats(con)
+    create_history(con, ctx.dataset, sql.prediction_time, sql.index())
+    source = f"_samples_{sql.name}"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {source} AS {sql.samples()}", {"dataset": ctx.dataset, "task": sql.name})
+    drop_history(con)
+    n, patients, positives = con.sql(
+        f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM {source}").fetchall()[0]
+    counts = {f"excluded_{reason}": excluded.get(reason, 0) for reason in sql.reasons}
+    if n == 0:
+        raise EmptyCohortError(f"{sql.name}: dataset {ctx.dataset!r} has no {sql.empty_cohort} "
+                               f"({stats['cohort_visits']} admissions; excluded: {counts})")
+    figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
+               **counts, **stats, **unknown_code_counts(con)}
+    store_task(con, dataset=ctx.dataset, task=sql.name, source=source, target=TABLE, seed=ctx.seed,
+               fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures, shared=True)
+    return n
+
+
+def admission_outcome(
+    *, name: str, label: str, label_name: str, prediction_time: str, clock: str, outcome: str,
+    outcome_known: str | None, exclusions: Sequence[Exclusion] = (), empty_cohort: str = "admission in the cohort",
+    static_tokens: tuple[str, ...] = DEFAULT_STATIC, observation_window: str = "", description: str = "",
+    order: int = 100, **task_fields: Any,
+) -> Task:
+    """The `Task` of an admission-level binary outcome (module docstring). `task_fields` are any other `Task`
+    fields (e.g. `excluded_models`, `model_defaults`)."""
+    sql = OutcomeSQL(name, prediction_time, label, tuple(exclusions), tuple(static_tokens), empty_cohort)
+    fields: dict[str, Any] = dict(
+        kind="binary", family="ehr", sample_table=TABLE, sample_columns=COLUMNS, features=FEATURES,
+        label_column="label", split_unit="patient", metrics=("auroc", "auprc", "rp80"), monitor="auprc",
+        # paired verdicts against the reference baseline on the headline and the set metric
+        compared=(("auprc", "none"), ("rp80", "none")),
+        reads=EHR_VISIT_READS, writes=(TABLE, *EHR_SAMPLE_EXTRAS), shared_table=True,
+        # BEHRT reads per-visit ages, which an admission-level sample does not carry
+        excluded_models=("behrt",),
+        feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug"),
+                         ("static", "static")),
+    )
+    fields.update(task_fields)
+    return Task(name=name, label_name=label_name, build=partial(build_outcome, sql), prediction_time=prediction_time,
+                clock=clock, observation_window=observation_window, static_tokens=tuple(static_tokens),
+                outcome=outcome, outcome_known=outcome_known, description=description, order=order, **fields)
