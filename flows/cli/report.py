@@ -1,8 +1,10 @@
 """`medtx report --run R [--out F]`: the run's model card (medtx.evaluation.card) as one self-contained HTML page
 and the same content as Markdown beside it (F with suffix .md).
 
-Reads the live warehouse read-only; while a pipeline holds it, the published snapshot (and says so). Default
-output: `<reports>/<run id>.html` under the warehouse's folder (`reports/` beside it).
+Reads the live warehouse read-only, without waiting; while a pipeline holds it, the published snapshot (and says
+so). Any other DuckDB error is reported as itself, one line, exit 2. Default output: `<reports>/<run id>.html`
+under the warehouse's folder (`reports/` beside it). Both files pass medtx.store.outputs first: never the
+warehouse or anything of it (symlinks and hard links followed), an existing file only with `--overwrite`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,21 @@ from flows.cli import app
 from medtx.evaluation.card import render
 from medtx.settings import get_settings
 from medtx.store.db import open_warehouse
+from medtx.store.outputs import OutputRefused, check_outputs, warehouse_paths, write_output
+from medtx.store.writer_lock import WarehouseBusy
 
-_err = Console(stderr=True)
+_err = Console(stderr=True, soft_wrap=True)  # one line, whatever the terminal width
 
 
 def _render(source: Path, run_id: str) -> tuple[str, str]:
-    with open_warehouse(source, read_only=True) as con:
+    # No wait: a live writer holds the file for a whole pipeline, and the published snapshot answers at once.
+    with open_warehouse(source, read_only=True, wait_s=0) as con:
         return render(con, run_id)
+
+
+def _refuse(line: str) -> None:
+    _err.print(line, highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 @app.command("report")
@@ -31,6 +41,7 @@ def report(
     run: str = typer.Option(..., "--run", help="Run id (`medtx status` / the dashboard's run page list them)."),
     out: Path = typer.Option(None, "--out", help="HTML file to write (default: reports/<run id>.html beside the "
                              "warehouse); the Markdown goes beside it with suffix .md."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing card (and its .md twin)."),
     db: Path = typer.Option(None, "--db", help="Warehouse file (default: settings `db`)."),
 ) -> None:
     """Write the run's model card: lineage, the task's clock, split sizes, headline metrics with intervals and
@@ -39,12 +50,19 @@ def report(
     settings = get_settings(db=db)
     source = settings.db
     if not source.exists():
-        _err.print(f"no warehouse at {source}: run `medtx pipeline --db {source}` first", highlight=False)
-        raise typer.Exit(2)
+        _refuse(f"no warehouse at {source}: run `medtx pipeline --db {source}` first")
+    out = out or source.parent / "reports" / f"{run}.html"
+    if out.suffix.lower() not in (".html", ".htm"):
+        _refuse(f"--out {out}: the card is HTML; name a .html file (the Markdown goes beside it as .md)")
+    try:  # both files checked before anything is read or written (medtx.store.outputs)
+        page_path, md_path = check_outputs([out, out.with_suffix(".md")], warehouse_paths(settings),
+                                           overwrite=overwrite)
+    except OutputRefused as exc:
+        _refuse(str(exc))
     try:
         try:
             page, markdown = _render(source, run)
-        except duckdb.IOException:  # a pipeline is writing: read what it last published
+        except WarehouseBusy:  # a pipeline is writing: read what it last published
             if not settings.snapshot.exists():
                 _err.print(f"{source} is locked by a running writer and nothing is published yet", highlight=False)
                 raise typer.Exit(1) from None
@@ -52,14 +70,9 @@ def report(
                        highlight=False)
             page, markdown = _render(settings.snapshot, run)
     except ValueError as exc:  # an unknown run id
-        _err.print(f"--run: {exc}", highlight=False)
-        raise typer.Exit(2) from None
-    out = out or source.parent / "reports" / f"{run}.html"
-    if out.suffix.lower() not in (".html", ".htm"):
-        _err.print(f"--out {out}: the card is HTML; name a .html file (the Markdown goes beside it as .md)",
-                   highlight=False)
-        raise typer.Exit(2)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    out.with_suffix(".md").write_text(markdown, encoding="utf-8")
-    typer.echo(f"model card: {out} (and {out.with_suffix('.md').name})")
+        _refuse(f"--run: {exc}")
+    except duckdb.Error as exc:  # not a lock: the file itself (not a DuckDB file, damaged, unreadable)
+        _refuse(f"{source}: cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
+    write_output(page_path, page)
+    write_output(md_path, markdown)
+    typer.echo(f"model card: {page_path} (and {md_path.name})")
