@@ -178,13 +178,15 @@ def _duckdb_memory_limit(runner: RunnerConfig) -> Iterator[None]:
 
 
 @task(name="train", task_run_name="{name}", **(_CACHED | dict(
-    cache_policy=_CACHED["cache_policy"] - "package" - "result_dir")))
+    cache_policy=_CACHED["cache_policy"] - "package" - "result_dir" - "package_digest")))
 def train_task(name: str, spec: dict, package: str, result_dir: str, fingerprints: dict, pipeline_run_id: str,
-               device: str, torch_threads: int | None) -> dict:
+               device: str, torch_threads: int | None, package_digest: str | None = None) -> dict:
     # Runs on a worker: it reads the training package and writes a result package, never the warehouse. Under
     # the thread runner with several trainings at once, in a pool process of its own (medtx.runtime.train_processes).
+    # `package_digest`: the package as the flow dispatched it (ml.dispatches); a changed package trains nothing.
     return call_in(_TRAIN_POOL, steps.run_train_from_package, spec, package, result_dir,
-                   pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
+                   pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads,
+                   package_digest=package_digest)
 
 
 @task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)

@@ -127,17 +127,18 @@ def run_train(
 
 def run_train_from_package(
     spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | None, device: str,
-    torch_threads: int | None = None,
+    torch_threads: int | None = None, package_digest: str | None = None,
 ) -> dict[str, Any]:
     """Worker side of a training step: train from a training package alone (never the warehouse) and publish a
     result package at `result_dir`, which the flow records (medtx.pipeline.exchange). Runs anywhere that mounts the
     exchange folder: the flow's process, a local Dask worker, another machine. Every run, EHR, notes or FAQ, goes
     through the worker's entry point (`medtx.worker.train_run`, what `python -m medtx.worker` calls: no DuckDB,
-    no polars)."""
+    no polars). `package_digest`: what the flow recorded when it dispatched the step (ml.dispatches); a package
+    that differs is refused before anything trains."""
     from medtx import worker
 
     return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
-                            torch_threads=torch_threads)
+                            torch_threads=torch_threads, package_digest=package_digest)
 
 
 def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: Path | str, *, device: str,
@@ -148,18 +149,22 @@ def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: 
     import uuid
 
     from medtx.pipeline import runs
-    from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+    from medtx.pipeline.exchange import (dispatch_training, export_training_package, package_key,
+                                         record_result_package)
 
     prints = runs.input_fingerprints(db, step)
-    package = export_training_package(db, step.reads, step.scope, exchange_dir,
-                                      package_key(step.reads, step.scope, prints))
-    result_dir = Path(exchange_dir) / "results" / f"cli-{uuid.uuid4().hex[:12]}" / step.name
+    key = package_key(step.reads, step.scope, prints)
+    package = export_training_package(db, step.reads, step.scope, exchange_dir, key)
+    call = f"cli-{uuid.uuid4().hex[:12]}"
+    dispatch_id = f"{call}/{step.name}"
+    digest = dispatch_training(db, dispatch_id, step, package, key, prints, None)
+    result_dir = Path(exchange_dir) / "results" / call / step.name
     try:
         return run_train_from_package(step.spec(), str(package), str(result_dir), pipeline_run_id=None,
-                                      device=device, torch_threads=torch_threads)["run_ids"]
+                                      device=device, torch_threads=torch_threads, package_digest=digest)["run_ids"]
     finally:
         if (result_dir / "manifest.json").exists():
-            record_result_package(db, result_dir, models_dir)
+            record_result_package(db, result_dir, models_dir, dispatch_id=dispatch_id)
 
 
 def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, device: str, exc: BaseException) -> None:
