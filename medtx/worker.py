@@ -136,7 +136,9 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
             run.update(status="failed", finished_at=now(),
                        error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"[:4000])
         write_result_package(result_dir, [run_tables(run, results, epochs)], models_root,
-                             None if error is None else f"{type(error).__name__}: {error}", trained_on=trained_on)
+                             None if error is None else f"{type(error).__name__}: {error}", trained_on=trained_on,
+                             trained_on_data={"fingerprint": manifest.get("data_fingerprint"),
+                                              "tables": sorted(manifest.get("tables", {})), "scope": scope})
     if error is not None:
         raise error
     return {"run_ids": [run_id], "result": str(result_dir)}

@@ -43,6 +43,7 @@ import duckdb
 
 from medtx.training.integrity import PackageDamaged, check_package, content_digest, file_digests, safe_name
 from medtx.training.packages import MANIFEST, RESULT_TABLES, now, publish_dir
+from medtx.store.fingerprint import tables_fingerprint
 from medtx.store.db import open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.pipeline")
@@ -107,7 +108,11 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
             # zstd, not DuckDB's default snappy: full-scale EHR packages 26-29% smaller, MTSamples' notes 50%
             con.execute(f"COPY ({select_sql}) TO {sql_literal(tmp / f'{table}.parquet')} "
                         "(FORMAT parquet, COMPRESSION zstd)")
-    manifest = {"key": key, "tables": tables, "scope": dict(scope), "files": file_digests(tmp)}
+        # what the rows are, as this warehouse fingerprints them: whoever records a result trained on the package
+        # elsewhere checks it against its own warehouse (benchmarks/gpu/record.py), not the dataset's name alone
+        data_fingerprint = tables_fingerprint(con, sorted(set(reads)), dict(scope))
+    manifest = {"key": key, "tables": tables, "scope": dict(scope), "data_fingerprint": data_fingerprint,
+                "files": file_digests(tmp)}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
 

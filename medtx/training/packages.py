@@ -245,10 +245,13 @@ def replaceable_result(result_dir: Path) -> bool:
 
 
 def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Table]], models_root: Path,
-                         error: str | None = None, trained_on: str | None = None) -> Path:
+                         error: str | None = None, trained_on: str | None = None,
+                         trained_on_data: Mapping[str, Any] | None = None) -> Path:
     """Publish the result package of `runs` (each `run_tables`' output) at `result_dir`, atomically, with the
     runs' checkpoint folders from `models_root/<run_id>`; `trained_on`: the content digest of the training
-    package, as the worker computed it from the files it read (the flow compares it with its dispatch). A retry
+    package, as the worker computed it from the files it read (the flow compares it with its dispatch);
+    `trained_on_data`: the package's data fingerprint, tables and scope (what a recorder elsewhere compares with
+    its own warehouse). A retry
     of the same step replaces an older package; anything else at `result_dir` is a PackageError, untouched."""
     result_dir = Path(result_dir)
     if not replaceable_result(result_dir):
@@ -265,7 +268,7 @@ def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Tab
                 shutil.copytree(models_root / run_id, tmp / "models" / run_id)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
                     "worker": {"host": socket.gethostname(), "pid": os.getpid()}, "error": error,
-                    "trained_on": trained_on,
+                    "trained_on": trained_on, "trained_on_data": dict(trained_on_data or {}),
                     "files": file_digests(tmp)}  # checked by the flow before it records (medtx.training.integrity)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     except BaseException:
