@@ -149,8 +149,15 @@ def _truncate(package: Path) -> None:
     table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])
 
 
+def _drop_table_file(package: Path) -> None:
+    """A table's file gone and the manifest's hashes recomputed: the manifest still lists the table (issue 44)."""
+    (package / "samples.readmission.parquet").unlink()
+    _rehash(package)
+
+
 DAMAGE = {
     "truncated table file": _truncate,
+    "table file gone, hashes recomputed": _drop_table_file,
     "missing manifest": lambda package: (package / "manifest.json").unlink(),
     "garbage manifest": lambda package: (package / "manifest.json").write_bytes(b"\x00{not json"),
 }

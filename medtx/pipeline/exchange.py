@@ -88,7 +88,7 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
     dest = Path(exchange) / "packages" / key
     if dest.exists() or dest.is_symlink():
         try:
-            check_package(dest)
+            _check_training_package(dest)
             return dest
         except PackageDamaged as exc:
             log.warning("%s; rebuilding the training package %s", exc, dest)
@@ -115,6 +115,23 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
                 "files": file_digests(tmp)}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
+
+
+def _check_training_package(folder: Path) -> dict[str, Any]:
+    """The manifest of a training package that may be reused, else PackageDamaged: every file matches its hash
+    (check_package), every table it lists has its file among them (a manifest naming a table whose file is gone
+    passed the hash check and failed every training after it, for ever), and it carries its data fingerprint (an
+    older medtx's package is written again)."""
+    manifest = check_package(folder)
+    tables, files = manifest.get("tables"), manifest.get("files") or {}
+    if not isinstance(tables, dict):
+        raise PackageDamaged(f"{folder / MANIFEST}: 'tables' is {tables!r}, not a table -> rows mapping")
+    for table in tables:
+        if f"{table}.parquet" not in files:
+            raise PackageDamaged(f"{folder}: the manifest lists table {table} but not its file {table}.parquet")
+    if not isinstance(manifest.get("data_fingerprint"), str):
+        raise PackageDamaged(f"{folder / MANIFEST}: no data fingerprint (written by an older medtx)")
+    return manifest
 
 
 def _discard(folder: Path) -> None:
