@@ -198,7 +198,7 @@ def _sample_steps(cfg: PipelineConfig, ingest: list[Step], data_dir: Path) -> li
                 continue  # tasks sharing a builder (readmission, readmission_notes) share one sample step
             mapped = any(t.startswith("core.") for t in builder.reads)
             steps[step_name] = Step(
-                step_name, "samples", {"options": tc.samples, "seed": seed}, dataset, builder.name,
+                step_name, "samples", {"options": tc.samples.builder_options(), "seed": seed}, dataset, builder.name,
                 needs=(*((f"codes.{dataset}",) if mapped else ()), *ingest_steps_of(ingest, dataset)),
                 reads=builder.reads, writes=builder.writes, files=tuple(str(data_dir / f) for f in builder.files),
                 scope={"dataset": dataset, "task": builder.name},
