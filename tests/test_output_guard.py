@@ -177,3 +177,17 @@ def test_check_output_unit_cases(tmp_path: Path):
     fine = check_output(tmp_path / "w" / "reports" / "x.html", guard, overwrite=False)  # beside the warehouse
     write_output(fine, "ok")
     assert fine.read_text() == "ok" and wh.read_bytes() == b"x"
+
+
+def test_a_hard_linked_warehouse_is_refused_by_every_writer(empty_db: Path, tmp_path: Path):
+    """A hard link elsewhere would give a second writer another writer file (the lock beside the other name)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    link = other / "w.duckdb"
+    os.link(empty_db, link)
+    before = _sha(empty_db)
+    for db in (empty_db, link):
+        result = CliRunner().invoke(app, ["train", "--task", "readmission", "--model", "logreg", "--db", str(db)])
+        assert result.exit_code == 2, result.output
+        assert "hard links" in _one_line(result.output)
+    assert _sha(empty_db) == before and not list(other.glob("*.writer.json"))
