@@ -194,3 +194,23 @@ def test_recorded_result_packages_are_deleted(exchange, tmp_path) -> None:
         paths = [Path(p) for (p,) in con.sql("SELECT path FROM ml.models WHERE run_id IN "
                                              f"('{done[0]['run_ids'][0]}', '{done[1]['run_ids'][0]}')").fetchall()]
     assert all(p.exists() and p.is_relative_to(tmp_path / "models") for p in paths)  # logreg keeps none
+
+
+def test_a_package_exported_before_a_tasks_gate_record_is_written_again(exchange, tmp_path) -> None:
+    """Issue 44: readmission_notes trains on readmission's samples; its gate record is not part of the step's cache
+    key (scoped by the samples task). A package exported without it was reused for ever and every training
+    refused with advice ("rebuild its samples") that could not help; now the package's own rows are compared."""
+    db, package = exchange
+    with duckdb.connect(str(db)) as con:
+        gate = [r[0] for r in con.sql("SELECT task FROM samples.leakage_gate WHERE dataset = 'mimic3_demo' "
+                                      "ORDER BY task").fetchall()]
+        assert "readmission_notes" in gate
+        con.execute("DELETE FROM samples.leakage_gate WHERE dataset = 'mimic3_demo' AND task = 'readmission_notes'")
+    stale = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")  # rebuilt without it
+    assert "readmission_notes" not in pq.read_table(stale / "samples.leakage_gate.parquet").column("task").to_pylist()
+    with duckdb.connect(str(db)) as con:  # the samples are built again: the gate writes its record
+        con.execute("INSERT INTO samples.leakage_gate SELECT * REPLACE ('readmission_notes' AS task) FROM "
+                    "samples.leakage_gate WHERE dataset = 'mimic3_demo' AND task = 'readmission'")
+    again = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")
+    assert again == package
+    assert "readmission_notes" in pq.read_table(again / "samples.leakage_gate.parquet").column("task").to_pylist()

@@ -36,9 +36,9 @@ def _extract(tar_path: Path, into: Path) -> list[Path]:
 
 def _same_data(db: Path, package: Path) -> str | None:
     """Why the package's training data is not this warehouse's (None when it is): its data fingerprint, recomputed
-    here on the same tables and scope (medtx.store.fingerprint.tables_fingerprint)."""
+    here on the same tables and scope (medtx.pipeline.exchange.package_fingerprint)."""
+    from medtx.pipeline.exchange import package_fingerprint
     from medtx.store.db import open_warehouse
-    from medtx.store.fingerprint import tables_fingerprint
 
     data = json.loads((package / "manifest.json").read_text()).get("trained_on_data") or {}
     want, tables, scope = data.get("fingerprint"), data.get("tables"), data.get("scope")
@@ -46,7 +46,7 @@ def _same_data(db: Path, package: Path) -> str | None:
         return ("its manifest carries no data fingerprint (trained by an older medtx?); cannot tell it was trained "
                 "on this warehouse's data")
     with open_warehouse(db, read_only=True) as con:
-        here = tables_fingerprint(con, [str(t) for t in tables], scope)
+        here = package_fingerprint(con, [str(t) for t in tables], scope)
     if here != want:
         return (f"trained on other data than this warehouse holds for {scope} (data fingerprint {want}, here "
                 f"{here}); build the same samples here first (benchmarks/gpu/pack.py)")

@@ -88,7 +88,12 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
     dest = Path(exchange) / "packages" / key
     if dest.exists() or dest.is_symlink():
         try:
-            _check_training_package(dest)
+            manifest = _check_training_package(dest)
+            with open_warehouse(db, read_only=True, wait_s=120) as con:
+                now_fingerprint = package_fingerprint(con, reads, scope)
+            if manifest["data_fingerprint"] != now_fingerprint:  # e.g. a gate record written since
+                raise PackageDamaged(f"{dest}: its rows are no longer the warehouse's (data fingerprint "
+                                     f"{manifest['data_fingerprint']}, now {now_fingerprint})")
             return dest
         except PackageDamaged as exc:
             log.warning("%s; rebuilding the training package %s", exc, dest)
@@ -110,11 +115,25 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
                         "(FORMAT parquet, COMPRESSION zstd)")
         # what the rows are, as this warehouse fingerprints them: whoever records a result trained on the package
         # elsewhere checks it against its own warehouse (benchmarks/gpu/record.py), not the dataset's name alone
-        data_fingerprint = tables_fingerprint(con, sorted(set(reads)), dict(scope))
+        data_fingerprint = package_fingerprint(con, reads, scope)
     manifest = {"key": key, "tables": tables, "scope": dict(scope), "data_fingerprint": data_fingerprint,
                 "files": file_digests(tmp)}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
+
+
+def package_fingerprint(con: duckdb.DuckDBPyConnection, reads: Iterable[str], scope: Mapping[str, Any]) -> str:
+    """The fingerprint of exactly the rows a training package of `reads` and `scope` holds (export_training_package's
+    filters: the per-task records by dataset only). Not the step's cache key (medtx.pipeline.runs, which scopes
+    every table by task): a gate record of a task trained on another's samples (readmission_notes) changes this
+    one, so a package exported before that record existed is written again instead of failing every training for
+    want of it."""
+    tables = sorted(set(reads))
+    per_task = [t for t in tables if t in PER_TASK_RECORDS]
+    rest = [t for t in tables if t not in PER_TASK_RECORDS]
+    by_dataset = {k: v for k, v in scope.items() if k != "task"}
+    return (tables_fingerprint(con, rest, dict(scope))
+            + (f"+{tables_fingerprint(con, per_task, by_dataset)}" if per_task else ""))
 
 
 def _check_training_package(folder: Path) -> dict[str, Any]:
