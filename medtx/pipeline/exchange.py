@@ -14,7 +14,11 @@ the warehouse. Instead:
    published by an atomic rename (a killed worker leaves no package, never half of one:
    medtx.training.packages);
 3. the flow records the result package into the warehouse in one transaction, idempotently: a run already
-   recorded with the same content is left as it is.
+   recorded with the same content is left as it is. Before a worker sees a package, the flow records the step's
+   dispatch (ml.dispatches: the package's content digest, step, pipeline run, task, dataset, model, seed) and
+   hands the digest to the worker; the result is recorded only as the answer to that awaited dispatch, under a
+   run id the warehouse does not hold (issue 44: the exchange folder is authenticated against the warehouse,
+   not against itself).
 
 The exchange folder is untrusted input (medtx.training.integrity): every package's manifest lists the sha256 of
 each of its files, checked before use. A damaged training package (a cut file, a missing or garbage manifest) is
