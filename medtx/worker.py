@@ -3,11 +3,12 @@ as pydantic): `python -m medtx.worker`.
 
 It reads a training package (Parquet tables + manifest, written by the flow: medtx.pipeline.exchange), trains the
 runs it is given, and writes one result package per run (medtx.training.packages), which the flow records into the
-warehouse (`medtx record-results`, or the pipeline itself). It never opens the warehouse, and its whole import
+warehouse (the pipeline itself, or benchmarks/gpu/record.py for results trained elsewhere). It never opens the warehouse, and its whole import
 closure has no polars, DuckDB, Prefect, Dash or Dask (an import-linter contract in pyproject.toml; a test runs
 it where importing those raises), so it runs on a GPU machine whose image lacks them.
 
-    python -m medtx.worker PACKAGE --run transformer --run gru:1 --out results/ --device cuda
+    python -m medtx.worker PACKAGE --run transformer --run gru:1 --out results/ --device cuda \
+        --package-digest SHA256     # as ml.dispatches recorded it: a changed package is refused
     python -m medtx.worker PACKAGE --runs runs.json --out results/      # [{"model", "seed", "overrides"}, ...]
 
 The pipeline's own workers (its thread, its training processes, Dask workers) call `train_run`, the function
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -58,10 +60,16 @@ def run_name(spec: dict[str, Any]) -> str:
 
 
 def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str, *, device: str = "auto",
-              pipeline_run_id: str | None = None, torch_threads: int | None = None) -> dict[str, Any]:
+              pipeline_run_id: str | None = None, torch_threads: int | None = None,
+              package_digest: str | None = None) -> dict[str, Any]:
     """Train one run (`spec`: {"dataset", "task", "params": {"model", "seed", "overrides"}}) from the training
     package and publish its result package at `result_dir` — also when the training failed, so the failed run
-    reaches the warehouse; the error is raised after. Returns {"run_ids", "result"}."""
+    reaches the warehouse; the error is raised after. Returns {"run_ids", "result"}.
+
+    `package_digest`: the package's content digest as the flow recorded it when it handed the package out
+    (ml.dispatches), given out of band; a package whose files, tables or scope differ is a PackageError before
+    anything trains (a table rewritten with its manifest hash recomputed). Whatever was given, the digest of what
+    was read goes into the result package (`trained_on`), which the flow checks against its dispatch."""
     import torch
 
     from medtx.training.packages import now, read_training_package, run_tables, write_result_package
@@ -73,7 +81,16 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
 
     from medtx.tasks import get_task
 
+    from medtx.training.integrity import manifest_digest
+    from medtx.training.packages import PackageError, replaceable_result
+
+    if not replaceable_result(Path(result_dir)):
+        raise PackageError(f"{result_dir}: exists and is not a result package; a worker never replaces it")
     manifest, tables = read_training_package(package)
+    trained_on = manifest_digest(manifest)  # the manifest was just checked against every file it lists
+    if package_digest is not None and trained_on != package_digest:
+        raise PackageError(f"{package}: its content digest {trained_on[:16]}... is not the one the flow handed out "
+                           f"({package_digest[:16]}...): the package was changed; nothing was trained")
     dataset, task_name, p = spec["dataset"], spec["task"], spec["params"]
     model, seed, overrides = p["model"], int(p["seed"]), dict(p.get("overrides") or {})
     task = get_task(task_name)  # the stored name, resolved once: the Task travels from here
@@ -119,16 +136,39 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
             run.update(status="failed", finished_at=now(),
                        error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"[:4000])
         write_result_package(result_dir, [run_tables(run, results, epochs)], models_root,
-                             None if error is None else f"{type(error).__name__}: {error}")
+                             None if error is None else f"{type(error).__name__}: {error}", trained_on=trained_on,
+                             trained_on_data={"fingerprint": manifest.get("data_fingerprint"),
+                                              "tables": sorted(manifest.get("tables", {})), "scope": scope})
     if error is not None:
         raise error
     return {"run_ids": [run_id], "result": str(result_dir)}
 
 
-def _parse_runs(args: argparse.Namespace, scope: dict[str, Any]) -> list[dict[str, Any]]:
-    """The run specs from --run MODEL[:SEED] (with --overrides) and/or --runs FILE.json."""
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _parse_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The run specs from --run MODEL[:SEED] (with --overrides) and/or --runs FILE.json, and every other argument
+    checked, before the package is read: ValueError naming the first bad one."""
+    from medtx.training.integrity import PackageDamaged, safe_name
+
+    if args.package_digest is not None and not _DIGEST.match(args.package_digest):
+        raise ValueError(f"--package-digest {args.package_digest!r}: expected 64 lowercase hex digits (the digest "
+                         "the flow recorded in ml.dispatches)")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out}: exists and is not a folder")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: expected a whole number >= 1")
+    if args.task:
+        from medtx.tasks import task_names
+
+        if args.task not in task_names():
+            raise ValueError(f"--task {args.task!r}: unknown task; expected one of {task_names()}")
     specs = []
-    base = json.loads(args.overrides) if args.overrides else {}
+    try:
+        base = json.loads(args.overrides) if args.overrides else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--overrides {args.overrides!r}: not JSON ({exc.msg})") from None
     if not isinstance(base, dict):
         raise ValueError(f"--overrides must be a JSON object, got {args.overrides!r}")
     for text in args.run or []:
@@ -137,16 +177,31 @@ def _parse_runs(args: argparse.Namespace, scope: dict[str, Any]) -> list[dict[st
             raise ValueError(f"--run {text!r}: expected MODEL or MODEL:SEED, e.g. transformer:0")
         specs.append({"params": {"model": model, "seed": int(seed or 0), "overrides": dict(base)}})
     if args.runs:
-        listed = json.loads(Path(args.runs).read_text())
+        try:
+            listed = json.loads(Path(args.runs).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--runs {args.runs}: not JSON ({exc.msg})") from None
         if not isinstance(listed, list) or not all(isinstance(r, dict) and "model" in r for r in listed):
             raise ValueError(f"--runs {args.runs}: expected a JSON list of objects with a 'model' key")
         for r in listed:
+            if not isinstance(r.get("overrides", {}), dict):
+                raise ValueError(f"--runs {args.runs}: 'overrides' of {r['model']!r} is not a JSON object")
             specs.append({"label": r.get("label"), "params": {
                 "model": r["model"], "seed": int(r.get("seed", 0)), "overrides": {**base, **r.get("overrides", {})}}})
     if not specs:
         raise ValueError("no run given: pass --run MODEL[:SEED] or --runs FILE.json")
-    # A package is scoped by the samples it holds, not by the task trained on them: readmission_notes trains on
-    # readmission's samples, so its package says task 'readmission' and --task names the note task.
+    for spec in specs:  # a result folder's name stays inside --out (a label `x/..` would not)
+        try:
+            safe_name(spec.get("label") or spec["params"]["model"], "run label")
+        except PackageDamaged as exc:
+            raise ValueError(f"--runs/--run: {exc}") from None
+    return specs
+
+
+def _scoped(specs: list[dict[str, Any]], args: argparse.Namespace, scope: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each spec with the package's dataset and the task to train. A package is scoped by the samples it holds,
+    not by the task trained on them: readmission_notes trains on readmission's samples, so its package says task
+    'readmission' and --task names the note task."""
     task = args.task or scope.get("task")
     for s in specs:
         s.update(dataset=scope.get("dataset"), task=task)
@@ -157,11 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m medtx.worker",
         description="Train runs (EHR, note classification or FAQ) from a training package and write one result "
-                    "package per run. Needs torch, numpy, pyarrow, scikit-learn and transformers only; the flow "
-                    "records the result packages "
-                    "(`medtx record-results OUT`).")
-    parser.add_argument("package", type=Path, help="training package folder (manifest.json + <table>.parquet), "
-                                                   "written by the flow (`medtx export-package`)")
+                    "package per run. Needs torch, numpy, pyarrow, scikit-learn and transformers only. The "
+                    "pipeline (`medtx pipeline`, `medtx train`) writes the training packages into its exchange "
+                    "folder and records the result packages it dispatched; results trained elsewhere are "
+                    "recorded with benchmarks/gpu/record.py.")
+    parser.add_argument("package", type=Path, help="training package folder (manifest.json + <table>.parquet) "
+                                                   "from the pipeline's exchange folder (<exchange>/packages/<key>)")
     parser.add_argument("--run", action="append", metavar="MODEL[:SEED]",
                         help="a run to train (repeatable), e.g. transformer or gru:1 (seed 0 by default)")
     parser.add_argument("--runs", metavar="FILE.json",
@@ -173,24 +229,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--pipeline-run-id", help="recorded on each run (the pipeline run it belongs to)")
+    parser.add_argument("--package-digest", metavar="SHA256",
+                        help="the package's content digest as the flow recorded it (ml.dispatches.package_digest); "
+                             "a package that differs is refused before anything trains")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train every run given; print one JSON line per run. Exit 0 when all completed, 1 when a training
-    failed (its failed run is in its result package), 2 for bad input (one line naming what)."""
+    failed (its failed run is in its result package), 2 for bad input (one line naming what): the command line
+    is checked first, then the package."""
     from medtx.training.packages import PackageError, read_training_package
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        specs = _parse_runs(args)
         manifest, _ = read_training_package(args.package)
-        specs = _parse_runs(args, manifest.get("scope", {}))
-        if args.task:
-            from medtx.tasks import task_names
-
-            if args.task not in task_names():
-                raise ValueError(f"--task {args.task!r}: unknown task; expected one of {task_names()}")
+        specs = _scoped(specs, args, manifest.get("scope", {}))
         if not supports(specs[0]["task"]):
             raise ValueError(f"{args.package}: task {specs[0]['task']!r}: the worker trains EHR and text tasks")
     except (PackageError, ValueError, OSError) as exc:
@@ -202,8 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         result_dir = args.out / run_name(spec)
         try:
             out = train_run(args.package, spec, result_dir, device=args.device, pipeline_run_id=args.pipeline_run_id,
-                            torch_threads=args.threads)
+                            torch_threads=args.threads, package_digest=args.package_digest)
             status, run_ids, error = "completed", out["run_ids"], None
+        except PackageError as exc:  # the package changed, or --out holds something else: bad input
+            print(f"medtx.worker: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         except Exception as exc:
             failed += 1
             status, error = "failed", f"{type(exc).__name__}: {exc}"

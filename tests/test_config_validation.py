@@ -111,6 +111,18 @@ CASES = [
                               b"    models: [{model: gru}]\n", "line 5: key 'models' appears twice in one mapping"),
     ("not_utf8", b"name: caf\xe9\ndatasets: [{source: 'synth:10'}]\n",
      "line 1: byte 9 (0xe9) is not UTF-8; allowed: a UTF-8 text file"),
+    # issue 44: keys added since, checked at load instead of 80 s into a run
+    ("samples_unknown_key", _with(tasks={"drug_rec": {"models": [{"model": "logreg"}], "samples": {"foo": 1}}}),
+     "tasks.drug_rec.samples.foo: unknown key; allowed: fractions, min_count, k_folds, acknowledge"),
+    ("samples_fractions", _with(tasks={"drug_rec": {"models": [{"model": "logreg"}],
+                                                    "samples": {"fractions": [0.5, 0.5, 0.5]}}}),
+     "tasks.drug_rec.samples.fractions = [0.5, 0.5, 0.5]: train/val/test fractions [0.5, 0.5, 0.5] sum to 1.5"),
+    ("samples_acknowledge_form", _with(tasks={"drug_rec": {"models": [{"model": "logreg"}],
+                                                           "samples": {"acknowledge": ["nocolon"]}}}),
+     "tasks.drug_rec.samples.acknowledge = ['nocolon']: must be a mapping or null"),
+    ("runner_text_int", _with(runner={"max_workers": "3"}), "runner.max_workers = '3': must be an integer >= 1"),
+    ("runner_address_without_dask", _with(runner={"address": "tcp://x:1"}),
+     "address 'tcp://x:1' is set with kind 'thread'; allowed: address only with kind: dask"),
 ]
 
 

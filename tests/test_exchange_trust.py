@@ -149,8 +149,15 @@ def _truncate(package: Path) -> None:
     table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])
 
 
+def _drop_table_file(package: Path) -> None:
+    """A table's file gone and the manifest's hashes recomputed: the manifest still lists the table (issue 44)."""
+    (package / "samples.readmission.parquet").unlink()
+    _rehash(package)
+
+
 DAMAGE = {
     "truncated table file": _truncate,
+    "table file gone, hashes recomputed": _drop_table_file,
     "missing manifest": lambda package: (package / "manifest.json").unlink(),
     "garbage manifest": lambda package: (package / "manifest.json").write_bytes(b"\x00{not json"),
 }
@@ -187,3 +194,23 @@ def test_recorded_result_packages_are_deleted(exchange, tmp_path) -> None:
         paths = [Path(p) for (p,) in con.sql("SELECT path FROM ml.models WHERE run_id IN "
                                              f"('{done[0]['run_ids'][0]}', '{done[1]['run_ids'][0]}')").fetchall()]
     assert all(p.exists() and p.is_relative_to(tmp_path / "models") for p in paths)  # logreg keeps none
+
+
+def test_a_package_exported_before_a_tasks_gate_record_is_written_again(exchange, tmp_path) -> None:
+    """Issue 44: readmission_notes trains on readmission's samples; its gate record is not part of the step's cache
+    key (scoped by the samples task). A package exported without it was reused for ever and every training
+    refused with advice ("rebuild its samples") that could not help; now the package's own rows are compared."""
+    db, package = exchange
+    with duckdb.connect(str(db)) as con:
+        gate = [r[0] for r in con.sql("SELECT task FROM samples.leakage_gate WHERE dataset = 'mimic3_demo' "
+                                      "ORDER BY task").fetchall()]
+        assert "readmission_notes" in gate
+        con.execute("DELETE FROM samples.leakage_gate WHERE dataset = 'mimic3_demo' AND task = 'readmission_notes'")
+    stale = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")  # rebuilt without it
+    assert "readmission_notes" not in pq.read_table(stale / "samples.leakage_gate.parquet").column("task").to_pylist()
+    with duckdb.connect(str(db)) as con:  # the samples are built again: the gate writes its record
+        con.execute("INSERT INTO samples.leakage_gate SELECT * REPLACE ('readmission_notes' AS task) FROM "
+                    "samples.leakage_gate WHERE dataset = 'mimic3_demo' AND task = 'readmission'")
+    again = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")
+    assert again == package
+    assert "readmission_notes" in pq.read_table(again / "samples.leakage_gate.parquet").column("task").to_pylist()

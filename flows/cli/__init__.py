@@ -50,7 +50,14 @@ def _prefect_defaults(argv: list[str]) -> None:
     if not any(isinstance(f, _PrefectHomeOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _PrefectHomeOnImport())
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    # Sized for a saturated 2-core machine (issue 44: a run failed on a ReadTimeout at load 8): load slows a run,
+    # it must not fail it. Prefect's defaults: 60 s per API request (each retried on a timeout, 5 times with
+    # exponential back-off), a 10 s statement / 5 s connection timeout on the server's sqlite, 90 s to start.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
+    os.environ.setdefault("PREFECT_API_REQUEST_TIMEOUT", "180")
+    os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "8")
+    os.environ.setdefault("PREFECT_SERVER_DATABASE_TIMEOUT", "60")
+    os.environ.setdefault("PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT", "30")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "medtx")
     # medtx logs outside a flow run (e.g. stopping a finished run's server) stay local instead of warning
     # on the console that they cannot reach the (already stopped) API.

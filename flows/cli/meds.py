@@ -24,6 +24,7 @@ from medtx.meds.export import DEFAULT_SHARD_ROWS, protected_paths
 from medtx.meds.predictions import export_predictions
 from medtx.meds.mapping import MappingError
 from medtx.settings import get_settings
+from medtx.store.outputs import warehouse_paths
 
 export_app = typer.Typer(help="Write warehouse datasets in other formats.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
@@ -81,7 +82,7 @@ def predictions(
     settings = get_settings(db=db)
     try:
         with open_warehouse(settings.db, read_only=True) as con:
-            r = export_predictions(con, run, out, overwrite=overwrite, protected=protected_paths(settings))
+            r = export_predictions(con, run, out, overwrite=overwrite, protected=warehouse_paths(settings))
     except _USER_ERRORS as exc:
         _fail("export", exc, code=2)
     Console().print(f"{r.rows:,} test predictions ({r.positives:,} positive) of run {r.run_id} "

@@ -128,10 +128,12 @@ def check_out_folder(out: Path, overwrite: bool, protected: Sequence[Path] = ())
 
 def protected_paths(settings) -> tuple[Path, ...]:
     """What an export's --out must never be or contain, from medtx.settings.Settings: the warehouse, its
-    folder and snapshot, the models, cache, results and exchange folders."""
-    paths = [settings.db, Path(settings.db).parent, settings.snapshot, settings.models_dir, settings.cache_dir,
-             settings.results_dir, settings.exchange_dir]
-    return tuple(Path(p) for p in paths if p is not None)
+    folder, snapshot, WAL and writer files, the models, cache, results, exchange and Prefect folders (the same
+    set as every other output: medtx.store.outputs.warehouse_paths)."""
+    from medtx.store.outputs import warehouse_paths
+
+    guard = warehouse_paths(settings)
+    return (*guard.exact, *guard.folders)
 
 
 def export_meds(

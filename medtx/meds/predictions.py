@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from medtx.meds.export import ExportError, copy_parquet
 from medtx.store.db import quote_table, sql_literal
+from medtx.store.outputs import OutputRefused, Protected, check_output
 from medtx.tasks import get_task
 
 PREDICTION_ARROW_SCHEMA = pa.schema([
@@ -41,11 +42,10 @@ class PredictionsResult:
 
 
 def export_predictions(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, *, overwrite: bool = False,
-                       protected: tuple[Path, ...] = ()) -> PredictionsResult:
+                       protected: Protected | tuple[Path, ...] = ()) -> PredictionsResult:
     """Write run `run_id`'s test predictions to the parquet file `out` (refused: an existing file without
     `overwrite`, anything but a .parquet file, a protected path)."""
-    out = Path(out)
-    _check_out_file(out, overwrite, protected)
+    out = _check_out_file(Path(out), overwrite, protected)
     found = con.execute("SELECT task, dataset, model, status FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()
     if not found:
         raise ExportError(f"--run {run_id}: no such run in ml.runs")
@@ -99,15 +99,13 @@ def export_predictions(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, *
     return PredictionsResult(run_id, task_name, dataset, model, out, rows, positives)
 
 
-def _check_out_file(out: Path, overwrite: bool, protected: tuple[Path, ...]) -> None:
-    target = out.expanduser().resolve()
-    if target.suffix != ".parquet":
+def _check_out_file(out: Path, overwrite: bool, protected: Protected | tuple[Path, ...]) -> Path:
+    """The real path the predictions go to (medtx.store.outputs.check_output), else ExportError (one line)."""
+    if Path(out).suffix != ".parquet":
         raise ExportError(f"--out {out}: the predictions file must be named *.parquet")
-    for path in protected:
-        kept = Path(path).expanduser().resolve()
-        if target == kept or target in kept.parents:
-            raise ExportError(f"--out {out}: is {path}, which the export must never replace")
-    if target.is_dir():
-        raise ExportError(f"--out {out}: is a folder; give the predictions file's path (*.parquet)")
-    if target.exists() and not overwrite:
-        raise ExportError(f"--out {out}: file exists (pass --overwrite to replace it)")
+    if not isinstance(protected, Protected):
+        protected = Protected(tuple(Path(p) for p in protected))
+    try:
+        return check_output(out, protected, overwrite=overwrite)
+    except OutputRefused as exc:
+        raise ExportError(str(exc)) from None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from medtx.pipeline.checks import task_choices
 from medtx.tasks import get_task
@@ -58,7 +58,7 @@ class DatasetConfig(_Strict):
     source: str  # a folder, an http(s) URL or synth:N (a blank one is refused by _valid_source)
     name: str | None = None  # dataset key in the warehouse; derived from the source when omitted
     tables: list[str] | None = None  # ingest only these MIMIC tables (default: all the ingest stage knows)
-    notes: bool = True  # synth only: also generate discharge notes (for readmission_notes)
+    notes: StrictBool = True  # synth only: also generate discharge notes (for readmission_notes)
     seed: Seed = 0  # synth only: generator seed
     format: Literal["mimic3", "meds"] = "mimic3"  # meds: a MEDS 0.4 folder, loaded by `medtx ingest meds`
     codes: str | None = None  # meds only: code mapping (shipped name `medtx`/`mimic4` or YAML file)
@@ -134,32 +134,47 @@ class ModelEntry(_Strict):
         return self.name or self.model
 
 
+class SamplesOptions(_Strict):
+    """Options for a task's sample builder (medtx.tasks.build.build_samples), each checked here: an unknown key
+    or a value the builder cannot take is a config error at load, not a failure minutes into a run."""
+
+    fractions: Annotated[list[Annotated[float, Field(ge=0.0, le=1.0)]], Field(min_length=3, max_length=3)] | None = None
+    min_count: Annotated[StrictInt, Field(ge=1)] | None = None  # codes seen fewer times are dropped from the vocab
+    k_folds: Annotated[StrictInt, Field(ge=2, le=100)] | None = None
+    # the feature families whose shortcut a person checked (medtx.tasks.leakage), each with the reason the card and
+    # the leaderboard show: `{<family>: <reason>}` (docs/TASKS.md)
+    acknowledge: dict[str, str] | None = None
+
+    @field_validator("acknowledge")
+    @classmethod
+    def _reasons(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and not all(k.strip() and v.strip() for k, v in value.items()):
+            raise ValueError("acknowledge must map each acknowledged feature family to the reason a person gave, "
+                             "e.g. {static:ADMISSION_TYPE: \"elective admissions are planned, checked by ...\"}; "
+                             f"got {value!r}")
+        return value
+
+    @field_validator("fractions")
+    @classmethod
+    def _sum_to_one(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and abs(sum(value) - 1.0) > 1e-6:
+            raise ValueError(f"train/val/test fractions {value} sum to {sum(value):g}; allowed: three numbers "
+                             "summing to 1, e.g. [0.7, 0.1, 0.2]")
+        return value
+
+    def builder_options(self) -> dict[str, Any]:
+        """The options as build_samples keywords: only those the config set (the step's cache key as before)."""
+        return self.model_dump(exclude_unset=True)
+
+
 class TaskConfig(_Strict):
     """The models of one task and, for EHR tasks, the datasets they run on (default: all)."""
 
     models: Annotated[list[ModelEntry], Field(min_length=1)]
     datasets: Annotated[list[str], Field(min_length=1)] | None = None
-    samples: dict[str, Any] = Field(default_factory=dict)  # options for the sample builder
+    samples: SamplesOptions = Field(default_factory=SamplesOptions)  # options for the sample builder
 
     _datasets = field_validator("datasets")(_distinct_names)
-
-    @field_validator("samples")
-    @classmethod
-    def _sample_options(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """The sample builder's options (medtx.tasks.build.build_samples), checked at load. `acknowledge`: the
-        feature families whose shortcut a person checked (medtx.tasks.leakage), each with the reason the card and
-        the leaderboard show: `{<family>: <reason>}`."""
-        allowed = ("fractions", "min_count", "k_folds", "acknowledge")
-        unknown = sorted(set(value) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown sample option(s) {unknown}; allowed: {', '.join(allowed)}")
-        ack = value.get("acknowledge")
-        if ack is not None and (not isinstance(ack, dict) or not all(
-                isinstance(k, str) and k.strip() and isinstance(v, str) and v.strip() for k, v in ack.items())):
-            raise ValueError("acknowledge must map each acknowledged feature family to the reason a person gave, "
-                             "e.g. {static:ADMISSION_TYPE: \"elective admissions are planned, checked by ...\"}; "
-                             f"got {ack!r}")
-        return value
 
     @model_validator(mode="after")
     def _unique_labels(self) -> TaskConfig:
@@ -174,7 +189,7 @@ class IngestConfig(_Strict):
     """Row-count guard of the ingest steps (medtx.ingest.ShrinkGuard; the CLI's --allow-shrink/--max-shrink) and
     the plausibility policy (medtx.ingest.plausibility; the CLI's --plausibility)."""
 
-    allow_shrink: bool = False  # accept a table dropping to 0 rows or by more than max_shrink
+    allow_shrink: StrictBool = False  # accept a table dropping to 0 rows or by more than max_shrink
     max_shrink: float = Field(default=0.5, ge=0.0, le=1.0)  # largest accepted fraction of rows lost per table
     plausibility: Literal["warn", "reject", "fail"] = "warn"  # implausible rows: keep+report, move to rejects, fail
 
@@ -183,18 +198,18 @@ class RunnerConfig(_Strict):
     """Where tasks run: a thread pool in the flow's process, or a Dask cluster (local or remote)."""
 
     kind: Literal["thread", "dask"] = "thread"
-    max_workers: int = Field(default=2, ge=1)  # thread pool size
+    max_workers: StrictInt = Field(default=2, ge=1)  # thread pool size
     address: str | None = None  # dask: scheduler address (tcp://host:8786); None = start a local cluster
-    n_workers: int = Field(default=2, ge=1)  # dask local cluster
-    threads_per_worker: int = Field(default=1, ge=1)
+    n_workers: StrictInt = Field(default=2, ge=1)  # dask local cluster
+    threads_per_worker: StrictInt = Field(default=1, ge=1)
     # How many training runs execute at once. "auto" (default): one per GPU with `devices: [auto]` on a GPU
     # machine, else available cores // torch_threads (medtx.runtime.resources: affinity mask capped by the cgroup
     # quota). The warehouse writer stays single either way: steps open short transactions of their own.
-    train_concurrency: int | Literal["auto"] = "auto"
+    train_concurrency: StrictInt | Literal["auto"] = "auto"
     # torch CPU threads per training. "auto" (default): available cores // trainings at once, so concurrent
     # trainings never oversubscribe the cores (OpenMP threads spin-waiting on each other: 22 s vs 96 s for the
     # same demo transformer under load); None: torch's own default (one per core, whatever runs beside it).
-    torch_threads: int | Literal["auto"] | None = "auto"
+    torch_threads: StrictInt | Literal["auto"] | None = "auto"
     # DuckDB's memory limit in every process of the run that opens a warehouse (medtx.store.db: its buffer pool
     # and staged rows spill to disk beyond it). "auto" (default): 1/32 of the machine's memory, 1-8 GiB; or a size
     # such as 2GiB or 1500MB (>= 256MiB). MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins over this key.
@@ -211,6 +226,13 @@ class RunnerConfig(_Strict):
         except ValueError as exc:
             raise ValueError(str(exc).split(": ", 1)[1]) from None  # the key path is added by the config's errors
         return value
+
+    @model_validator(mode="after")
+    def _address_needs_dask(self) -> RunnerConfig:
+        if self.address is not None and self.kind != "dask":
+            raise ValueError(f"address {self.address!r} is set with kind {self.kind!r}; allowed: address only with "
+                             "kind: dask (a scheduler address such as tcp://host:8786)")
+        return self
 
     @field_validator("train_concurrency", "torch_threads")
     @classmethod

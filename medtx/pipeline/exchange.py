@@ -14,7 +14,11 @@ the warehouse. Instead:
    published by an atomic rename (a killed worker leaves no package, never half of one:
    medtx.training.packages);
 3. the flow records the result package into the warehouse in one transaction, idempotently: a run already
-   recorded with the same content is left as it is.
+   recorded with the same content is left as it is. Before a worker sees a package, the flow records the step's
+   dispatch (ml.dispatches: the package's content digest, step, pipeline run, task, dataset, model, seed) and
+   hands the digest to the worker; the result is recorded only as the answer to that awaited dispatch, under a
+   run id the warehouse does not hold (issue 44: the exchange folder is authenticated against the warehouse,
+   not against itself).
 
 The exchange folder is untrusted input (medtx.training.integrity): every package's manifest lists the sha256 of
 each of its files, checked before use. A damaged training package (a cut file, a missing or garbage manifest) is
@@ -41,8 +45,9 @@ from typing import Any
 
 import duckdb
 
-from medtx.training.integrity import PackageDamaged, check_package, file_digests, safe_name
-from medtx.training.packages import MANIFEST, RESULT_TABLES, publish_dir
+from medtx.training.integrity import PackageDamaged, check_package, content_digest, file_digests, safe_name
+from medtx.training.packages import MANIFEST, RESULT_TABLES, now, publish_dir
+from medtx.store.fingerprint import tables_fingerprint
 from medtx.store.db import open_warehouse, param_marks, quote_ident, quote_table, sql_literal, transaction
 
 log = logging.getLogger("medtx.pipeline")
@@ -87,7 +92,12 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
     dest = Path(exchange) / "packages" / key
     if dest.exists() or dest.is_symlink():
         try:
-            check_package(dest)
+            manifest = _check_training_package(dest)
+            with open_warehouse(db, read_only=True, wait_s=120) as con:
+                now_fingerprint = package_fingerprint(con, reads, scope)
+            if manifest["data_fingerprint"] != now_fingerprint:  # e.g. a gate record written since
+                raise PackageDamaged(f"{dest}: its rows are no longer the warehouse's (data fingerprint "
+                                     f"{manifest['data_fingerprint']}, now {now_fingerprint})")
             return dest
         except PackageDamaged as exc:
             log.warning("%s; rebuilding the training package %s", exc, dest)
@@ -107,9 +117,44 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
             # zstd, not DuckDB's default snappy: full-scale EHR packages 26-29% smaller, MTSamples' notes 50%
             con.execute(f"COPY ({select_sql}) TO {sql_literal(tmp / f'{table}.parquet')} "
                         "(FORMAT parquet, COMPRESSION zstd)")
-    manifest = {"key": key, "tables": tables, "scope": dict(scope), "files": file_digests(tmp)}
+        # what the rows are, as this warehouse fingerprints them: whoever records a result trained on the package
+        # elsewhere checks it against its own warehouse (benchmarks/gpu/record.py), not the dataset's name alone
+        data_fingerprint = package_fingerprint(con, reads, scope)
+    manifest = {"key": key, "tables": tables, "scope": dict(scope), "data_fingerprint": data_fingerprint,
+                "files": file_digests(tmp)}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
+
+
+def package_fingerprint(con: duckdb.DuckDBPyConnection, reads: Iterable[str], scope: Mapping[str, Any]) -> str:
+    """The fingerprint of exactly the rows a training package of `reads` and `scope` holds (export_training_package's
+    filters: the per-task records by dataset only). Not the step's cache key (medtx.pipeline.runs, which scopes
+    every table by task): a gate record of a task trained on another's samples (readmission_notes) changes this
+    one, so a package exported before that record existed is written again instead of failing every training for
+    want of it."""
+    tables = sorted(set(reads))
+    per_task = [t for t in tables if t in PER_TASK_RECORDS]
+    rest = [t for t in tables if t not in PER_TASK_RECORDS]
+    by_dataset = {k: v for k, v in scope.items() if k != "task"}
+    return (tables_fingerprint(con, rest, dict(scope))
+            + (f"+{tables_fingerprint(con, per_task, by_dataset)}" if per_task else ""))
+
+
+def _check_training_package(folder: Path) -> dict[str, Any]:
+    """The manifest of a training package that may be reused, else PackageDamaged: every file matches its hash
+    (check_package), every table it lists has its file among them (a manifest naming a table whose file is gone
+    passed the hash check and failed every training after it, for ever), and it carries its data fingerprint (an
+    older medtx's package is written again)."""
+    manifest = check_package(folder)
+    tables, files = manifest.get("tables"), manifest.get("files") or {}
+    if not isinstance(tables, dict):
+        raise PackageDamaged(f"{folder / MANIFEST}: 'tables' is {tables!r}, not a table -> rows mapping")
+    for table in tables:
+        if f"{table}.parquet" not in files:
+            raise PackageDamaged(f"{folder}: the manifest lists table {table} but not its file {table}.parquet")
+    if not isinstance(manifest.get("data_fingerprint"), str):
+        raise PackageDamaged(f"{folder / MANIFEST}: no data fingerprint (written by an older medtx)")
+    return manifest
 
 
 def _discard(folder: Path) -> None:
@@ -122,12 +167,40 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+class ResultRefused(PackageDamaged):
+    """A result package that is intact but not what the warehouse asked for (no awaited dispatch, another run,
+    another package, a run id the warehouse already holds); the message says which, nothing was written."""
+
+
+def dispatch_training(db: Path | str, dispatch_id: str, step: Any, package: Path | str, key: str,
+                      fingerprints: Mapping[str, str], pipeline_run_id: str | None) -> str:
+    """Record in ml.dispatches that the training `step` is handed out on `package` (its content digest, computed
+    here from the files) and that its result is awaited; returns the digest (what the worker is told out of band,
+    and what its result must say it trained on). A dispatch id already recorded is an error (never reused)."""
+    digest = content_digest(package)
+    spec = step.spec()
+    params = spec["params"]
+    with open_warehouse(db, wait_s=120) as con, transaction(con):
+        con.execute("INSERT INTO ml.dispatches (dispatch_id, pipeline_run_id, step, task, dataset, model, seed, "
+                    "package_key, package_digest, data_fingerprint, status, dispatched_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'awaiting', ?)",
+                    [dispatch_id, pipeline_run_id, step.name, spec["task"], spec["dataset"], params["model"],
+                     int(params["seed"]), key, digest, json.dumps(dict(fingerprints), sort_keys=True, default=str),
+                     now()])
+    return digest
+
+
 def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Path | str, *,
-                          cleanup: bool = True) -> list[str]:
+                          dispatch_id: str | None = None, cleanup: bool = True) -> list[str]:
     """Flow side: check the package (check_result_package), copy its checkpoints under `models_dir` and insert
-    its rows into the warehouse in one transaction, then (`cleanup`) delete it. Idempotent: runs already
-    recorded in the same final state are left untouched; a run recorded in another state is replaced as a whole.
-    A package that fails a check raises PackageDamaged, is left in place for a person and writes nothing."""
+    its rows into the warehouse in one transaction, then (`cleanup`) delete it.
+
+    With `dispatch_id` (the pipeline, `medtx train`) the package must answer that awaited dispatch
+    (`_check_dispatch`): one run, of its task, dataset, model, seed and pipeline run, trained on its package; the
+    dispatch is closed in the same transaction. Without (results trained elsewhere, benchmarks/gpu/record.py)
+    every run must be new to the warehouse. Either way a run the warehouse already holds is never replaced: a
+    package whose runs are all recorded in the same final state is a no-op (a retry), anything else touching a
+    recorded run is refused (ResultRefused). A refused package raises, is left in place and writes nothing."""
     result_dir, models_dir = Path(result_dir), Path(models_dir)
     manifest = check_result_package(result_dir, models_dir)
     run_ids: list[str] = manifest["run_ids"]
@@ -135,27 +208,69 @@ def record_result_package(db: Path | str, result_dir: Path | str, models_dir: Pa
         _remove_result(result_dir, cleanup)
         return []
     marks_sql = param_marks(len(run_ids))
+    runs_file = str(result_dir / "ml.runs.parquet")
     with open_warehouse(db, wait_s=120) as con:
         same = con.execute("SELECT count(*) FROM ml.runs r JOIN read_parquet(?) i USING (run_id) "
                            "WHERE r.status = i.status AND r.finished_at IS NOT DISTINCT FROM i.finished_at",
-                           [str(result_dir / "ml.runs.parquet")]).fetchall()
+                           [runs_file]).fetchall()
         if same[0][0] == len(run_ids):
             _remove_result(result_dir, cleanup)
             return run_ids
+        held = con.execute(f"SELECT run_id, status FROM ml.runs WHERE run_id IN ({marks_sql}) ORDER BY 1",
+                           run_ids).fetchall()
+        if held:
+            raise ResultRefused(f"{result_dir}: run {held[0][0]} is already in the warehouse ({held[0][1]}); a "
+                                "result package never replaces a recorded run (rerun the step); nothing was recorded")
+        if dispatch_id is not None:
+            _check_dispatch(con, dispatch_id, result_dir, manifest)
         for run_id in run_ids:
             if (result_dir / "models" / run_id).exists():
                 shutil.copytree(result_dir / "models" / run_id, models_dir / run_id, dirs_exist_ok=True)
         with transaction(con):
-            for table in reversed(RESULT_TABLES):
-                con.execute(f"DELETE FROM {quote_table(_checked(table))} WHERE run_id IN ({marks_sql})", run_ids)
             for table in RESULT_TABLES:
                 con.execute(f"INSERT INTO {quote_table(_checked(table))} BY NAME SELECT * FROM read_parquet(?)",
                             [str(result_dir / f"{table}.parquet")])
             con.execute(f"UPDATE ml.models SET path = replace(path, ?, ?) WHERE run_id IN ({marks_sql})",
                         [manifest["models_root"], str(models_dir), *run_ids])
+            if dispatch_id is not None:
+                con.execute("UPDATE ml.dispatches SET status = 'recorded', run_ids = ?, recorded_at = ? "
+                            "WHERE dispatch_id = ?", [run_ids, now(), dispatch_id])
         _analyse(con, run_ids)
     _remove_result(result_dir, cleanup)
     return run_ids
+
+
+_DISPATCHED = ("task", "dataset", "model", "seed", "pipeline_run_id")
+
+
+def _check_dispatch(con: duckdb.DuckDBPyConnection, dispatch_id: str, result_dir: Path,
+                    manifest: Mapping[str, Any]) -> None:
+    """ResultRefused unless the package answers the awaited dispatch `dispatch_id`: one run whose task, dataset,
+    model, seed and pipeline run are the dispatch's, trained on the package the dispatch handed out (the digest
+    the worker computed from what it read)."""
+    found = con.execute(f"SELECT status, package_digest, {', '.join(_DISPATCHED)} FROM ml.dispatches "
+                        "WHERE dispatch_id = ?", [dispatch_id]).fetchall()
+    if not found:
+        raise ResultRefused(f"{result_dir}: no training was dispatched as {dispatch_id!r}; nothing was recorded")
+    status, digest, *wanted = found[0]
+    if status != "awaiting":
+        raise ResultRefused(f"{result_dir}: dispatch {dispatch_id!r} is {status}, no result is awaited; "
+                            "nothing was recorded")
+    if len(manifest["run_ids"]) != 1:
+        raise ResultRefused(f"{result_dir}: {len(manifest['run_ids'])} runs for dispatch {dispatch_id!r}, which "
+                            "asked for one; nothing was recorded")
+    rows = con.execute(f"SELECT {', '.join(_DISPATCHED)} FROM read_parquet(?)",
+                       [str(result_dir / "ml.runs.parquet")]).fetchall()
+    if len(rows) != 1:
+        raise ResultRefused(f"{result_dir / 'ml.runs.parquet'}: {len(rows)} rows, one run expected")
+    for column, want, got in zip(_DISPATCHED, wanted, rows[0], strict=True):
+        if want != got:
+            raise ResultRefused(f"{result_dir / 'ml.runs.parquet'}: {column} {got!r}, dispatch {dispatch_id!r} "
+                                f"asked for {want!r}; nothing was recorded")
+    trained_on = manifest.get("trained_on")
+    if trained_on != digest:
+        raise ResultRefused(f"{result_dir / MANIFEST}: trained on package {trained_on!r}, dispatch {dispatch_id!r} "
+                            f"handed out {digest[:16]}...; nothing was recorded")
 
 
 def check_result_package(result_dir: Path, models_dir: Path) -> dict[str, Any]:
@@ -188,6 +303,7 @@ def check_result_package(result_dir: Path, models_dir: Path) -> dict[str, Any]:
                 other, n = foreign[0]
                 raise PackageDamaged(f"{path}: {n:,} row(s) of run {other!r}, which the package's manifest does not "
                                      f"name ({', '.join(run_ids) or 'none'}); nothing was recorded")
+        _check_figures(con, result_dir)
         paths = con.execute("SELECT run_id, path FROM read_parquet(?) WHERE path IS NOT NULL",
                             [str(result_dir / "ml.models.parquet")]).fetchall()
     for run_id, path in paths:
@@ -196,6 +312,28 @@ def check_result_package(result_dir: Path, models_dir: Path) -> dict[str, Any]:
             raise PackageDamaged(f"{result_dir / 'ml.models.parquet'}: checkpoint path {path!r} of run {run_id} is "
                                  f"not inside its own folder under {root}")
     return manifest
+
+
+# Metrics that are proportions or areas: a value outside [0, 1] is not a figure (a forged 1e9 is refused). The
+# writer recomputes every test figure it can from the predictions anyway (medtx.evaluation.uncertainty).
+_UNIT_METRIC = r"auc|auroc|auprc|f1|accuracy|precision|recall|jaccard|brier|ece|rp80|exact_match|positive_rate"
+
+
+def _check_figures(con: duckdb.DuckDBPyConnection, result_dir: Path) -> None:
+    """PackageDamaged for a figure no training writes: a probability outside [0, 1] or NaN in ml.predictions, a
+    non-finite metric value, or a proportion-type metric outside [0, 1] (ml.metrics, ml.label_metrics)."""
+    bad = con.execute("SELECT sample_id, prob FROM read_parquet(?) WHERE prob IS NOT NULL AND (isnan(prob) OR "
+                      "prob < 0 OR prob > 1) LIMIT 1", [str(result_dir / "ml.predictions.parquet")]).fetchall()
+    if bad:
+        raise PackageDamaged(f"{result_dir / 'ml.predictions.parquet'}: sample {bad[0][0]} has probability "
+                             f"{bad[0][1]!r}, not within [0, 1]; nothing was recorded")
+    for table in ("ml.metrics", "ml.label_metrics"):
+        bad = con.execute("SELECT metric, value FROM read_parquet(?) WHERE value IS NOT NULL AND (isnan(value) OR "
+                          "isinf(value) OR (regexp_matches(metric, ?) AND (value < 0 OR value > 1))) LIMIT 1",
+                          [str(result_dir / f"{table}.parquet"), _UNIT_METRIC]).fetchall()
+        if bad:
+            raise PackageDamaged(f"{result_dir / f'{table}.parquet'}: {bad[0][0]} = {bad[0][1]!r}, not a value "
+                                 "that metric takes; nothing was recorded")
 
 
 def _remove_result(result_dir: Path, cleanup: bool) -> None:

@@ -38,7 +38,7 @@ import duckdb
 
 from medtx.pipeline import order as training_order
 from medtx.pipeline import progress, runs
-from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+from medtx.pipeline.exchange import dispatch_training, export_training_package, package_key, record_result_package
 from medtx.training.integrity import PackageDamaged
 from medtx.pipeline.plan import Plan, Step
 from medtx.publish.snapshot import publish_snapshot
@@ -201,11 +201,13 @@ class Executor:
             args = dict(name=step.name, spec=step.spec(), paths=paths_of(self.settings), fingerprints=prints)
             return self.backend.submit(step, args)
         exchange = Path(self.settings.exchange_dir)
-        package = export_training_package(self.db, step.reads, step.scope, exchange,
-                                          package_key(step.reads, step.scope, prints))
+        key = package_key(step.reads, step.scope, prints)
+        package = export_training_package(self.db, step.reads, step.scope, exchange, key)
+        # recorded before any worker sees the package: what it must train on, and the one result awaited
+        digest = dispatch_training(self.db, self.dispatch_id(step), step, package, key, prints, self.run_id)
         args = dict(name=step.name, spec=step.spec(), package=str(package), result_dir=str(self.result_dir(step)),
                     fingerprints=prints, pipeline_run_id=self.run_id, device=step.device,
-                    torch_threads=self.torch_threads)
+                    torch_threads=self.torch_threads, package_digest=digest)
         return self.backend.submit(step, args)
 
     def first_done(self, handles: Sequence[Handle]) -> int:
@@ -215,6 +217,9 @@ class Executor:
             return reused[0]
         return self.backend.first_done(handles)
 
+    def dispatch_id(self, step: Step) -> str:
+        return f"{self.run_id}/{step.name}"
+
     def result_dir(self, step: Step) -> Path:
         return Path(self.settings.exchange_dir) / "results" / self.run_id / step.name
 
@@ -223,7 +228,7 @@ class Executor:
         in the warehouse, its package may be gone)."""
         folder = Path(result["result"]) if result and result.get("result") else self.result_dir(step)
         if (folder / "manifest.json").exists():
-            record_result_package(self.db, folder, self.settings.models_dir)
+            record_result_package(self.db, folder, self.settings.models_dir, dispatch_id=self.dispatch_id(step))
 
     def refused_results(self, step: Step, result: dict | None) -> str | None:
         """record_results, or why its result package was refused (the exchange folder is untrusted input:

@@ -63,19 +63,23 @@ def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: 
     import uuid
 
     from medtx.pipeline import runs
-    from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+    from medtx.pipeline.exchange import (dispatch_training, export_training_package, package_key,
+                                         record_result_package)
     from medtx.pipeline.kinds import train as train_kind
 
     prints = runs.input_fingerprints(db, step)
-    package = export_training_package(db, step.reads, step.scope, exchange_dir,
-                                      package_key(step.reads, step.scope, prints))
-    result_dir = Path(exchange_dir) / "results" / f"cli-{uuid.uuid4().hex[:12]}" / step.name
+    key = package_key(step.reads, step.scope, prints)
+    package = export_training_package(db, step.reads, step.scope, exchange_dir, key)
+    call = f"cli-{uuid.uuid4().hex[:12]}"
+    dispatch_id = f"{call}/{step.name}"
+    digest = dispatch_training(db, dispatch_id, step, package, key, prints, None)
+    result_dir = Path(exchange_dir) / "results" / call / step.name
     try:
         return train_kind.run(step.spec(), str(package), str(result_dir), pipeline_run_id=None, device=device,
-                              torch_threads=torch_threads)["run_ids"]
+                              torch_threads=torch_threads, package_digest=digest)["run_ids"]
     finally:
         if (result_dir / "manifest.json").exists():
-            record_result_package(db, result_dir, models_dir)
+            record_result_package(db, result_dir, models_dir, dispatch_id=dispatch_id)
 
 
 def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, device: str, exc: BaseException) -> None:

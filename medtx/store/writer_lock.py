@@ -47,6 +47,11 @@ class HolderFileDamaged(WarehouseBusy):
     whether a writer is live, so nothing proceeds; the message names the file and what is wrong (exit 2)."""
 
 
+class WarehouseHardLinked(HolderFileDamaged):
+    """The warehouse file has other hard links: a writer reaching it under another name would look for its writer
+    file beside that name and miss this one, so nothing writes it until one name is left (bad input, exit 2)."""
+
+
 @dataclass(frozen=True)
 class Holder:
     command: str
@@ -191,6 +196,14 @@ def hold_writer(
     """Hold `db` for writing for the body. Another live holder: wait up to `wait_s` seconds (default
     `lock_wait_s()`; 0 = refuse at once), telling `say` (default: the log) who holds it; then WarehouseBusy."""
     db = Path(db)
+    try:
+        links = os.stat(db).st_nlink if os.path.isfile(db) else 1
+    except OSError:
+        links = 1
+    if links > 1:  # a symlink resolves to the one writer file (holder_path); a hard link cannot be told apart
+        raise WarehouseHardLinked(f"{db}: the warehouse file has {links} hard links, and a writer reaching it under "
+                                  "another name would not meet this one's lock; keep one name (a symlink is fine) "
+                                  "and remove the other links")
     wait = lock_wait_s() if wait_s is None else wait_s
     me = _me(command)
     current = read_holder(db)

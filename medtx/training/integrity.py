@@ -6,6 +6,9 @@ checks them first. Standard library only, so the torch-only worker (medtx.worker
   or anything that is not a plain file or folder is refused (a package is data, it points nowhere).
 - `verify(folder, manifest)`: the folder holds exactly those files with those hashes, else `PackageDamaged`
   naming the first file that differs (missing, extra, other size, other content) — one line.
+- `content_digest(folder)`: a training package's identity from its own bytes, which the flow records when it hands
+  the package out and a worker and the recorder compare against (authentication against the warehouse, not
+  against the folder: a rewritten table with a recomputed manifest hash no longer matches).
 - `safe_name(name, what)`: a run id or folder name that stays inside the folder it names a child of (`../../x`,
   `a/b`, `.`, an empty or hidden name are refused).
 """
@@ -107,3 +110,21 @@ def safe_name(name: object, what: str) -> str:
         raise PackageDamaged(f"unsafe {what} {name!r}: a name must be letters, digits and . _ : + = - only "
                              "(no '/', no '..', not hidden)")
     return name
+
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """The identity of a training package from a manifest already checked against its folder (`verify`: every
+    listed sha256 is the file's own): the sha256 of its files' hashes and of its `tables` and `scope` (what a
+    worker trains on and how it reads it). Never trusted on its own: see `content_digest`."""
+    body = {"files": {rel: d.get("sha256") for rel, d in sorted(manifest.get("files", {}).items())},
+            "tables": manifest.get("tables"), "scope": manifest.get("scope")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def content_digest(folder: Path | str) -> str:
+    """A training package's identity, computed from its files (each hashed here), never from what its manifest
+    claims. The flow records it when it hands a package out (ml.dispatches); a worker given it out of band (its
+    command line) and the flow recording a result compare against that record, so a table rewritten with its
+    manifest hash recomputed no longer matches. PackageDamaged for a folder that is not an intact package."""
+    return manifest_digest(check_package(folder))

@@ -234,11 +234,28 @@ def run_tables(run: Mapping[str, Any], results: RunResults | None, epochs: Seque
     return out
 
 
+def replaceable_result(result_dir: Path) -> bool:
+    """`result_dir` is absent, or an older result package and nothing else (a folder, not a link, holding only a
+    manifest, the result tables and models/): the only thing a worker's output may replace."""
+    if not result_dir.exists() and not result_dir.is_symlink():
+        return True
+    allowed = {MANIFEST, "models", *(f"{name}.parquet" for name in RESULT_TABLES)}
+    return (result_dir.is_dir() and not result_dir.is_symlink() and (result_dir / MANIFEST).is_file()
+            and all(entry.name in allowed for entry in result_dir.iterdir()))
+
+
 def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Table]], models_root: Path,
-                         error: str | None = None) -> Path:
+                         error: str | None = None, trained_on: str | None = None,
+                         trained_on_data: Mapping[str, Any] | None = None) -> Path:
     """Publish the result package of `runs` (each `run_tables`' output) at `result_dir`, atomically, with the
-    runs' checkpoint folders from `models_root/<run_id>`. A retry of the same step replaces an older package."""
+    runs' checkpoint folders from `models_root/<run_id>`; `trained_on`: the content digest of the training
+    package, as the worker computed it from the files it read (the flow compares it with its dispatch);
+    `trained_on_data`: the package's data fingerprint, tables and scope (what a recorder elsewhere compares with
+    its own warehouse). A retry
+    of the same step replaces an older package; anything else at `result_dir` is a PackageError, untouched."""
     result_dir = Path(result_dir)
+    if not replaceable_result(result_dir):
+        raise PackageError(f"{result_dir}: exists and is not a result package; a worker never replaces it")
     run_ids = [t["ml.runs"].column("run_id")[0].as_py() for t in runs]
     tmp = temp_dir_in(result_dir.parent, f".{result_dir.name}-")
     try:
@@ -251,6 +268,7 @@ def write_result_package(result_dir: Path | str, runs: Sequence[dict[str, pa.Tab
                 shutil.copytree(models_root / run_id, tmp / "models" / run_id)
         manifest = {"run_ids": run_ids, "models_root": str(models_root),
                     "worker": {"host": socket.gethostname(), "pid": os.getpid()}, "error": error,
+                    "trained_on": trained_on, "trained_on_data": dict(trained_on_data or {}),
                     "files": file_digests(tmp)}  # checked by the flow before it records (medtx.training.integrity)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     except BaseException:

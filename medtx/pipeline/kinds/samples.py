@@ -38,7 +38,7 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
                 continue
             mapped = any(t.startswith("core.") for t in builder.reads)
             steps[name_] = Step(
-                name_, "samples", {"options": tc.samples, "seed": seed}, dataset, builder.name,
+                name_, "samples", {"options": tc.samples.builder_options(), "seed": seed}, dataset, builder.name,
                 needs=(*((f"codes.{dataset}",) if mapped else ()), *steps_of(earlier, dataset)),
                 reads=builder.reads, writes=builder.writes,
                 files=tuple(str(ctx.data_dir / f) for f in builder.files),

@@ -74,14 +74,16 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
 
 
 def run(spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | None, device: str,
-        torch_threads: int | None = None) -> dict[str, Any]:
+        torch_threads: int | None = None, package_digest: str | None = None) -> dict[str, Any]:
     """Worker side of a training step: train from a training package alone and publish a result package at
     `result_dir`. Runs anywhere that mounts the exchange folder: the flow's process, a local Dask worker,
-    another machine. Every run, EHR, notes or FAQ, goes through `medtx.worker.train_run` (no DuckDB, no polars)."""
+    another machine. Every run, EHR, notes or FAQ, goes through `medtx.worker.train_run` (no DuckDB, no polars).
+    `package_digest`: what the executor recorded when it dispatched the step (ml.dispatches); a package that
+    differs is refused before anything trains."""
     from medtx import worker
 
     return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
-                            torch_threads=torch_threads)
+                            torch_threads=torch_threads, package_digest=package_digest)
 
 
 def code(step: Step) -> tuple[str, ...]:
