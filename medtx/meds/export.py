@@ -318,7 +318,7 @@ def subject_splits(con, dataset: str, subjects: Sequence[int]) -> dict[int, str]
     rest = [s for s in subjects if s not in stored]
     if rest:
         log.warning("MEDS export [%s]: %d subject(s) have no stored patient split (ingested after the samples "
-                    "were built; first: %d): drawn apart, rebuild the samples to fix", dataset, len(rest), rest[0])
+                    "were built; first: %s): drawn apart, rebuild the samples to fix", dataset, len(rest), rest[0])
     return {**stored, **assign_splits(rest, seed)}
 
 
