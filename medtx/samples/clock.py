@@ -25,11 +25,12 @@ of admission may have started an hour before the prediction time or twenty hours
 end of its day means a 48-hour window sees only drugs whose whole start day lies inside the window - some drugs
 started in the window are missed, none started after it is seen. Clamping to the stay keeps a prescription of
 one stay from ever appearing before that stay began (about 21% of midnight-stamped starts preceded their own
-admission in the old MEDS export). A prescription dated after its stay's discharge (its start day begins after
-`dischtime`: 17 rows of 8 stays on the demo) is no event of the stay at all: moved to the discharge time, as
-medtx once did, it became a discharge-time feature of readmission that was not known at discharge. It is dropped
-from every feature, from the stay's drug set (`medtx.samples.common.create_visits`, drug_rec's label) and from
-the MEDS export; the builders count it (`prescriptions_after_discharge` in samples.task_summary).
+admission in the old MEDS export). A prescription dated after its stay's discharge (its start day begins
+after `dischtime`: 15 of 8,417 mapped rows, 7 stays, on the demo) is no event of the stay at all: moved to the
+discharge time, as medtx once did, it became a discharge-time feature (of a task predicting at discharge) that
+was not known then. It is dropped from every feature, from the stay's drug set
+(`medtx.samples.common.create_visits`, a label of drug sets) and from the MEDS export; the builders count it
+(`prescriptions_after_discharge` in samples.task_summary).
 
 An event with no known time (a diagnosis of a stay without `dischtime`) has `time` NULL and is visible to no
 prediction time (`time <= prediction_time` is never true for NULL).

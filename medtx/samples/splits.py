@@ -21,7 +21,7 @@ import numpy as np
 SPLITS = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.7, 0.1, 0.2)
 DEFAULT_SEED = 42
-# The patient split is drawn per number of admissions: 1, 2, and ADMISSION_STRATA or more (0: none).
+# The patient split is drawn per number of admissions (1, 2, ADMISSION_STRATA or more; 0: none) and death.
 ADMISSION_STRATA = 3
 
 
@@ -90,24 +90,29 @@ def write_splits(
 
 def dataset_patients(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[int, int]:
     """Every patient of an EHR dataset (the subject ids of its raw.patients and raw.admissions rows) -> its
-    stratum: its number of admissions, capped at ADMISSION_STRATA (0: a patient without an admission)."""
+    stratum: 2 x its number of admissions (capped at ADMISSION_STRATA; 0: none) + 1 if one of its stays ended in
+    an in-hospital death (hospital_expire_flag = 1 or a deathtime)."""
     return dict(con.execute(
-        f"""SELECT subject_id, least(count(DISTINCT hadm_id), {ADMISSION_STRATA}) FROM (
-                SELECT subject_id, NULL::BIGINT AS hadm_id FROM raw.patients WHERE dataset = $d
-                UNION ALL SELECT subject_id, hadm_id FROM raw.admissions WHERE dataset = $d
+        f"""SELECT subject_id, 2 * least(count(DISTINCT hadm_id), {ADMISSION_STRATA})
+                               + CAST(bool_or(coalesce(died, false)) AS INTEGER) FROM (
+                SELECT subject_id, NULL::BIGINT AS hadm_id, NULL::BOOLEAN AS died FROM raw.patients WHERE dataset = $d
+                UNION ALL SELECT subject_id, hadm_id, hospital_expire_flag = 1 OR deathtime IS NOT NULL
+                FROM raw.admissions WHERE dataset = $d
             ) WHERE subject_id IS NOT NULL GROUP BY 1""", {"d": dataset}).fetchall())
 
 
 def draw_patient_splits(con: duckdb.DuckDBPyConnection, dataset: str, seed: int,
                         fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[int, str]:
     """patient id -> split for every patient of the dataset: one seeded draw over all of them, stratified by the
-    number of admissions (`dataset_patients`), the dataset-wide rows of `raw.meds_splits` (a dataset imported from
-    MEDS) winning. Reads, writes nothing.
+    number of admissions and by in-hospital death (`dataset_patients`), the dataset-wide rows of `raw.meds_splits`
+    (a dataset imported from MEDS) winning. Reads, writes nothing.
 
-    Why stratified: the multi-visit tasks (drug_rec, next_visit) hold only patients with 2 or more admissions, a
-    small share of a small cohort (14 of the demo's 100); drawn per stratum, each stratum of 3 or more patients
-    gets val and test patients, so those tasks keep validation and test patients instead of depending on chance.
-    It reads raw admissions only, never a task's cohort or label, so every task's builder draws the same split."""
+    Why stratified: a task over visit histories holds only patients with 2 or more admissions, a small share of a
+    small cohort (14 of the demo's 100), and a task predicting in-hospital death needs deaths in its validation
+    split to select a model; drawn per stratum, each stratum of 3 or more patients gets val and test patients, so those
+    tasks keep validation and test patients (and deaths) instead of depending on chance. Stratifying on an outcome
+    only balances it across the splits (as a stratified split does); no feature sees it. It reads raw admissions
+    only, never a task's cohort, so every task's builder draws the same split."""
     assignment = assign_stratified(dataset_patients(con, dataset), seed, fractions)
     assignment.update(given_splits(con, dataset, None, assignment))
     return assignment
