@@ -26,10 +26,12 @@ def test_compared_metrics_are_the_tasks_declarations():
     assert headline_metric("no_such_task") is None
 
 
-def test_meds_split_order_and_bootstrap_units():
-    from medtx.meds.export import split_ranked_tasks
+def test_one_patient_split_and_bootstrap_units():
+    from medtx.tasks.base import EHR_SAMPLE_EXTRAS
 
-    assert tuple(t.name for t in split_ranked_tasks()) == ("readmission", "drug_rec", "next_visit")
+    # every EHR builder rewrites the dataset's one patient split; no task ranks the MEDS split any more
+    assert all("samples.patient_splits" in t.writes for t in all_tasks() if t.family == "ehr" and t.build)
+    assert "samples.patient_splits" in EHR_SAMPLE_EXTRAS and not hasattr(get_task("readmission"), "meds_split_rank")
     assert get_task("specialty").unit_name == "text groups"
     assert get_task("faq").unit_name == "pairs"
     assert get_task("readmission_notes").unit_name == "patients"

@@ -7,7 +7,8 @@ Where MIMIC-III spells a value differently the MIMIC-IV word is written (DISCHAR
 
 Times follow the task clock (medtx.samples.clock, the one place stating when each MIMIC-III table's events become
 known): diagnoses and procedures at the stay's discharge; a prescription at the end of its start date, clamped
-into its stay (never before the admission, never after the discharge); a note at its chart time, else the end
+into its stay (never before the admission, never after the discharge), and not exported at all when it is dated
+after its stay's discharge (medtx drops it from every feature too); a note at its chart time, else the end
 of its chart date. So a MEDS tool cutting data "up to and including" a task's prediction time sees what the
 task's own features may see, and never a prescription of a later stay.
 
@@ -23,7 +24,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from medtx.store.db import sql_literal
-from medtx.samples.clock import CODED_AT_DISCHARGE, drug_time_sql, end_of_day_sql, note_time_sql
+from medtx.samples.clock import (
+    CODED_AT_DISCHARGE, drug_after_discharge_sql, drug_time_sql, end_of_day_sql, note_time_sql,
+)
 
 BIRTH = "MEDS_BIRTH"
 DEATH = "MEDS_DEATH"
@@ -146,7 +149,8 @@ def events_sql() -> str:
                    rx_code_sql,
                    ord_sql="4", hadm_id="r.hadm_id", drug="r.drug", drug_name_generic="r.drug_name_generic",
                    route="r.route", rowid_sql="r.row_id")}
-        FROM raw.prescriptions r JOIN adm USING (hadm_id) WHERE r.dataset = $dataset
+        FROM raw.prescriptions r JOIN adm USING (hadm_id)
+        WHERE r.dataset = $dataset AND NOT {drug_after_discharge_sql('r.startdate', 'adm.dischtime')}
     UNION ALL {row_sql("adm.subject_id", note_time_sql("n.charttime", "n.chartdate"), f"'NOTE{SEP}DISCHARGE_SUMMARY'",
                    text_sql="n.text", ord_sql="5", rowid_sql="n.row_id", hadm_id="n.hadm_id")}
         FROM raw.noteevents n JOIN adm USING (hadm_id)

@@ -1,11 +1,14 @@
 """Export one warehouse dataset as a MEDS 0.4 dataset, set-based: every file is one DuckDB `COPY (...)`.
 
 Layout written (MEDS 0.4): `data/<split>/<k>.parquet` shards (split = the subject's MEDS split, train /
-tuning / held_out; each subject in exactly one shard, its events contiguous and sorted by time, static events
-first; shards cut by rows), `metadata/codes.parquet`, `metadata/subject_splits.parquet`, `metadata/dataset.json`,
-and with labels one folder per task, `labels/<task>/<split>/<k>.parquet`, each label in the shard named like its
-subject's data shard. medtx extension: `metadata/medtx_task_splits.parquet` (subject_id, task, split) keeps
-medtx's per-task splits so that `medtx ingest meds` of the export rebuilds every task with the same split.
+tuning / held_out: the dataset's one patient split, `samples.patient_splits`, which every medtx task uses, so a
+MEDS tool's held_out set is medtx's test set for every task; each subject in exactly one shard, its events
+contiguous and sorted by time, static events first; shards cut by rows), `metadata/codes.parquet`,
+`metadata/subject_splits.parquet`, `metadata/dataset.json`, and with labels one folder per task,
+`labels/<task>/<split>/<k>.parquet`, each label in the shard named like its subject's data shard (refused when the
+task's own split of a subject differs from it). medtx extension: `metadata/medtx_task_splits.parquet` (subject_id,
+task, split) keeps every EHR task's split (the same as subject_splits for a dataset medtx split itself) so that
+`medtx ingest meds` of the export rebuilds every task with the same split.
 The whole tree is written into a temporary sibling folder and renamed into place at the end, so a failed
 export never leaves a half-written dataset behind. `--out` is never the warehouse, its folder, the models
 folder or any folder holding something else than a previous medtx MEDS export (`check_out_folder`).
@@ -31,8 +34,8 @@ import medtx
 from medtx.store.db import quote_ident, sql_literal
 from medtx.meds.events import AGE, DATA_ARROW_SCHEMA, EXTRA_COLUMNS, events_sql
 from medtx.meds.labels import LABEL_ARROW_SCHEMA, label_sql, label_tasks, missing_time_count, outcome_leak
-from medtx.samples.splits import DEFAULT_SEED, assign_splits
-from medtx.tasks import Task, all_tasks
+from medtx.samples.splits import DEFAULT_SEED, assign_splits, draw_patient_splits
+from medtx.tasks import all_tasks, get_task
 
 log = logging.getLogger("medtx.meds")
 
@@ -239,6 +242,9 @@ def _write_labels(con, dataset: str, task: str, root: Path) -> int:
         leak = outcome_leak(con, task, "_meds_labels", "_meds_export")
         if leak:
             raise ExportError(f"--labels {task}: {leak}; nothing was written")
+        mismatch = split_mismatch(con, dataset, task)
+        if mismatch:
+            raise ExportError(f"--labels {task}: {mismatch}; nothing was written")
         folder = root / "labels" / task
         folder.mkdir(parents=True)
         n = 0
@@ -296,39 +302,37 @@ def _write_codes(con, root: Path, params: dict) -> int:
     return _count_rows(con, path)
 
 
-def split_ranked_tasks() -> tuple[Task, ...]:
-    """The tasks whose split a subject's MEDS split is taken from, first first: a subject takes the split of the
-    lowest-ranked task that holds it (each task declares its `meds_split_rank`); others get a seeded draw like
-    any medtx split."""
-    return tuple(sorted((t for t in all_tasks() if t.meds_split_rank is not None), key=lambda t: t.meds_split_rank))
-
-
-def _task_order_sql(ranked: Sequence[Task]) -> str:
-    """`WHEN task THEN rank`, the rank read off each task (`Task.meds_split_rank`)."""
-    return " ".join(f"WHEN {sql_literal(t.name)} THEN {int(t.meds_split_rank or 0)}" for t in ranked)
-
-
 def _to_meds_split_sql() -> str:
     """`WHEN medtx split THEN MEDS split` from the code constant TO_MEDS_SPLIT."""
     return " ".join(f"WHEN {sql_literal(k)} THEN {sql_literal(v)}" for k, v in TO_MEDS_SPLIT.items())
 
 
+def subject_splits(con, dataset: str, subjects: Sequence[int]) -> dict[int, str]:
+    """subject -> medtx split (train/val/test) for the exported subjects: the dataset's one patient split as the
+    samples stage stored it (`samples.patient_splits`, the split of every medtx task), else (samples not built
+    yet) the same draw the samples stage would make with the default seed. Subjects the stored split lacks (a
+    patient ingested after the samples were built) get a seeded draw among themselves, logged."""
+    stored = dict(con.execute("SELECT subject_id, split FROM samples.patient_splits WHERE dataset = ?",
+                              [dataset]).fetchall())
+    if not stored:
+        return draw_patient_splits(con, dataset, DEFAULT_SEED)
+    seed = con.execute("SELECT min(seed) FROM samples.patient_splits WHERE dataset = ?", [dataset]).fetchall()[0][0]
+    rest = [s for s in subjects if s not in stored]
+    if rest:
+        log.warning("MEDS export [%s]: %d subject(s) have no stored patient split (ingested after the samples "
+                    "were built; first: %s): drawn apart, rebuild the samples to fix", dataset, len(rest), rest[0])
+    return {**stored, **assign_splits(rest, seed)}
+
+
 def _write_splits(con, dataset: str, root: Path) -> None:
-    """subject_splits.parquet (one MEDS split per subject) and medtx_task_splits.parquet (per task); leaves the
-    temp table _meds_subject_split (subject_id, split as MEDS names it) for the sharding."""
-    ranked = split_ranked_tasks()
-    con.execute("CREATE OR REPLACE TEMP TABLE _meds_task_splits AS SELECT subject_id, task, split, seed "
-                "FROM samples.splits WHERE dataset = ? AND task IN (SELECT unnest(?))",
-                [dataset, [t.name for t in ranked]])
-    chosen = dict(con.sql(f"""SELECT subject_id, arg_min(split, CASE task {_task_order_sql(ranked)} END)
-                              FROM _meds_task_splits GROUP BY 1""").fetchall())
-    seed = con.sql("SELECT min(seed) FROM _meds_task_splits").fetchall()[0][0]
-    seed = DEFAULT_SEED if seed is None else seed
+    """subject_splits.parquet (one MEDS split per subject: the dataset's patient split, the split of every medtx
+    task) and medtx_task_splits.parquet (each EHR task's samples.splits rows; equal to it unless the dataset came
+    from MEDS with per-task splits); leaves the temp table _meds_subject_split (subject_id, split as MEDS names
+    it) for the sharding and the label check."""
     subjects = [r[0] for r in con.sql("SELECT DISTINCT subject_id FROM _meds_export ORDER BY 1").fetchall()]
-    chosen = {s: chosen[s] for s in subjects if s in chosen}  # subjects with samples but no events: not exported
-    rest = assign_splits([s for s in subjects if s not in chosen], seed)
-    frame = pa.table({"subject_id": pa.array(list(chosen) + list(rest), pa.int64()),
-                      "split": [TO_MEDS_SPLIT[s] for s in [*chosen.values(), *rest.values()]]})
+    splits = subject_splits(con, dataset, subjects)
+    frame = pa.table({"subject_id": pa.array(subjects, pa.int64()),
+                      "split": [TO_MEDS_SPLIT[splits[s]] for s in subjects]})
     con.register("_meds_subject_split_frame", frame)
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE _meds_subject_split AS "
@@ -337,10 +341,29 @@ def _write_splits(con, dataset: str, root: Path) -> None:
         con.unregister("_meds_subject_split_frame")
     copy_parquet(con, "SELECT subject_id, split FROM _meds_subject_split ORDER BY subject_id",
                  root / "metadata" / "subject_splits.parquet", SPLITS_ARROW_SCHEMA)
+    ehr_tasks = [t.name for t in all_tasks() if t.family == "ehr" and t.build is not None]
     copy_parquet(con, f"SELECT subject_id, task, CASE split {_to_meds_split_sql()} END AS split "
-                      "FROM _meds_task_splits ORDER BY task, subject_id",
-                 root / "metadata" / "medtx_task_splits.parquet", TASK_SPLITS_ARROW_SCHEMA)
-    con.execute("DROP TABLE IF EXISTS _meds_task_splits")
+                      "FROM samples.splits WHERE dataset = $dataset AND task IN (SELECT unnest($tasks)) "
+                      "ORDER BY task, subject_id",
+                 root / "metadata" / "medtx_task_splits.parquet", TASK_SPLITS_ARROW_SCHEMA,
+                 {"dataset": dataset, "tasks": ehr_tasks})
+
+
+def split_mismatch(con, dataset: str, task: str) -> str | None:
+    """None, or one line: subjects whose split in the task (samples.splits of the task that builds its samples)
+    differs from their MEDS split (`_meds_subject_split`), so that the task's labels would sit in another MEDS
+    split than medtx's own train/val/test for them (samples built by an older medtx with per-task splits, or a
+    dataset imported from MEDS with per-task splits)."""
+    builder = get_task(task).samples_task
+    n, first = con.execute(f"""
+        SELECT count(*), min(t.subject_id) FROM samples.splits t JOIN _meds_subject_split m USING (subject_id)
+        WHERE t.dataset = $dataset AND t.task = $task AND CASE t.split {_to_meds_split_sql()} END <> m.split""",
+                           {"dataset": dataset, "task": builder}).fetchall()[0]
+    if not n:
+        return None
+    return (f"{n} subject(s) sit in another split in task {builder!r} than in subject_splits.parquet (first: "
+            f"subject {first}); rebuild the samples (`medtx build-samples`) so every task uses the dataset's one "
+            "patient split")
 
 
 def _write_dataset_json(dataset: str, root: Path) -> None:

@@ -44,8 +44,12 @@ def create_visits(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     """(Re)create the temp table `_samples_visits` for one dataset; returns its row count.
 
     Columns: subject_id, hadm_id, admittime, dischtime, deathtime, admission_type (upper case),
-    hospital_expire_flag, age (whole years at admission, capped at AGE_CAP), conditions, procedures, drugs.
+    hospital_expire_flag, age (whole years at admission, capped at AGE_CAP), conditions, procedures, drugs (the
+    stay's ATC-3 codes without the prescriptions dated after its discharge: medtx.samples.clock drops them),
+    prescriptions_after_discharge (how many prescription rows of the stay were so dropped).
     """
+    from medtx.samples.clock import drug_after_discharge_sql
+
     n_adm = con.execute(
         "SELECT count(*) FROM raw.admissions WHERE dataset = $dataset", {"dataset": dataset}
     ).fetchall()[0][0]
@@ -68,16 +72,20 @@ def create_visits(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
             SELECT subject_id, min(dob) AS dob FROM raw.patients WHERE dataset = $dataset GROUP BY 1
         ), dx AS ({_code_lists_sql('diagnoses_icd')}),
         px AS ({_code_lists_sql('procedures_icd')}),
-        rx AS (
-            SELECT hadm_id, list_sort(list(DISTINCT atc3)) AS codes
-            FROM core.prescriptions_atc3 WHERE dataset = $dataset GROUP BY 1
+        rx AS (   -- a prescription dated after its stay's discharge is dropped (medtx.samples.clock), counted
+            SELECT r.hadm_id,
+                   list_sort(list(DISTINCT r.atc3) FILTER (WHERE NOT {drug_after_discharge_sql('r.startdate', 'a.dischtime')}))
+                       AS codes,
+                   count(*) FILTER (WHERE {drug_after_discharge_sql('r.startdate', 'a.dischtime')}) AS late
+            FROM core.prescriptions_atc3 r JOIN adm a USING (hadm_id) WHERE r.dataset = $dataset GROUP BY 1
         )
         SELECT adm.*,
                CAST(least({AGE_CAP}, greatest(0, date_part('year', age(adm.admittime, dob.dob)))) AS INTEGER)
                    AS age,
                coalesce(dx.codes, []::VARCHAR[]) AS conditions,
                coalesce(px.codes, []::VARCHAR[]) AS procedures,
-               coalesce(rx.codes, []::VARCHAR[]) AS drugs
+               coalesce(rx.codes, []::VARCHAR[]) AS drugs,
+               coalesce(rx.late, 0) AS prescriptions_after_discharge
         FROM adm
         LEFT JOIN dob USING (subject_id)
         LEFT JOIN dx USING (hadm_id) LEFT JOIN px USING (hadm_id) LEFT JOIN rx USING (hadm_id)""",
@@ -162,11 +170,12 @@ def visit_stats(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
                    count(*) FILTER (WHERE len(conditions) > 0),
                    count(*) FILTER (WHERE len(procedures) > 0),
                    count(*) FILTER (WHERE len(drugs) > 0),
-                   count(*) FILTER (WHERE len(conditions) > 0 AND len(procedures) > 0 AND len(drugs) > 0)
+                   count(*) FILTER (WHERE len(conditions) > 0 AND len(procedures) > 0 AND len(drugs) > 0),
+                   coalesce(sum(prescriptions_after_discharge), 0)
             FROM {VISITS_TABLE}"""
     ).fetchall()[0]
     keys = ("cohort_visits", "cohort_patients", "visits_with_conditions", "visits_with_procedures", "visits_with_drugs",
-            "visits_with_all_three")
+            "visits_with_all_three", "prescriptions_after_discharge")
     return dict(zip(keys, row, strict=True))
 
 
@@ -196,11 +205,11 @@ def store_task(
     specials: dict[str, tuple[str, ...]] | None = None, shared: bool = False,
 ) -> dict[int, str]:
     """Write a patient-level task in one transaction: samples (from temp table `source` into `target`),
-    its split, its vocabularies (`feature -> list expression` over a sample row, training patients only)
+    its split (the dataset's one patient split, medtx.samples.splits.write_task_splits), its vocabularies (`feature -> list expression` over a sample row, training patients only)
     and its summary. Returns the split assignment. `shared`: `target` holds several tasks' rows (a `task`
     column), so only this task's rows of the dataset are replaced."""
     from medtx.store.db import transaction
-    from medtx.samples.splits import split_counts, write_splits
+    from medtx.samples.splits import split_counts, tasks_off_patient_split, write_task_splits
     from medtx.samples.vocab import write_vocab
 
     units = [r[0] for r in con.sql(f"SELECT DISTINCT subject_id FROM {quote_table(source)}").fetchall()]
@@ -211,7 +220,7 @@ def store_task(
         else:
             con.execute(f"DELETE FROM {quote_table(target)} WHERE dataset = $dataset", {"dataset": dataset})
         con.execute(f"INSERT INTO {quote_table(target)} BY NAME SELECT * FROM {quote_table(source)}")
-        assignment = write_splits(con, dataset, task, units, seed, fractions)
+        assignment = write_task_splits(con, dataset, task, units, seed, fractions)
         for feature, expr_sql in vocab.items():  # list expressions written in code by each task's builder
             write_vocab(
                 con, dataset, task, feature,
@@ -222,5 +231,13 @@ def store_task(
             )
         write_summary(con, dataset, task, {**figures, **split_counts(assignment)})
     con.execute(f"DROP TABLE IF EXISTS {quote_table(source)}")
-    log.info("%s [%s]: %d samples, splits %s", task, dataset, figures.get("samples", -1), split_counts(assignment))
+    counts = split_counts(assignment)
+    log.info("%s [%s]: %d samples, splits %s", task, dataset, figures.get("samples", -1), counts)
+    if len(assignment) >= 3 and not (counts["val_units"] and counts["test_units"]):
+        log.warning("%s [%s]: the dataset's patient split leaves this task's %d patients without validation or test "
+                    "patients (%s); its trainings will refuse to start", task, dataset, len(assignment), counts)
+    off = tasks_off_patient_split(con, dataset)
+    if off:
+        log.warning("%s [%s]: task(s) %s hold patients in another split than the dataset's patient split (seed %d); "
+                    "rebuild them so every task shares it", task, dataset, off, seed)
     return assignment

@@ -6,7 +6,9 @@ Shared conventions with the builder (the definition leaves them open): codes are
 keeping the order of their first `seq_num` (ties by code); ATC-3 labels are sorted; visits are ordered by
 admittime (missing last), then hadm_id; one admission per hadm_id (the first by row_id). The drugs of a
 visit are the distinct ATC-3 of its rows in core.prescriptions_atc3, which holds ONE class per prescription
-row (medtx.codes.mapping), so a visit never has more label classes than mapped drugs.
+row (medtx.codes.mapping), so a visit never has more label classes than mapped drugs. A prescription dated after
+its stay's discharge (its start day begins after `dischtime`) is not one of the stay's drugs (medtx.samples.clock)
+- a departure from PyHealth, which keeps it.
 """
 
 from __future__ import annotations
@@ -64,27 +66,31 @@ def drug_rec_reference(con: duckdb.DuckDBPyConnection, dataset: str) -> list[dic
     """All drug_rec samples of a dataset, patient by patient, from raw.* and core.prescriptions_atc3."""
     p = [dataset]
     admissions = con.execute(
-        "SELECT row_id, subject_id, hadm_id, admittime FROM raw.admissions WHERE dataset = ?", p
+        "SELECT row_id, subject_id, hadm_id, admittime, dischtime FROM raw.admissions WHERE dataset = ?", p
     ).fetchall()
     diagnoses = _codes_by_visit(con.execute(
         "SELECT hadm_id, seq_num, icd9_code FROM raw.diagnoses_icd WHERE dataset = ?", p).fetchall())
     procedures = _codes_by_visit(con.execute(
         "SELECT hadm_id, seq_num, icd9_code FROM raw.procedures_icd WHERE dataset = ?", p).fetchall())
-    drugs: dict[int, set[str]] = defaultdict(set)
-    for hadm_id, atc3 in con.execute(
-        "SELECT hadm_id, atc3 FROM core.prescriptions_atc3 WHERE dataset = ?", p
-    ).fetchall():
-        drugs[hadm_id].add(atc3)
-
     first_row: dict[int, tuple] = {}
-    for row_id, subject_id, hadm_id, admittime in admissions:
+    for row_id, subject_id, hadm_id, admittime, dischtime in admissions:
         if subject_id is None or hadm_id is None:
             continue
         key = (float("inf") if row_id is None else row_id, admittime or datetime.max)
         if hadm_id not in first_row or key < first_row[hadm_id][0]:
-            first_row[hadm_id] = (key, subject_id, admittime)
+            first_row[hadm_id] = (key, subject_id, admittime, dischtime)
+    drugs: dict[int, set[str]] = defaultdict(set)
+    for hadm_id, atc3, startdate in con.execute(
+        "SELECT hadm_id, atc3, startdate FROM core.prescriptions_atc3 WHERE dataset = ?", p
+    ).fetchall():
+        dischtime = first_row[hadm_id][3] if hadm_id in first_row else None
+        start_day = None if startdate is None else datetime(startdate.year, startdate.month, startdate.day)
+        if start_day is not None and dischtime is not None and start_day > dischtime:
+            continue  # dated after its stay's discharge: dropped (medtx.samples.clock)
+        drugs[hadm_id].add(atc3)
+
     patients: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for hadm_id, (_, subject_id, admittime) in first_row.items():
+    for hadm_id, (_, subject_id, admittime, _) in first_row.items():
         patients[subject_id].append({
             "subject_id": subject_id, "hadm_id": hadm_id, "admittime": admittime,
             "conditions": diagnoses.get(hadm_id, []), "procedures": procedures.get(hadm_id, []),

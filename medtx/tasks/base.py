@@ -31,7 +31,8 @@ EHR_VISIT_READS = (
 SAMPLE_EXTRAS = ("samples.splits", "samples.vocab", "samples.task_summary")
 # The leakage gate's record (medtx.tasks.leakage), written after an EHR task's samples are built.
 GATE_WRITES = ("samples.leakage_gate", "samples.leakage_shortcuts")
-EHR_SAMPLE_EXTRAS = (*SAMPLE_EXTRAS, *GATE_WRITES)
+# Every EHR task's builder rewrites the dataset's one patient split (medtx.samples.splits.write_task_splits).
+EHR_SAMPLE_EXTRAS = (*SAMPLE_EXTRAS, "samples.patient_splits", *GATE_WRITES)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,6 @@ class Task:
     copy_skips_current: bool = False  # that column's last visit is the blanked current one: copy the one before
     oracle_code_column: str | None = None  # raw.synth_oracle_<task> label column (None: one probability per row)
     visit_ages: str | None = None  # column of per-visit ages the BEHRT codec reads (None: the task has no ages)
-    meds_split_rank: int | None = None  # MEDS export: a subject takes the split of the lowest-ranked task holding it
     # Models that apply: (): any model serving the task's kind and family (so a new model file applies to
     # every task of its kinds without editing them), less `excluded_models`; a listed set is the only ones.
     models: tuple[str, ...] = ()

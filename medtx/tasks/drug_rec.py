@@ -108,7 +108,6 @@ TASK = Task(
     copy_source="drugs_hist",
     copy_skips_current=True,  # drugs_hist[-1] is the blanked current visit
     oracle_code_column="atc3",
-    meds_split_rank=1,
     # models: every EHR model serving a multi-label task (the default)
     build=build,
     reads=EHR_VISIT_READS,

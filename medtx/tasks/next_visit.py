@@ -109,7 +109,6 @@ TASK = Task(
     copy_source="visits",  # the current visit's diagnoses
     oracle_code_column="icd9_code",
     visit_ages="ages",
-    meds_split_rank=2,
     # models: every EHR model serving a multi-label task whose features it finds (the default; seq2seq needs
     # the visit's diagnoses and procedures as separate columns)
     build=build,

@@ -116,8 +116,6 @@ TASK = Task(
     metrics=("auroc", "auprc", "rp80"),
     monitor="auprc",
     compared=(("auprc", "none"), ("rp80", "none")),
-    # readmission covers nearly every admission, so its split decides the MEDS split of most subjects
-    meds_split_rank=0,
     # models: every EHR model serving a binary task (the default; copy_last has no rule for a yes/no outcome
     # and seq2seq generates drug sets, so neither serves it)
     build=build,
