@@ -81,7 +81,9 @@ class Step:
             kind = "train_text"
         entries = ENTRY[kind]
         if task is not None and kind in ("samples", "train", "train_text"):
-            entries += (f"medtx.tasks.{task.name}",) + ((f"medtx.tasks.{task.builds}",) if task.builds else ())
+            # the task's own module: its builder's (a config-declared ACES task's is medtx.tasks.aces)
+            own = task.build.__module__ if task.build is not None else f"medtx.tasks.{task.name}"
+            entries += (own,) + ((f"medtx.tasks.{task.builds}",) if task.builds else ())
         return _closure(entries)
 
     def spec(self) -> dict[str, Any]:

@@ -18,8 +18,8 @@ Per EHR dataset the builder (`build`)
    no admission by then has no stay and is counted (`excluded_no_stay` in samples.task_summary), never dropped
    unseen; two rows on one stay are refused (medtx samples are one per stay);
 3. builds each sample's features as every EHR task does: the clock-bounded history at ACES's prediction time
-   (medtx.samples.common.create_history over that stay), plus the `static` tokens known at admission, as
-   medtx/tasks/mortality.py does; the label is ACES's `boolean_value`.
+   (medtx.samples.common.create_history over that stay), plus the `static` tokens known at admission (age band,
+   sex, admission type: the built-in 48-hour task's); the label is ACES's `boolean_value`.
 The task's clock (`Task.prediction_time`) reads the prediction time back from `samples.aces_labels`, so the
 leakage gate (medtx.tasks.leakage) checks every feature code against ACES's own prediction time.
 
