@@ -246,3 +246,36 @@ def test_what_medtx_refuses_or_cannot_build(aces_env, warehouse, tmp_path):
         os.environ["MEDTX_ACES"] = str(aces_env / "aces-cli")
         declare(list(SPECS))
         con.close()
+
+
+def test_published_snapshot_carries_aces_tasks_to_the_dashboard(warehouse, tmp_path):
+    """After training, the published snapshot's marts count the ACES tasks' samples and rank their runs; a dashboard
+    process that never read the pipeline config knows them as tasks (from samples.aces_tasks in the snapshot)."""
+    from dashboard import validate
+    from dashboard.app import create_app
+    from medtx.publish.snapshot import open_snapshot, publish_snapshot
+
+    db, _, _ = warehouse
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    snapshot = tmp_path / "w.snapshot.duckdb"
+    publish_snapshot(copy, snapshot)
+    con = open_snapshot(snapshot)
+    try:
+        counted = {r[0] for r in con.execute("SELECT DISTINCT task FROM dash.sample_counts").fetchall()}
+        ranked = {r[0] for r in con.execute("SELECT DISTINCT task FROM dash.leaderboard").fetchall()}
+        recorded = con.execute("SELECT task, config, config_text FROM samples.aces_tasks ORDER BY task").fetchall()
+    finally:
+        con.close()
+    assert set(NAMES) <= counted and {"medsdev_readmission", "discharged_within_7d"} <= ranked
+    assert [r[0] for r in recorded] == sorted(NAMES)
+    assert dict((r[0], r[2]) for r in recorded)["discharged_within_7d"] == (FIXTURES / "discharged_within_7d.yaml").read_text()
+    declare([])
+    try:
+        with pytest.raises(Exception, match="is not one of"):
+            validate.task("discharged_within_7d")
+        create_app(snapshot)
+        assert validate.task("discharged_within_7d") == "discharged_within_7d"
+        assert set(NAMES) <= set(task_names())
+    finally:
+        declare(list(SPECS))

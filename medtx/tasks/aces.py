@@ -49,6 +49,7 @@ log = logging.getLogger("medtx.samples")
 ENV = "MEDTX_ACES_TASKS"
 TABLE = "samples.admission_outcome"
 LABELS_TABLE = "samples.aces_labels"
+RECORD_TABLE = "samples.aces_tasks"
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 # The stay of each ACES row (see the module docstring), from the dataset's visits (medtx.samples.common).
@@ -127,7 +128,7 @@ def aces_task(spec: AcesSpec) -> Task:
         compared=(("auprc", "none"), ("rp80", "none")),
         build=build,
         reads=(*EHR_VISIT_READS, "raw.prescriptions"),  # + the events ACES reads (medtx.meds.events)
-        writes=(TABLE, LABELS_TABLE, *EHR_SAMPLE_EXTRAS),
+        writes=(TABLE, LABELS_TABLE, RECORD_TABLE, *EHR_SAMPLE_EXTRAS),
         shared_table=True,
         # BEHRT needs per-visit ages, the oracle a generator's probability: neither exists for a task from outside
         excluded_models=("behrt", "oracle"),
@@ -174,6 +175,13 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
                                 ).fetchall()[0]
         key = {"dataset": ctx.dataset, "task": spec.name}
         with transaction(con):
+            con.execute(f"DELETE FROM {RECORD_TABLE} WHERE task = $task", {"task": spec.name})
+            con.execute(f"INSERT INTO {RECORD_TABLE} VALUES ($task, $config, $predicates, $config_text, "
+                        "$predicates_text, now()::TIMESTAMP)",
+                        {"task": spec.name, "config": str(spec.config),
+                         "predicates": str(spec.predicates) if spec.predicates else None,
+                         "config_text": Path(spec.config).read_text(),
+                         "predicates_text": Path(spec.predicates).read_text() if spec.predicates else None})
             con.execute(f"DELETE FROM {LABELS_TABLE} WHERE dataset = $dataset AND task = $task", key)
             con.execute(f"INSERT INTO {LABELS_TABLE} SELECT $dataset, $task, subject_id, prediction_time, label, "
                         "stay_hadm_id FROM _aces_stays", key)
@@ -247,6 +255,25 @@ def declare(specs: list[AcesSpec] | tuple[AcesSpec, ...]) -> None:
     except ValueError:
         _set_env(before)
         raise
+
+
+def declare_recorded(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
+    """Declare, besides the tasks already declared, every ACES task this warehouse or snapshot has built
+    (samples.aces_tasks): for a process that never read the pipeline config, e.g. the dashboard. Returns the
+    names added; a database without the table adds none."""
+    import duckdb
+
+    try:
+        rows = con.execute(f"SELECT task, config, predicates FROM {RECORD_TABLE} ORDER BY task").fetchall()
+    except duckdb.CatalogException:
+        return ()
+    current = {s.name: s for s in declared()}
+    added = tuple(name for name, _, _ in rows if name not in current)
+    if added:
+        for name, config, predicates in rows:
+            current.setdefault(name, AcesSpec(name, Path(config), Path(predicates) if predicates else None))
+        declare(list(current.values()))
+    return added
 
 
 def _set_env(value: str | None) -> None:

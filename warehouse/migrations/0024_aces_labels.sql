@@ -12,3 +12,15 @@ CREATE TABLE samples.aces_labels (
     stay_hadm_id    BIGINT,
     PRIMARY KEY (dataset, task, subject_id, prediction_time)
 );
+
+-- The ACES tasks this warehouse has built (one row per task, rewritten by each build): where their configs were
+-- and their text at that build, so a process that never read the pipeline config (the dashboard over a published
+-- snapshot) knows them as tasks (medtx.tasks.aces.declare_recorded), and a card can show what ACES ran.
+CREATE TABLE samples.aces_tasks (
+    task            VARCHAR PRIMARY KEY,
+    config          VARCHAR NOT NULL,
+    predicates      VARCHAR,
+    config_text     VARCHAR NOT NULL,
+    predicates_text VARCHAR,
+    built_at        TIMESTAMP NOT NULL
+);
