@@ -38,12 +38,11 @@ def _registry() -> dict[str, Task]:
         if task.name != info.name:
             raise ValueError(f"medtx/tasks/{info.name}.py declares task {task.name!r}: the name must be the file's")
         found[task.name] = task
-    from medtx.tasks.aces import aces_task, declared
-
-    for spec in declared():  # config-declared ACES tasks (MEDTX_ACES_TASKS)
+    aces = importlib.import_module(f"{__name__}.aces")  # loaded like the task modules (its builder needs DuckDB)
+    for spec in aces.declared():  # config-declared ACES tasks (MEDTX_ACES_TASKS)
         if spec.name in found:
             raise ValueError(f"ACES task {spec.name!r} ({spec.config}): a built-in task has that name; choose another")
-        found[spec.name] = aces_task(spec)
+        found[spec.name] = aces.aces_task(spec)
     for task in found.values():
         if task.builds is not None and task.builds not in found:
             raise ValueError(f"task {task.name!r} trains on the samples of unknown task {task.builds!r}")
