@@ -75,12 +75,12 @@ def _plain_requests_only():
 
 
 def _declare_aces_tasks(snapshot: Path) -> None:
-    """The ACES tasks the snapshot's warehouse built are tasks here too (medtx.tasks.aces.declare_recorded): the
+    """The ACES tasks the snapshot's warehouse built are tasks here too (medtx.aces.task.declare_recorded): the
     pipeline declared them from its config, which this process never read."""
     if not snapshot.is_file():
         return
     from medtx.publish.snapshot import open_snapshot
-    from medtx.tasks.aces import declare_recorded
+    from medtx.aces.task import declare_recorded
 
     con = open_snapshot(snapshot)
     try:

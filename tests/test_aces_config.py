@@ -17,7 +17,7 @@ import pytest
 from medtx.pipeline.config import ConfigError, load_config
 from medtx.pipeline.plan import build_plan
 from medtx.tasks import get_task, task_names
-from medtx.tasks.aces import ENV, declare
+from medtx.aces.task import ENV, declare
 from tests.conftest import DATA, REPO_ROOT
 
 MEDS_DEV = REPO_ROOT / "tests" / "aces" / "meds_dev"
@@ -58,7 +58,7 @@ def test_config_declares_aces_tasks_that_plan_like_builtin_ones(tmp_path):
     step = plan["samples.readmission_30d.mimic3_demo"]
     assert step.files == (str(MEDS_DEV / "readmission_general_hospital_30d.yaml"), str(MEDS_DEV / "mimic_iv_predicates.yaml"))
     assert "codes.mimic3_demo" in step.needs and "samples.aces_labels" in step.writes
-    assert {"tasks/aces", "meds/aces", "meds/events"} <= set(step.code)  # editing the ACES route redoes the step
+    assert {"aces/task", "aces/run", "meds/events"} <= set(step.code)  # editing the ACES route redoes the step
     for name in ("train.readmission_30d.mimic3_demo.logreg.s42", "train.readmission_30d.mimic3_demo.gru.s42",
                  "train.discharged_within_7d.mimic3_demo.most_frequent.s42"):
         assert name in plan.names, plan.names

@@ -23,12 +23,12 @@ import pytest
 from medtx.codes import map_codes
 from medtx.ingest import ingest_mimic3
 from medtx.meds import export_meds
-from medtx.meds.aces import AcesError
+from medtx.aces.run import AcesError
 from medtx.samples.common import EmptyCohortError
 from medtx.store.db import connect
 from medtx.synth import generate_mimic3
 from medtx.tasks import get_task, task_names
-from medtx.tasks.aces import AcesSpec, declare, declared
+from medtx.aces.task import AcesSpec, declare, declared
 from medtx.tasks.build import build_samples
 from medtx.tasks.leakage import require_pass, run_gate
 from medtx.training.experiment import run_ehr_experiment
@@ -218,7 +218,8 @@ def test_logreg_and_gru_train_on_aces_tasks(warehouse):
 
 def test_what_medtx_refuses_or_cannot_build(aces_env, warehouse, tmp_path):
     """One clear line each: ACES not installed; a config giving several prediction times in one stay; a config
-    ACES itself rejects; a MEDS-DEV task whose predicates this data cannot satisfy (ICU) builds nothing, named."""
+    ACES itself rejects; a cohort without a label; a task predicted before any stay (every row counted as
+    excluded, none built); a MEDS-DEV task whose predicates this data cannot satisfy (ICU) builds nothing."""
     db, _, _ = warehouse
     copy = tmp_path / "w.duckdb"
     shutil.copy(db, copy)
@@ -226,6 +227,8 @@ def test_what_medtx_refuses_or_cannot_build(aces_env, warehouse, tmp_path):
         "every_medication": (AcesSpec("every_medication", FIXTURES / "every_medication.yaml"), AcesError,
                              "prediction times in one stay"),
         "not_aces": (AcesSpec("not_aces", MEDS_DEV / "mimic_iv_predicates.yaml"), AcesError, "aces failed"),
+        "no_label": (AcesSpec("no_label", FIXTURES / "no_label.yaml"), AcesError, "wrote no label"),
+        "at_birth": (AcesSpec("at_birth", FIXTURES / "at_birth.yaml"), EmptyCohortError, "before any admission"),
         "icu_mortality": (AcesSpec("icu_mortality", MEDS_DEV / "mortality_in_icu_first_24h.yaml",
                                    MEDS_DEV / "mimic_iv_predicates.yaml"), EmptyCohortError, "no sample"),
     }
@@ -239,6 +242,9 @@ def test_what_medtx_refuses_or_cannot_build(aces_env, warehouse, tmp_path):
             assert "\n" not in message and words in message.lower(), (name, message)
             assert con.execute("SELECT count(*) FROM samples.admission_outcome WHERE task = ?", [name]).fetchall() \
                 == [(0,)]
+        rows, no_stay = con.execute("SELECT count(*), count(*) FILTER (WHERE stay_hadm_id IS NULL) FROM "
+                                    "samples.aces_labels WHERE task = 'at_birth'").fetchall()[0]
+        assert rows == no_stay > 50  # ACES's rows are kept, each marked as having no stay
         os.environ["MEDTX_ACES"] = str(tmp_path / "no-such-aces-cli")
         with pytest.raises(AcesError, match="ACES not found .*MEDTX_ACES=.*es-aces==0.7.3"):
             build_samples(con, DATA, ["discharged_within_7d"], [DEMO])

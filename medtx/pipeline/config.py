@@ -141,7 +141,7 @@ class TaskConfig(_Strict):
     models: Annotated[list[ModelEntry], Field(min_length=1)]
     datasets: Annotated[list[str], Field(min_length=1)] | None = None
     samples: dict[str, Any] = Field(default_factory=dict)  # options for the sample builder
-    # An ACES task config (YAML) makes this a task of its own (medtx/tasks/aces.py), declared by load_config;
+    # An ACES task config (YAML) makes this a task of its own (medtx/aces/task.py), declared by load_config;
     # `predicates`: the dataset's predicates file of a config whose predicates are `???` (MEDS-DEV's tasks).
     aces: Annotated[str, Field(min_length=1)] | None = None
     predicates: Annotated[str, Field(min_length=1)] | None = None
@@ -411,9 +411,9 @@ def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
 def _declare_aces_tasks(path: Path, tasks: Any) -> None:
     """Declare the config's ACES tasks (`tasks.<name>.aces`, relative paths from the config's folder) before the
     config is validated against the task registry, so they are tasks like the built-in ones in this process and
-    every process it starts (medtx.tasks.aces.declare). A missing file, a bad name or a built-in task's name is
+    every process it starts (medtx.aces.task.declare). A missing file, a bad name or a built-in task's name is
     one line naming the key."""
-    from medtx.tasks.aces import ENV, AcesSpec, declare
+    from medtx.aces.task import ENV, AcesSpec, declare
 
     entries = {str(name): entry for name, entry in (tasks or {}).items()
                if isinstance(tasks, dict) and isinstance(entry, dict) and "aces" in entry}

@@ -81,7 +81,7 @@ class Step:
             kind = "train_text"
         entries = ENTRY[kind]
         if task is not None and kind in ("samples", "train", "train_text"):
-            # the task's own module: its builder's (a config-declared ACES task's is medtx.tasks.aces)
+            # the task's own module: its builder's (a config-declared ACES task's is medtx.aces.task)
             own = task.build.__module__ if task.build is not None else f"medtx.tasks.{task.name}"
             entries += (own,) + ((f"medtx.tasks.{task.builds}",) if task.builds else ())
         return _closure(entries)

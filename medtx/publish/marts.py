@@ -206,7 +206,7 @@ MARTS: dict[str, Mart] = {
 
 
 def current_marts() -> dict[str, Mart]:
-    """MARTS with its registry-read marts made now: a pipeline config declares its ACES tasks (medtx.tasks.aces)
+    """MARTS with its registry-read marts made now: a pipeline config declares its ACES tasks (medtx.aces.task)
     after this module is imported."""
     return {**MARTS, "sample_counts": Mart(select=_sample_counts_sql(), key=MARTS["sample_counts"].key)}
 

@@ -1,5 +1,5 @@
 """The task registry: every module in this package that defines `TASK = Task(...)` is a task, and so is every
-ACES task a pipeline config declares (medtx.tasks.aces: `tasks: {NAME: {aces: task.yaml}}`).
+ACES task a pipeline config declares (medtx.aces.task: `tasks: {NAME: {aces: task.yaml}}`).
 
     from medtx.tasks import get_task, all_tasks, tasks_of_family
     get_task("readmission").sample_table     # "samples.readmission"
@@ -22,7 +22,7 @@ __all__ = [
     "tasks_of_family", "tasks_of_kind",
 ]
 
-_NOT_TASKS = {"aces", "base", "build", "leakage", "verdict"}  # library modules of the package, not tasks
+_NOT_TASKS = {"base", "build", "leakage", "verdict"}  # library modules of the package, not tasks
 
 
 @lru_cache(maxsize=1)
@@ -38,7 +38,7 @@ def _registry() -> dict[str, Task]:
         if task.name != info.name:
             raise ValueError(f"medtx/tasks/{info.name}.py declares task {task.name!r}: the name must be the file's")
         found[task.name] = task
-    aces = importlib.import_module(f"{__name__}.aces")  # loaded like the task modules (its builder needs DuckDB)
+    aces = importlib.import_module("medtx.aces.task")  # loaded by name, like the task modules (its builder needs DuckDB)
     for spec in aces.declared():  # config-declared ACES tasks (MEDTX_ACES_TASKS)
         if spec.name in found:
             raise ValueError(f"ACES task {spec.name!r} ({spec.config}): a built-in task has that name; choose another")
@@ -50,7 +50,7 @@ def _registry() -> dict[str, Task]:
 
 
 def reload_registry() -> None:
-    """Forget the loaded registry (after `medtx.tasks.aces.declare` changed the declared ACES tasks)."""
+    """Forget the loaded registry (after `medtx.aces.task.declare` changed the declared ACES tasks)."""
     _registry.cache_clear()
 
 

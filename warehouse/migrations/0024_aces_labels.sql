@@ -1,4 +1,4 @@
--- Issue 45: an ACES task is a medtx task (medtx/tasks/aces.py). ACES's own extraction, every row it wrote, per
+-- Issue 45: an ACES task is a medtx task (medtx/aces/task.py). ACES's own extraction, every row it wrote, per
 -- (dataset, task): the subject, the prediction time and the label exactly as ACES gave them, and the stay medtx
 -- hangs the sample's history on (the admission holding the prediction time; NULL: the subject has no admission at
 -- or before it, so the row is counted as excluded in samples.task_summary, never dropped unseen). The sample
@@ -15,7 +15,7 @@ CREATE TABLE samples.aces_labels (
 
 -- The ACES tasks this warehouse has built (one row per task, rewritten by each build): where their configs were
 -- and their text at that build, so a process that never read the pipeline config (the dashboard over a published
--- snapshot) knows them as tasks (medtx.tasks.aces.declare_recorded), and a card can show what ACES ran.
+-- snapshot) knows them as tasks (medtx.aces.task.declare_recorded), and a card can show what ACES ran.
 CREATE TABLE samples.aces_tasks (
     task            VARCHAR PRIMARY KEY,
     config          VARCHAR NOT NULL,

@@ -9,8 +9,8 @@ writes its tasks) becomes a binary EHR task, declared in the pipeline config ins
         models: [{model: logreg}, {model: gru}]
 
 Per EHR dataset the builder (`build`)
-1. writes the dataset's events as MEDS (medtx.meds.aces.write_events: the events `medtx export meds` writes) and
-   runs ACES itself on them (medtx.meds.aces.run_aces; es-aces in a venv of its own, MEDTX_ACES). ACES decides
+1. writes the dataset's events as MEDS (medtx.aces.run.write_events: the events `medtx export meds` writes) and
+   runs ACES itself on them (medtx.aces.run.run_aces; es-aces in a venv of its own, MEDTX_ACES). ACES decides
    every sample, prediction time and label; medtx never restates its window semantics;
 2. records ACES's rows as they came in `samples.aces_labels`, each with the stay it belongs to: the admission of
    the subject admitted at or before the prediction time and not yet discharged before it (the latest such),
@@ -147,7 +147,7 @@ def aces_task(spec: AcesSpec) -> Task:
 def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec) -> int:
     """Run ACES on the dataset and rewrite this task's rows of samples.admission_outcome (+ samples.aces_labels,
     splits, vocab, summary). Needs `_samples_visits` of the dataset (medtx.tasks.build makes it)."""
-    from medtx.meds.aces import AcesError, labels_sql, run_aces, write_events
+    from medtx.aces.run import AcesError, labels_sql, run_aces, write_events
     from medtx.samples.common import (
         EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
     )
@@ -157,8 +157,20 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
         events = Path(work) / "data" / "0.parquet"
         write_events(con, ctx.dataset, events)
         labels = run_aces(events, spec.config, Path(work) / "aces", spec.predicates)
+        columns = {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($f)", {"f": str(labels)}).fetchall()}
+        if "boolean_value" not in columns:
+            raise AcesError(f"{spec.config}: ACES wrote no label (no boolean_value): a medtx task needs a window "
+                            "with `label: <predicate>`")
         con.execute(f"CREATE OR REPLACE TEMP TABLE _aces_rows AS {labels_sql(labels)}")
     try:
+        n_rows, no_key, no_label = con.sql(
+            "SELECT count(*), count(*) FILTER (WHERE subject_id IS NULL OR prediction_time IS NULL), "
+            "count(*) FILTER (WHERE label IS NULL) FROM _aces_rows").fetchall()[0]
+        if no_key:
+            raise AcesError(f"{spec.config}: {no_key} ACES row(s) without a subject or prediction time")
+        if no_label:
+            raise AcesError(f"{spec.config}: ACES wrote no label for {no_label} of {n_rows} rows: a medtx task needs "
+                            "a window with `label: <predicate>`")
         dup = con.sql("SELECT subject_id, prediction_time, count(*) FROM _aces_rows GROUP BY 1, 2 HAVING count(*) > 1 "
                       "ORDER BY 1, 2 LIMIT 1").fetchall()
         if dup:

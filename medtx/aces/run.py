@@ -1,6 +1,6 @@
 """Run ACES (es-aces, the MEDS community's task extractor) on a MEDS folder and read back its labels.
 
-    from medtx.meds.aces import run_aces, write_events
+    from medtx.aces.run import run_aces, write_events
     write_events(con, "mimic3_demo", work / "events.parquet")   # the events `medtx export meds` writes
     labels = run_aces(work / "events.parquet", Path("config/aces/readmission.yaml"), work)   # -> labels.parquet
 
