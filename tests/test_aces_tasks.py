@@ -285,3 +285,26 @@ def test_published_snapshot_carries_aces_tasks_to_the_dashboard(warehouse, tmp_p
         assert set(NAMES) <= set(task_names())
     finally:
         declare(list(SPECS))
+
+
+def test_medtx_train_knows_the_aces_tasks_the_warehouse_built(warehouse, tmp_path):
+    """`medtx train --task <an ACES task>` in a process that never read the pipeline config: the warehouse's
+    samples.aces_tasks declares it; a name no warehouse knows is still refused."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db, _, _ = warehouse
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    declare([])
+    try:
+        r = CliRunner().invoke(app, ["train", "--task", "discharged_within_7d", "--model", "logreg", "--dataset", DEMO,
+                                     "--db", str(copy)])
+        assert r.exit_code == 0, r.output
+        assert "discharged_within_7d" in task_names()
+        r = CliRunner().invoke(app, ["train", "--task", "no_such_task", "--model", "logreg", "--dataset", DEMO,
+                                     "--db", str(copy)])
+        assert r.exit_code == 1 and "unknown task 'no_such_task'" in r.output, r.output
+    finally:
+        declare(list(SPECS))
