@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/train.py                       # all EHR models, auto device, prints a table
     .venv/bin/python benchmarks/train.py --device cpu --models transformer,gru --batches 20
-    .venv/bin/python benchmarks/train.py --readme benchmarks/README.md   # also (re)write our README section
+    .venv/bin/python benchmarks/train.py --notes benchmarks/notes/   # also write a dated notes file there
     python3 benchmarks/train.py --device cuda --batch-size 64,256,1024,4096 --precision fp32,bf16 --no-text
 
 On a GPU, a list of batch sizes fills it: each model runs at each size in turn, largest last, and stops at its
@@ -223,17 +223,6 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, body: str, key: str) -> None:
-    """Replace one section of a shared README between `<!-- BEGIN key -->` / `<!-- END key -->`, keeping the rest."""
-    BEGIN, END = f"<!-- BEGIN {key} -->", f"<!-- END {key} -->"
-    text = path.read_text() if path.exists() else ""
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = (text.rstrip() + "\n\n" if text else "") + block + "\n"
-    path.write_text(text)
-
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -246,7 +235,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="auto (training's rule), fp32, bf16, or several separated by commas")
     ap.add_argument("--threads", type=int, default=None, help="OMP/torch threads per worker (CPU)")
     ap.add_argument("--no-text", action="store_true", help="EHR rows only (skip text_throughput's rows)")
-    ap.add_argument("--readme", type=Path, default=None, help="write the table into this README's train section")
+    ap.add_argument("--notes", type=Path, default=None,
+                    help="write the table as a dated notes file into this folder (benchmarks/notes/; link it from "
+                         "benchmarks/README.md's index)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -259,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     rows += [] if args.no_text else text_rows(args.threads)
     table = markdown(rows)
     print(table)
-    if args.readme:
+    if args.notes:
         import torch
 
         on_gpu = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
@@ -273,7 +264,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"--batch-size {sizes} --precision {','.join(args.precision)}{threads}`, load average {load_before:.2f} at the start and "
                 f"{os.getloadavg()[0]:.2f} at the end (the machine may be shared: rates at a higher load are lower "
                 f"bounds).\n\n{table}\n")
-        write_section(args.readme, body, "train-gpu" if on_gpu else "train-cpu")
+        name = f"{time.strftime('%Y-%m-%d')}-train-throughput-{'gpu' if on_gpu else 'cpu'}.md"
+        (args.notes / name).write_text(body.replace("### ", "# ", 1))
+        print(f"wrote {args.notes / name}")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,14 @@
 """The end-to-end pipeline as a Prefect flow: ingest -> map codes -> samples -> train/evaluate -> publish.
 
 The plan (medtx/pipeline/plan.py) lists every step a config implies; the scheduler that walks it layer by layer
-is medtx/pipeline/executor.py. This module only adapts it to Prefect: each step kind is a cached Prefect task
-(`_PrefectBackend` submits them), the flow holds the writer lock, opens and closes the run's bookkeeping and
-publishes the final snapshot, and the deployments serve it on a schedule. So one model's failure is recorded
-and the rest continue.
+is medtx/pipeline/executor.py. This module only adapts it to Prefect: every step is one run of one generic
+Prefect task (`step_task`, submitted by `_PrefectBackend`), the flow holds the writer lock, opens and closes the
+run's bookkeeping and publishes the final snapshot, and the deployments serve it on a schedule. So one model's
+failure is recorded and the rest continue.
 
-Caching: each task's key is INPUTS + TASK_SOURCE over its parameters, which include explicit fingerprints
-(source file hashes, the rows of the upstream tables it reads, the source of the medtx packages it calls).
-Because steps write the warehouse, a cache hit is only allowed when the warehouse still holds that step's
-output (ml.pipeline_steps keeps its fingerprint); otherwise the task runs with `refresh_cache=True`.
+Caching is the executor's (medtx.pipeline.executor): a step whose input key (its parameters and the fingerprints
+of the tables, files and code it reads) matches its last successful run, and whose output the warehouse still
+holds unchanged (ml.pipeline_steps keeps its fingerprint), is reused without a task run; Prefect caches nothing.
 
 DuckDB takes one writer at a time, across processes too, so steps run one after another by default; only
 training can overlap (`runner.train_concurrency`, e.g. one per GPU), and the flow never holds a connection
@@ -31,7 +30,7 @@ from typing import Any
 import duckdb
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -42,8 +41,6 @@ from medtx.pipeline.config import PipelineConfig, RunnerConfig, load_config, res
 from medtx.pipeline.plan import Plan, Step, build_plan
 from medtx.publish.snapshot import publish_snapshot
 from medtx.settings import PROJECT_ROOT, Settings, get_settings
-from medtx.runtime.train_processes import TrainingProcesses, call_in, training_processes
-from medtx.store.db import MEMORY_LIMIT_ENV
 from medtx.store.writer_lock import hold_writer
 
 log = logging.getLogger("medtx.pipeline")
@@ -109,97 +106,20 @@ def retry_on_lock(task, task_run, state) -> bool:
     return isinstance(exc, duckdb.IOException) or (isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError))
 
 
-# pipeline_run_id, device and thread count change between runs without changing the result: not in the key.
-_CACHED = dict(
-    cache_policy=INPUTS + TASK_SOURCE - "pipeline_run_id" - "device" - "torch_threads",
-    persist_result=True,
-    retries=2,
-    retry_delay_seconds=5,
-    retry_condition_fn=retry_on_lock,
-)
-
-
-@task(name="synth", task_run_name="{name}", **_CACHED)
-def synth_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict:
-    return steps.run_synth(spec, paths)
-
-
-@task(name="ingest", task_run_name="{name}", **_CACHED)
-def ingest_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict:
-    return steps.run_ingest(spec, paths)
-
-
-@task(name="reference", task_run_name="{name}", **_CACHED)
-def reference_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict:
-    return steps.run_reference(spec, paths)
-
-
-@task(name="codes", task_run_name="{name}", **_CACHED)
-def codes_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict:
-    return steps.run_codes(spec, paths)
-
-
-@task(name="samples", task_run_name="{name}", **_CACHED)
-def samples_task(name: str, spec: dict, paths: dict, fingerprints: dict) -> dict:
-    return steps.run_samples(spec, paths)
-
-
-# torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
-# torch._disable_dynamo), about 1 s; imported here it overlaps the data stages instead of the first training.
-TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
-# The training processes of the running pipeline (thread runner, several trainings at once); None otherwise.
-_TRAIN_POOL: TrainingProcesses | None = None
-
-
-@contextmanager
-def _training_pool(runner: RunnerConfig, width: int) -> Iterator[None]:
-    global _TRAIN_POOL
-    # The workers start and import the trainers while the data stages run.
-    with training_processes(width if runner.kind == "thread" else 1, preload=TRAINING_MODULES) as pool:
-        _TRAIN_POOL = pool
-        try:
-            yield
-        finally:
-            _TRAIN_POOL = None
-
-
-@contextmanager
-def _duckdb_memory_limit(runner: RunnerConfig) -> Iterator[None]:
-    """The config's `runner.duckdb_memory_limit` for every connection this run opens, in this process and in the
-    processes it starts (they inherit the environment); MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins."""
-    if MEMORY_LIMIT_ENV in os.environ or runner.duckdb_memory_limit == "auto":
-        yield
-        return
-    os.environ[MEMORY_LIMIT_ENV] = runner.duckdb_memory_limit
-    try:
-        yield
-    finally:
-        os.environ.pop(MEMORY_LIMIT_ENV, None)
-
-
-@task(name="train", task_run_name="{name}", **(_CACHED | dict(
-    cache_policy=_CACHED["cache_policy"] - "package" - "result_dir")))
-def train_task(name: str, spec: dict, package: str, result_dir: str, fingerprints: dict, pipeline_run_id: str,
-               device: str, torch_threads: int | None) -> dict:
-    # Runs on a worker: it reads the training package and writes a result package, never the warehouse. Under
-    # the thread runner with several trainings at once, in a pool process of its own (medtx.runtime.train_processes).
-    return call_in(_TRAIN_POOL, steps.run_train_from_package, spec, package, result_dir,
-                   pipeline_run_id=pipeline_run_id, device=device, torch_threads=torch_threads)
+@task(name="step", task_run_name="{name}", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5,
+      retry_condition_fn=retry_on_lock)
+def step_task(kind: str, name: str, parameters: dict) -> dict:
+    """Every pipeline step, one Prefect task run each (`name` titles it): the library's step function
+    (medtx.pipeline.steps.call_step). Whether a step may be reused is the executor's decision, made before this
+    runs, so Prefect caches nothing. A training reads its package and writes a result package, never the
+    warehouse; under the thread runner with several trainings at once it runs in a process of the run's pool
+    (medtx.pipeline.executor.run_resources)."""
+    return steps.call_step(kind, parameters)
 
 
 @task(name="publish", task_run_name="publish", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on_lock)
 def publish_task(db: Path, snapshot: Path) -> dict:
     return publish_snapshot(db, snapshot).__dict__
-
-
-TASKS = {
-    "synth": synth_task,
-    "ingest": ingest_task,
-    "reference": reference_task,
-    "codes": codes_task,
-    "samples": samples_task,
-    "train": train_task,
-}
 
 
 def make_task_runner(runner: RunnerConfig, train_width: int = 1):
@@ -236,10 +156,7 @@ class _PrefectHandle:
         self.future.wait()
 
     def state(self) -> str:
-        state = self.future.state
-        if not state.is_completed():
-            return "failed"
-        return "cached" if state.name == "Cached" else "completed"
+        return "completed" if self.future.state.is_completed() else "failed"
 
     def result(self) -> dict | None:
         return self.future.result()
@@ -251,17 +168,16 @@ class _PrefectHandle:
 
 @dataclass
 class _PrefectBackend:
-    """Each step as a cached Prefect task run: training on the configured runner (threads or Dask), every other
-    step on `local`, a one-thread runner in this process (they write the warehouse)."""
+    """Each step as a Prefect task run: training on the configured runner (threads or Dask), every other step on
+    `local`, a one-thread runner in this process (they write the warehouse)."""
 
     runner: Any
     local: Any
-    results_dir: Path
 
-    def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> _PrefectHandle:
-        task_ = TASKS[step.kind].with_options(refresh_cache=refresh, result_storage=self.results_dir)
+    def submit(self, step: Step, parameters: dict[str, Any]) -> _PrefectHandle:
         on = self.runner if step.kind == "train" else self.local
-        return _PrefectHandle(on.submit(task_, parameters=parameters))
+        args = dict(kind=step.kind, name=step.name, parameters=parameters)
+        return _PrefectHandle(on.submit(step_task, parameters=args))
 
     def first_done(self, handles: Sequence[_PrefectHandle]) -> int:
         done = next(as_completed([h.future for h in handles]))
@@ -302,7 +218,7 @@ def pipeline(
     run_id = str(flow_run.id or f"local-{time.time_ns()}")
     # One pipeline per warehouse: a second one refuses here, before it writes anything (re-entrant for the
     # CLI, which took the same holder file before starting Prefect).
-    with hold_writer(settings.db, "medtx pipeline", wait_s=0), _duckdb_memory_limit(cfg.runner):
+    with hold_writer(settings.db, "medtx pipeline", wait_s=0):
         try:
             # inside the try: a failure after the run's row exists (writing the plan) still closes the row
             executor.start(settings, run_id, cfg.model_dump(mode="json") | {"config_file": str(config)}, selected,
@@ -310,9 +226,10 @@ def pipeline(
             # The runner comes from the config at run time, so CLI runs and served deployments both honour it.
             width, threads = _training_slots(cfg)
             log.info("training: %d at once, %s torch thread(s) each", width, threads or "default")
-            with (make_task_runner(cfg.runner, width) as runner, ThreadPoolTaskRunner(max_workers=1) as local,
-                  _training_pool(cfg.runner, width)):
-                run = executor.Executor(settings, run_id, _PrefectBackend(runner, local, Path(settings.results_dir)),
+            pool = width if cfg.runner.kind == "thread" else 1  # Dask workers train in their own processes
+            with (executor.run_resources(cfg.runner.duckdb_memory_limit, pool),
+                  make_task_runner(cfg.runner, width) as runner, ThreadPoolTaskRunner(max_workers=1) as local):
+                run = executor.Executor(settings, run_id, _PrefectBackend(runner, local),
                                         train_width=width, torch_threads=threads, refresh=set(refresh or []),
                                         notify=_notify)
                 run.run(executor.layers_of(selected))

@@ -267,3 +267,18 @@ def test_refresh_verdicts_rewrites_the_subgroup_rows_and_nothing_else(demo_runs,
             refresh_verdicts(con, "no-such-run")
     finally:
         con.close()
+
+
+def test_the_cards_of_real_demo_runs_draw_no_conclusion_from_a_handful_of_patients(demo_runs) -> None:
+    """Issue 42 on real runs: the demo's test split is a handful of patients, so every group is withheld, no map is
+    fitted on its few validation admissions, and the summary's recommendation says no conclusion can be drawn."""
+    from medtx.evaluation.card import build_card
+
+    db, runs = demo_runs
+    with open_warehouse(db, read_only=True) as con:
+        for model, run_id in runs.items():
+            card = build_card(con, run_id)
+            assert card.data["summary"][-1]["finding"] == "Recommendation: no conclusion can be drawn", model
+            assert all(g["auroc"] is None and g["withheld"] for g in card.data["subgroups"]), model
+            assert all(r["status"] == "not_fitted" for r in card.data["recalibration"]), model
+            assert all(o["status"] == "unreachable" for o in card.data["operating_points"]), model

@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
-from medtx.pipeline.steps import run_train_from_package
+from medtx.pipeline.kinds.train import run as run_train_from_package
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
 READS = ("samples.drug_rec", "samples.splits", "samples.vocab", "samples.leakage_gate", "ref.ddi_atc3")

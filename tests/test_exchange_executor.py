@@ -57,7 +57,7 @@ class _DamagedResults:
     def __init__(self, exchange: Path):
         self.exchange, self.submitted = exchange, []
 
-    def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> _Finished:
+    def submit(self, step: Step, parameters: dict[str, Any]) -> _Finished:
         self.submitted.append(step.name)
         folder = self.exchange / "results" / step.name
         folder.mkdir(parents=True)

@@ -19,8 +19,8 @@ import pytest
 from medtx.pipeline.exchange import export_training_package, record_result_package
 from medtx.training.integrity import PackageDamaged, file_digests
 from medtx.training.packages import PackageError, read_training_package
-from medtx.pipeline.plan import TRAIN_READS
-from medtx.pipeline.steps import run_train_from_package
+from medtx.pipeline.kinds.train import TRAIN_READS
+from medtx.pipeline.kinds.train import run as run_train_from_package
 from medtx.tasks import get_task
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 

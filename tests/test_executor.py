@@ -78,10 +78,13 @@ plan = build_plan(cfg, Path(settings.cache_dir) / "synth", Path(settings.data_di
 selected = list(plan.steps)
 events = []
 executor.start(settings, "local-test", {}, selected, lambda e, p: events.append(e))
-with executor.LocalBackend(width=2) as backend:
+# the run's resources as under Prefect: a pool of two training processes, the DuckDB memory limit
+with executor.run_resources("1GiB", 2), executor.LocalBackend(width=2) as backend:
     run = executor.Executor(settings, "local-test", backend, train_width=2, torch_threads=1,
                             notify=lambda e, p: events.append(e))
     run.run(executor.layers_of(selected))
+    from medtx.runtime import train_processes
+    print("POOL", train_processes._ACTIVE is not None and train_processes._ACTIVE.width)
 runs.finish_pipeline_run(run.db, "local-test", run.failed())
 for name, outcome in run.outcomes.items():
     print("OUTCOME", name, outcome.state)
@@ -106,6 +109,7 @@ def test_executor_runs_a_real_plan_without_prefect(tmp_path: Path) -> None:
     assert set(demo.values()) == {"completed"}, demo
     assert {k.split(".")[0] for k in demo} >= {"ingest", "reference", "codes", "samples", "train"}
     assert "PREFECT False" in done.stdout
+    assert "POOL 2" in done.stdout  # the trainings ran in the run's two training processes
     assert "EVENTS finished,plan,published,started" in done.stdout
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("raw.admissions", "core.prescriptions_atc3", "samples.drug_rec", "ml.metrics", "ml.predictions"):
@@ -147,7 +151,7 @@ class _Recorder:
         self.fail, self.submitted, self.in_flight, self.live = fail, [], [], 0
         self.lock = threading.Lock()
 
-    def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> _Done:
+    def submit(self, step: Step, parameters: dict[str, Any]) -> _Done:
         self.live += 1
         self.submitted.append(step.name)
         self.in_flight.append((step.kind, self.live))
@@ -202,3 +206,54 @@ def test_training_layer_runs_width_at_once(tmp_path: Path, monkeypatch: pytest.M
     assert sorted(backend.submitted) == sorted(s.name for s in trains)
     assert max(n for _, n in backend.in_flight) == 2 and len(trains) == 3
     assert all(o.state == "completed" for o in run.outcomes.values())
+
+
+class _Counting(executor.LocalBackend):
+    """LocalBackend that remembers which steps it was handed."""
+
+    def __init__(self) -> None:
+        super().__init__(width=1)
+        self.handed: list[str] = []
+
+    def submit(self, step: Step, parameters: dict[str, Any]):
+        self.handed.append(step.name)
+        return super().submit(step, parameters)
+
+
+def _run_once(settings, selected: list[Step], run_id: str, refresh: set[str] = frozenset()) -> tuple[dict, list]:
+    executor.start(settings, run_id, {}, selected, lambda e, p: None)
+    with _Counting() as backend:
+        run = executor.Executor(settings, run_id, backend, torch_threads=1, refresh=set(refresh))
+        run.publish_progress = lambda force: None
+        run.run(executor.layers_of(selected))
+    return {name: o.state for name, o in run.outcomes.items()}, backend.handed
+
+
+def test_the_cache_is_the_executors_so_a_prefect_free_run_reuses_steps(tmp_path: Path) -> None:
+    """The same plan twice through LocalBackend: the second run hands the backend nothing (every step cached,
+    as under Prefect: tests/test_pipeline_flow.py); `refresh` recomputes the named step only, and a step whose
+    output rows changed in the warehouse is recomputed."""
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(f"datasets: [{{source: {DEMO}}}]\nseeds: [42]\n"
+                      "tasks: {drug_rec: {models: [{model: most_frequent}]}}\n")
+    settings = get_settings(db=tmp_path / "warehouse.duckdb")
+    plan = build_plan(load_config(config, sources=True), Path(settings.cache_dir) / "synth", Path(settings.data_dir))
+    selected = list(plan.steps)
+    names = [s.name for s in selected]
+
+    first, handed = _run_once(settings, selected, "cold")
+    assert set(first.values()) == {"completed"} and handed == names
+
+    second, handed = _run_once(settings, selected, "warm")
+    assert second == dict.fromkeys(names, "cached") and handed == []
+
+    samples = "samples.drug_rec.mimic3_demo"
+    third, handed = _run_once(settings, selected, "refresh", refresh={samples})
+    assert handed == [samples] and third[samples] == "completed"
+    assert {n: s for n, s in third.items() if n != samples} == {n: "cached" for n in names if n != samples}
+
+    with open_warehouse(settings.db) as con:  # someone deletes the model's metrics: its output changed
+        con.execute("DELETE FROM ml.metrics WHERE run_id IN (SELECT run_id FROM ml.runs WHERE model = 'most_frequent')")
+    fourth, handed = _run_once(settings, selected, "changed")
+    train = next(n for n in names if n.startswith("train."))
+    assert handed == [train] and fourth[train] == "completed"

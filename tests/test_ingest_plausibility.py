@@ -131,7 +131,7 @@ def test_the_pipeline_config_sets_the_policy(db, tmp_path) -> None:
     """`ingest: {plausibility: fail}` reaches the plan's ingest step and the pipeline's step function; a value
     outside warn/reject/fail is a config error at load."""
     from medtx.ingest.plausibility import ImplausibleData
-    from medtx.pipeline import steps
+    from medtx.pipeline.kinds import ingest as ingest_kind
     from medtx.pipeline.config import ConfigError, load_config
     from medtx.pipeline.plan import build_plan
     from tests.conftest import DATA
@@ -150,5 +150,5 @@ def test_the_pipeline_config_sets_the_policy(db, tmp_path) -> None:
         step = build_plan(load_config(config), tmp_path / "synth", DATA)["ingest.cohort"]
         assert step.params["plausibility"] == "fail"
         with pytest.raises(ImplausibleData, match=r"raw\.admissions \[cohort\]: 1 row\(s\) with dischtime before "):
-            steps.run_ingest(step.spec(), {"db": str(db), "cache_dir": str(tmp_path / "cache")})
+            ingest_kind.run(step.spec(), {"db": str(db), "cache_dir": str(tmp_path / "cache")})
         assert counts(db) == BASE

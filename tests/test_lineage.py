@@ -15,7 +15,8 @@ import pytest
 from medtx.store.db import open_warehouse
 from medtx.pipeline.config import load_config
 from medtx.pipeline.plan import Step, build_plan
-from medtx.pipeline.steps import RUNNERS, run_train
+from medtx.pipeline.kinds import kind_named
+from medtx.pipeline.steps import run_train
 from medtx.models.registry import models_for
 from medtx.tasks import all_tasks
 from tests.conftest import DATA
@@ -76,7 +77,7 @@ def _run(step: Step, db: Path, tmp: Path) -> dict:
     paths = {"db": str(db), "cache_dir": str(tmp / "cache"), "data_dir": str(DATA), "models_dir": str(tmp / "models")}
     if step.kind == "train":
         return run_train(step.spec(), paths, pipeline_run_id=None, device="cpu")
-    return RUNNERS[step.kind](step.spec(), paths)
+    return kind_named(step.kind).run(step.spec(), paths)
 
 
 def _steps(plan) -> list[str]:

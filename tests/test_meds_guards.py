@@ -28,7 +28,7 @@ from flows.cli import app
 from medtx.ingest import IngestError, ingest_mimic3
 from medtx.meds import MedsFormatError, export_meds, ingest_meds
 from medtx.meds.validate import shard_files
-from medtx.pipeline import steps
+from medtx.pipeline.kinds import ingest as ingest_kind
 from medtx.pipeline.config import load_config
 from medtx.pipeline.plan import build_plan
 from medtx.store.db import connect
@@ -172,10 +172,10 @@ def test_the_pipelines_meds_step_is_guarded_and_honours_the_config(base, db: Pat
         paths = {"db": str(db), "cache_dir": str(tmp_path / "cache")}
         if not allow:
             with pytest.raises(IngestError, match=r"raw\.patients \[demo_meds\] would shrink from 100 to 10 rows"):
-                steps.run_ingest(step.spec(), paths)
+                ingest_kind.run(step.spec(), paths)
             assert counts(db) == before
         else:
-            assert steps.run_ingest(step.spec(), paths)["rows"]["patients"] == 10
+            assert ingest_kind.run(step.spec(), paths)["rows"]["patients"] == 10
             assert counts(db)["patients[demo_meds]"] == 10
 
 

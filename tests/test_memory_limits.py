@@ -14,7 +14,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from flows.pipeline import _duckdb_memory_limit
+from medtx.pipeline.executor import duckdb_memory_limit
 from medtx.pipeline.config import RunnerConfig
 from medtx.pipeline.exchange import export_training_package
 from medtx.runtime.train_processes import call_in, training_processes
@@ -112,7 +112,7 @@ def test_the_configs_limit_reaches_the_runs_processes_and_the_environment_wins(t
              "c = connect(sys.argv[1], read_only=True); print(c.execute(\"SELECT current_setting('memory_limit')\")"
              ".fetchone()[0])", str(db)]
     monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
-    with _duckdb_memory_limit(RunnerConfig(duckdb_memory_limit="768MiB")):
+    with duckdb_memory_limit(RunnerConfig(duckdb_memory_limit="768MiB").duckdb_memory_limit):
         with connect(db) as con:
             assert _limit(con) == "768.0 MiB"
         # a process the run starts (a training process, a Dask worker) inherits it
@@ -121,7 +121,7 @@ def test_the_configs_limit_reaches_the_runs_processes_and_the_environment_wins(t
         assert out.stdout.strip() == "768.0 MiB", out.stderr[-2000:]
     assert MEMORY_LIMIT_ENV not in os.environ  # the run's setting ends with the run
     monkeypatch.setenv(MEMORY_LIMIT_ENV, "2GiB")
-    with _duckdb_memory_limit(RunnerConfig(duckdb_memory_limit="768MiB")), connect(db) as con:
+    with duckdb_memory_limit(RunnerConfig(duckdb_memory_limit="768MiB").duckdb_memory_limit), connect(db) as con:
         assert _limit(con) == "2.0 GiB"
     assert os.environ[MEMORY_LIMIT_ENV] == "2GiB"
 

@@ -232,32 +232,3 @@ def test_cli_build_samples(demo_copy):
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["build-samples", "--task", "nope", "--db", str(demo_copy)])
     assert result.exit_code == 1 and "unknown task" in result.output
-
-
-@pytest.mark.slow
-def test_samples_flow_runs_in_prefect(prefect_harness, demo_copy):
-    """The real `samples` flow (temporary Prefect server): map_codes then build_samples(drug_rec) as tasks."""
-    import asyncio
-
-    from prefect import get_client
-
-    from flows.samples import samples_flow
-
-    con = connect(demo_copy)
-    con.execute("DELETE FROM samples.drug_rec; DELETE FROM core.prescriptions_atc3")
-    con.close()
-    state = samples_flow(demo_copy, "drug_rec", [DEMO], return_state=True)
-    assert state.is_completed()
-    assert state.result() == {f"drug_rec/{DEMO}": 36}
-    con = connect(demo_copy, read_only=True)
-    assert con.sql("SELECT count(*) FROM core.prescriptions_atc3").fetchall()[0][0] == 8417
-    assert con.sql("SELECT count(*) FROM samples.drug_rec").fetchall()[0][0] == 36
-    con.close()
-
-    async def task_runs() -> list[tuple[str, str]]:
-        async with get_client() as client:
-            runs = await client.read_task_runs()
-            return sorted((r.name, r.state_type.value) for r in runs
-                          if r.flow_run_id == state.state_details.flow_run_id)
-
-    assert asyncio.run(task_runs()) == [("build-samples-drug_rec", "COMPLETED"), ("map-codes", "COMPLETED")]

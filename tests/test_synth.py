@@ -294,13 +294,6 @@ def test_cli_writes_a_folder_that_ingest_reads(tmp_path: Path) -> None:
     assert {r.dataset for r in results} == {"synth_25"}
 
 
-def test_prefect_task_wraps_the_generator(tmp_path: Path) -> None:
-    from flows.synth import synth_mimic3
-
-    summary = synth_mimic3.fn(tmp_path / "x", 10, seed=1)
-    assert summary.rows["PATIENTS"] == 10
-
-
 def test_fit_reproduces_the_committed_parameters() -> None:
     params = fit_params(DATA)
     params["drugs"]["bias"] = calibrate_drug_bias(params)

@@ -12,7 +12,7 @@ import pytest
 
 from medtx import worker
 from medtx.pipeline.exchange import export_training_package, record_result_package
-from medtx.pipeline.plan import train_step
+from medtx.pipeline.kinds.train import train_step
 from medtx.tasks import get_task
 from medtx.text.experiment import load_text_data, run_text_experiment
 from medtx.text.run import text_run

@@ -69,11 +69,14 @@ def test_cli_writes_only_under_the_db_folder(tmp_path: Path) -> None:
                               cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
 
-    medtx("ingest", "mimic3", "--prefect")
+    medtx("ingest", "mimic3")
     medtx("map-codes")
     medtx("build-samples", "--task", "drug_rec")
     medtx("train", "--task", "drug_rec", "--model", "logreg")
     medtx("train", "--task", "drug_rec", "--model", "gru", "--epochs", "1")  # writes a checkpoint
+    config = tmp_path / "pipeline.yaml"  # one step through Prefect: its home goes under the root too
+    config.write_text(f"datasets: [{{source: {DATA / 'mimic3_demo'}}}]\ntasks: {{drug_rec: {{models: [{{model: logreg}}]}}}}\n")
+    medtx("run-task", "ingest.mimic3_demo", "--config", str(config))
     assert listing(checkout) == before  # nothing written into the checkout (code, config or data)
     assert list(work.iterdir()) == []
     made = {p.name for p in root.iterdir()}

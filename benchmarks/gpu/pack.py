@@ -10,7 +10,7 @@ the splits differ (the first GPU payload, split with seed 42, could not join con
 
 Writes `benchmarks/gpu/payload/` (git-ignored; name it in the device tool's `carry`):
 - `packages/<task>/`: the training package of drug_rec, readmission and mortality on the dataset — the same
-  tables and scope as the pipeline's training steps (medtx.pipeline.plan.train_step), without the synthetic
+  tables and scope as the pipeline's training steps (medtx.pipeline.kinds.train.train_step), without the synthetic
   generator's oracle tables (no neural run reads them; the dataset's name says it is synthetic);
 - `packages/specialty/`: the text task `specialty` on MTSamples (its own dataset, `mtsamples`: 4,966 notes,
   ingested from data/mtsamples and built here when the warehouse lacks them), what run.py trains the text neural
@@ -119,7 +119,7 @@ def export_packages(db: Path, dataset: str, tasks: tuple[str, ...], out: Path) -
     """One training package per task under `out/packages/<task>/` (the pipeline's reads and scope, no oracle);
     a text task on its own dataset (specialty: mtsamples) is exported with that dataset."""
     from medtx.pipeline.exchange import export_training_package
-    from medtx.pipeline.plan import train_step
+    from medtx.pipeline.kinds.train import train_step
     from medtx.tasks import get_task
 
     done = {}

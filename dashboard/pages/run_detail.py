@@ -165,7 +165,7 @@ def _comparison(snapshot: Path, run_id: str) -> object:
     df = queries.run_comparisons(snapshot, run_id)
     if not df.height:
         return ui.empty("No paired comparison: this run is the reference baseline of its task and dataset, no "
-                        "non-neural baseline was recorded for it, or it predates issue 14.")
+                        "non-neural baseline was recorded for it, or it was recorded before paired comparisons were kept.")
     lines = [html.Div(f"{r['metric']} ({r['averaging']}) vs {r['reference_model']} ({r['reference_run_id']}): "
                       f"{ci.verdict_text(r['verdict'], r['diff'], r['ci_low'], r['ci_high'])} · "
                       f"P(run ahead) {r['p_better']:.3f} · {r['n_units']} test units, {r['n_boot']} resamples"

@@ -34,14 +34,15 @@ def trust_view(snapshot: Path, run_id: str) -> html.Div:
     groups = tq.subgroups(snapshot, run_id)
     if not groups.height:
         return html.Div([link, ui.empty("No subgroup, calibration or operating-point figures: they are computed for "
-                                        "binary and multi-label EHR runs (issue 36).")], id="run-trust")
+                                        "binary and multi-label EHR runs.")], id="run-trust")
     return html.Div([
         link,
         dbc.Row([dbc.Col(ui.card("Subgroups (test, 95% patient-bootstrap intervals)",
                                  _forest(snapshot, run_id, groups)), lg=7),
                  dbc.Col(ui.card("Calibration before/after recalibration (fitted on validation)",
                                  _reliability(snapshot, run_id)), lg=5)]),
-        ui.card("Operating points (thresholds chosen on validation, figures on test)", _operating(snapshot, run_id)),
+        ui.card("Operating points (thresholds chosen on validation; each cell: validation / test [95% CI])",
+                _operating(snapshot, run_id)),
     ], id="run-trust")
 
 
@@ -52,7 +53,7 @@ def _forest(snapshot: Path, run_id: str, groups: pl.DataFrame) -> object:
         if m in groups["metric"].to_list():
             metric = m
             break
-    rows = groups.filter(pl.col("metric") == metric)
+    rows = groups.filter((pl.col("metric") == metric) & (pl.col("attribute") != "overall"))
     shown = rows.filter(~pl.col("too_small") & pl.col("value").is_not_null())
     small = rows.filter(pl.col("too_small"))
     labels = [f"{a}: {g}" for a, g in zip(shown["attribute"], shown["grp"], strict=True)]
@@ -76,9 +77,10 @@ def _forest(snapshot: Path, run_id: str, groups: pl.DataFrame) -> object:
             f"{_ci(g['gap'], g['ci_low'], g['ci_high'])} (simultaneous interval) · "
             + ("DETECTED" if g["detected"] else "no detectable gap"), className="small"))
     if small.height:
-        lines.append(html.Div("Too small (< 30 test patients, no figure): " + ", ".join(
-            f"{a}: {g} (n={n})" for a, g, n in zip(small["attribute"], small["grp"], small["n_patients"],
-                                                   strict=True)), className="small text-muted"))
+        lines.append(html.Div("Withheld (below the floors: 30 test patients, 10 events, 10 non-events; no figure): "
+                              + ", ".join(f"{a}: {g} ({n} patients, {e} events)" for a, g, n, e in zip(
+                                  small["attribute"], small["grp"], small["n_patients"], small["n_positives"],
+                                  strict=True)), className="small text-muted"))
     return html.Div([ui.graph(fig, id="subgroup-forest", height=max(260, 22 * len(labels) + 80)),
                      html.Div(lines, id="subgroup-gap")])
 
@@ -115,16 +117,22 @@ def _operating(snapshot: Path, run_id: str) -> object:
     if not ops.height:
         return ui.empty("No operating points: they are computed for binary tasks with validation predictions.")
     named = ops.filter(pl.col("target") != "grid")
+    status = {r["target"]: r for r in tq.operating_targets(snapshot, run_id).iter_rows(named=True)}
     rows = []
     for target in named["target"].unique(maintain_order=True).to_list():
         t = {r["metric"]: r for r in named.filter(pl.col("target") == target).iter_rows(named=True)}
+        digits = {f: 1 if f in ("alerts_per_100", "nne") else 3 for f in FIGURES}
         rows.append({"target": target, "threshold": round(next(iter(t.values()))["threshold"], 4),
-                     **{f: _ci(t[f]["value"], t[f]["ci_low"], t[f]["ci_high"], 1 if f in ("alerts_per_100", "nne")
-                               else 3) for f in FIGURES if f in t}})
+                     "validation alerts": status[target]["val_alerts"] if target in status else None,
+                     **{f: (f"{t[f]['val_value']:.{digits[f]}f} / " if t[f]["val_value"] is not None else "")
+                        + _ci(t[f]["value"], t[f]["ci_low"], t[f]["ci_high"], digits[f]) for f in FIGURES if f in t}})
+    rows += [{"target": name, "threshold": None, "validation alerts": r["val_alerts"], FIGURES[0]: r["reason"]}
+             for name, r in status.items() if r["status"] == "unreachable"]
     grid = ops.filter(pl.col("target") == "grid")
     marks = {round(x, 2): f"{x:.1f}" for x in (0.1, 0.3, 0.5, 0.7, 0.9)}
     control = html.Div([
-        html.Label("Threshold (test figures at any threshold; 95% patient-bootstrap intervals)", className="small"),
+        html.Label("Threshold, exploratory: test figures at any threshold (not chosen on validation, unlike the "
+                   "rows above); 95% patient-bootstrap intervals", className="small"),
         dcc.Slider(id="threshold-slider", min=0.01, max=0.99, step=0.01, value=0.5, marks=marks,
                    tooltip={"placement": "bottom", "always_visible": False}),
         dcc.Store(id="threshold-run", data=run_id),

@@ -37,6 +37,12 @@ def operating_points(snapshot: Path, run_id: str) -> pl.DataFrame:
                            "FROM ml.operating_points WHERE run_id = ? ORDER BY target, threshold, metric", [run_id])
 
 
+def operating_targets(snapshot: Path, run_id: str) -> pl.DataFrame:
+    """Each named target chosen on validation or unreachable, with its reason (migration 0019)."""
+    return query(snapshot, "SELECT target, status, reason, threshold, val_alerts FROM ml.operating_targets "
+                           "WHERE run_id = ? ORDER BY target", [run_id])
+
+
 def decision_curve(snapshot: Path, run_id: str) -> pl.DataFrame:
     return query(snapshot, "SELECT threshold, net_benefit, ci_low, ci_high, treat_all FROM ml.decision_curve "
                            "WHERE run_id = ? ORDER BY threshold", [run_id])

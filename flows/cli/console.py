@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from medtx.pipeline import progress as prog
-from medtx.pipeline.plan import KINDS
+from medtx.pipeline.kinds import KIND_NAMES as KINDS
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -1,7 +1,7 @@
 """`medtx ingest mimic3|mtsamples`: load sources into the warehouse's raw tables.
 
-By default the commands call medtx.ingest directly with a rich progress display (fast, no server);
-`--prefect` runs the same work as the Prefect flow `ingest` (one task per table, retries, run logs).
+The commands call medtx.ingest directly with a rich progress display (fast, no server). Under Prefect, a
+dataset's ingest is a step of the pipeline: `medtx run-task ingest.<dataset>` reruns it alone.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ app.add_typer(ingest_app, name="ingest")
 
 _console = Console(stderr=True)
 _DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
-_PREFECT = typer.Option(False, "--prefect", help="Run as the Prefect flow `ingest` (one task per dataset).")
 _ALLOW_SHRINK = typer.Option(
     False, "--allow-shrink", help="Accept a table dropping to 0 rows or by more than --max-shrink of its rows."
 )
@@ -68,7 +67,6 @@ def mimic3(
     ),
     tables: list[str] = typer.Option(None, "--table", help="Only these tables (repeatable)."),
     db: Path = _DB,
-    prefect: bool = _PREFECT,
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
     plausibility: Plausibility = _PLAUSIBILITY,
@@ -84,20 +82,14 @@ def mimic3(
         if unknown:
             raise ValueError(f"unknown table(s) {', '.join(unknown)}; expected {', '.join(MIMIC3_TABLES)}")
         dataset = check_dataset(dataset or dataset_name(source))
-        if prefect:
-            from flows.ingest import ingest
-
-            results = ingest(mimic3_source=source, dataset=dataset, tables=names, db=settings.db,
-                             allow_shrink=allow_shrink, max_shrink=max_shrink, plausibility=plausibility)
-        else:
-            guard = ShrinkGuard(allow_shrink, max_shrink)
-            results = _with_progress(
-                "mimic3",
-                lambda progress: ingest_mimic3(
-                    settings.db, source, dataset, settings.cache_dir, names, guard=guard, progress=progress,
-                    plausibility=plausibility,
-                ),
-            )
+        guard = ShrinkGuard(allow_shrink, max_shrink)
+        results = _with_progress(
+            "mimic3",
+            lambda progress: ingest_mimic3(
+                settings.db, source, dataset, settings.cache_dir, names, guard=guard, progress=progress,
+                plausibility=plausibility,
+            ),
+        )
     except _USER_ERRORS as exc:
         _fail(exc)
     _summary(results, settings.db)
@@ -109,7 +101,6 @@ def mtsamples(
     source: str = typer.Option(None, "--source", help="MTSamples CSV/CSV.gz file or URL (default: bundled)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Keep only the first N notes."),
     db: Path = _DB,
-    prefect: bool = _PREFECT,
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
     plausibility: Plausibility = _PLAUSIBILITY,
@@ -119,20 +110,14 @@ def mtsamples(
     plausibility = plausibility.value
     source = source or str(settings.data_dir / "mtsamples" / "mtsamples.csv.gz")
     try:
-        if prefect:
-            from flows.ingest import ingest
-
-            results = ingest(mtsamples_source=source, mtsamples_limit=limit, db=settings.db,
-                             allow_shrink=allow_shrink, max_shrink=max_shrink, plausibility=plausibility)
-        else:
-            guard = ShrinkGuard(allow_shrink, max_shrink)
-            results = _with_progress(
-                "mtsamples",
-                lambda progress: [ingest_mtsamples(
-                    settings.db, source, settings.cache_dir, limit=limit, guard=guard, progress=progress,
-                    plausibility=plausibility,
-                )],
-            )
+        guard = ShrinkGuard(allow_shrink, max_shrink)
+        results = _with_progress(
+            "mtsamples",
+            lambda progress: [ingest_mtsamples(
+                settings.db, source, settings.cache_dir, limit=limit, guard=guard, progress=progress,
+                plausibility=plausibility,
+            )],
+        )
     except _USER_ERRORS as exc:
         _fail(exc)
     _summary(results, settings.db)

@@ -1,6 +1,6 @@
 """`medtx map-codes` and `medtx build-samples`: NDC -> ATC-3 mapping and task sample tables.
 
-Both call medtx directly (fast, no server); `--prefect` runs the same work as Prefect tasks in a flow.
+Both call medtx directly (fast, no server); under Prefect they are pipeline steps (`medtx run-task NAME`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from medtx.settings import get_settings
 _console = Console(stderr=True)
 _DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
 _DATASET = typer.Option(None, "--dataset", help="EHR dataset (repeatable; default: every dataset in raw.admissions).")
-_PREFECT = typer.Option(False, "--prefect", help="Run as Prefect tasks inside the `samples` flow.")
 
 
 def _fail(exc: Exception) -> None:
@@ -55,7 +54,6 @@ def build_samples_cmd(
     dataset: list[str] = _DATASET,
     seed: int = typer.Option(42, "--seed", help="Split seed (the same seed gives the same split)."),
     min_count: int = typer.Option(1, "--min-count", min=1, help="Vocabulary: minimum training count of a token."),
-    prefect: bool = _PREFECT,
 ) -> None:
     """Build samples.* task tables, splits, vocabularies and summaries."""
     from medtx.tasks.build import build_samples
@@ -64,15 +62,10 @@ def build_samples_cmd(
     if task is not None and task not in buildable_tasks():
         _fail(ValueError(f"unknown task {task!r}; expected one of {', '.join(buildable_tasks())}"))
     try:
-        if prefect:
-            from flows.samples import samples_flow
-
-            counts = samples_flow(settings.db, task, dataset or None, seed, min_count, map_first=False)
-        else:
-            with open_warehouse(settings.db) as con:
-                raw = build_samples(con, settings.data_dir, [task] if task else None, dataset or None,
-                                    seed=seed, min_count=min_count)
-            counts = {f"{t}/{d}": n for (t, d), n in raw.items()}
+        with open_warehouse(settings.db) as con:
+            raw = build_samples(con, settings.data_dir, [task] if task else None, dataset or None,
+                                seed=seed, min_count=min_count)
+        counts = {f"{t}/{d}": n for (t, d), n in raw.items()}
     except (EmptyCohortError, FileNotFoundError, ValueError) as exc:
         _fail(exc)
     table = Table("task/dataset", "samples", title="samples built")

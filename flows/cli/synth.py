@@ -1,6 +1,6 @@
 """`medtx synth mimic3`: write a synthetic MIMIC-III-format cohort that `medtx ingest mimic3` reads.
 
-Runs medtx.synth directly by default (no server); `--prefect` runs the same work as the Prefect flow `synth`.
+Runs medtx.synth directly (no server); in the pipeline a `synth:N` dataset is the step `synth.<dataset>`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ def mimic3(
     risk_shift: str = typer.Option(
         None, "--risk-shift", help="Plant a subgroup shift: one group's 30-day readmission log-odds move, e.g. "
         "'sex=female:1.0' or 'age_band=>=80:-0.8' (medtx/synth/shift.py); the readmission oracle knows it."),
-    prefect: bool = typer.Option(False, "--prefect", help="Run as the Prefect flow `synth`."),
 ) -> None:
     """Write PATIENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD, PRESCRIPTIONS (+ NOTEEVENTS) as .csv.gz,
     with ORACLE_*.csv.gz ground truth and a README saying the data are synthetic."""
@@ -45,17 +44,9 @@ def mimic3(
     except ValueError as exc:
         _console.print(f"--risk-shift: {exc}")
         raise typer.Exit(2) from None
-    if prefect and shift is not None:
-        _console.print("--risk-shift: not available with --prefect; run without it")
-        raise typer.Exit(2)
-    if prefect:
-        from flows.synth import synth
-
-        summary = synth(out, patients, seed, notes, plant_death_code)
-    else:
-        with _console.status(f"generating {patients:,} synthetic patients..."):
-            summary = generate_mimic3(out, patients, seed=seed, notes=notes, plant_death_code=plant_death_code,
-                                      risk_shift=shift)
+    with _console.status(f"generating {patients:,} synthetic patients..."):
+        summary = generate_mimic3(out, patients, seed=seed, notes=notes, plant_death_code=plant_death_code,
+                                  risk_shift=shift)
     table = Table(title=f"synthetic cohort ({summary.seconds:.1f} s, seed {seed})")
     table.add_column("file")
     table.add_column("rows", justify="right")

@@ -20,7 +20,7 @@ from flows.cli import app
 from flows.cli.locking import writes_warehouse
 from medtx.store.db import open_warehouse
 from medtx.metrics.intervals import WITHHELD
-from medtx.pipeline.plan import train_step
+from medtx.pipeline.kinds.train import train_step
 from medtx.pipeline.steps import train_here
 from medtx.settings import get_settings
 from medtx.tasks import Task, find_task, get_task, names_of_family
@@ -119,8 +119,8 @@ def default_dataset(db: Path, requested: str | None) -> str:
 def train(
     task: str = typer.Option(..., "--task", help=f"{', '.join(names_of_family('ehr'))} (EHR) or "
                              f"{', '.join(names_of_family('text'))} (text)."),
-    model: str = typer.Option(..., "--model", help="transformer, transformer_rope, behrt, rnn, gru, lstm, seq2seq, "
-                              "most_frequent, copy_last, logreg, oracle (EHR); text models for text tasks."),
+    model: str = typer.Option(..., "--model", help="A model that serves the task (the registry's: "
+                              "docs/ARCHITECTURE.md, 'Tasks and models'); any other is refused with the list."),
     dataset: str = typer.Option(None, "--dataset", help="EHR dataset (default: the only one in the warehouse)."),
     epochs: int = typer.Option(None, "--epochs", help="Maximum epochs (early stopping may end sooner)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N."),

@@ -259,3 +259,93 @@ def fit_recalibrators(kind: str, y_val: np.ndarray, p_val: np.ndarray) -> tuple[
         except ValueError as exc:
             skipped[method] = str(exc)
     return fitted, skipped
+
+
+# ----------------------------------------------------------------------------------------------- guards
+
+OOF_FOLDS = 5
+STATUSES = ("recommended", "not_recommended", "refused", "not_fitted")
+
+
+@dataclass(frozen=True)
+class RecalibrationDecision:
+    """What the card says of one recalibration method: `status` (STATUSES) and its reason; `fitted` only when it was
+    fitted and not refused (its test figures are then computed and shown)."""
+
+    method: str
+    status: str
+    reason: str
+    fitted: Recalibrator | None = None
+    n_fit: int = 0
+    n_events: int = 0
+    oof_original: float = float("nan")  # out-of-fold validation log-loss of the original probabilities
+    oof_mapped: float = float("nan")  # ... of the map fitted on the other folds
+
+
+def log_loss(y: np.ndarray, p: np.ndarray) -> float:
+    """Mean log-loss over samples (binary) or all cells (multi-label)."""
+    y, q = np.asarray(y, dtype=np.float64).ravel(), np.clip(np.asarray(p, dtype=np.float64).ravel(), EPS, 1 - EPS)
+    return float(-(y * np.log(q) + (1 - y) * np.log1p(-q)).mean())
+
+
+def oof_log_loss(method: str, y_val: np.ndarray, p_val: np.ndarray, units: np.ndarray | None = None,
+                 folds: int = OOF_FOLDS, seed: int = 0) -> tuple[float, float]:
+    """(original, mapped) log-loss on validation, out of fold: the validation units (patients when `units` is
+    given, else samples) split into `folds` folds; each fold is scored by the map fitted on the others. A fold
+    whose training part has a single class or does not converge is scored with the original probabilities (the
+    map is not credited for it)."""
+    y, p = np.asarray(y_val, dtype=np.float64), np.asarray(p_val, dtype=np.float64)
+    ids = np.arange(len(y)) if units is None else np.unique(np.asarray(units), return_inverse=True)[1].reshape(-1)
+    fold_of_unit = np.random.default_rng(seed).permutation(ids.max() + 1) % folds
+    fold = fold_of_unit[ids]
+    mapped = p.copy()
+    for k in range(folds):
+        held, fit = fold == k, fold != k
+        if not held.any() or len(np.unique(y[fit])) < 2:
+            continue
+        try:
+            mapped[held] = FITTERS[method](y[fit], p[fit]).apply(p[held])
+        except ValueError:
+            continue
+    return log_loss(y, p), log_loss(y, mapped)
+
+
+def recalibration_decisions(kind: str, y_val: np.ndarray, p_val: np.ndarray, units: np.ndarray | None = None
+                            ) -> list[RecalibrationDecision]:
+    """One decision per method of the task kind, fitted on validation only (the floors of
+    medtx.evaluation.floors first; a Platt map with slope <= 0 is refused: it reverses the ranking); a fitted map
+    is recommended only when it lowers the out-of-fold validation log-loss, and then only the one that lowers it
+    most."""
+    from medtx.evaluation.floors import recalibration_withheld
+
+    y = np.asarray(y_val, dtype=np.float64)
+    n_fit = int(np.shape(y)[0]) if y.size else 0
+    events = int(y.sum())
+    why = recalibration_withheld(events, int(y.size) - events)
+    out: list[RecalibrationDecision] = []
+    for method in METHODS.get(kind, ()):
+        if why is not None:
+            out.append(RecalibrationDecision(method, "not_fitted", why, None, n_fit, events))
+            continue
+        try:
+            fitted = FITTERS[method](y_val, p_val)
+        except ValueError as exc:
+            out.append(RecalibrationDecision(method, "not_fitted", f"not fitted: {exc}", None, n_fit, events))
+            continue
+        if method == "platt" and fitted.params["b"] <= 0:
+            out.append(RecalibrationDecision(
+                method, "refused", f"refused: slope {fitted.params['b']:.3f} <= 0 would reverse the ranking "
+                "(higher risk mapped to lower probability)", None, n_fit, events))
+            continue
+        original, mapped = oof_log_loss(method, y_val, p_val, units)
+        if mapped < original:
+            status, reason = "recommended", (f"lowers the out-of-fold validation log-loss from {original:.4f} to "
+                                             f"{mapped:.4f}")
+        else:
+            status, reason = "not_recommended", (f"does not lower the out-of-fold validation log-loss ({mapped:.4f} "
+                                                 f"vs {original:.4f} for the original probabilities)")
+        out.append(RecalibrationDecision(method, status, reason, fitted, n_fit, events, original, mapped))
+    best = min((d for d in out if d.status == "recommended"), key=lambda d: d.oof_mapped, default=None)
+    return [d if d.status != "recommended" or d is best else RecalibrationDecision(
+        d.method, "not_recommended", f"{d.reason}, but {best.method} lowers it more", d.fitted, d.n_fit, d.n_events,
+        d.oof_original, d.oof_mapped) for d in out]

@@ -2,11 +2,17 @@
 ethics board can file. Read-only over a warehouse or a published snapshot (the dashboard serves it from the
 snapshot); figures are inline SVG, so the page renders offline with no script, font or stylesheet fetched.
 
-Sections (each an `id` the tests check): lineage (code version, data fingerprint, config), clock (the task's
+Sections (each an `id` the tests check): summary (the conclusions, each with its reason: medtx.evaluation.summary),
+intended-use (from the task's declaration), lineage (code version, data fingerprint, config), clock (the task's
 prediction time), splits, headline (test metrics with 95% patient-bootstrap intervals and the paired verdict
-against the reference baseline), subgroups (table, forest plot, largest gaps), calibration (before/after
-recalibration fitted on validation, reliability curve), operating-points (thresholds chosen on validation, test
-figures, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
+against the reference baseline), subgroups (table with the floors' reasons and Holm-adjusted verdicts, forest plot,
+largest gaps), calibration (before/after recalibration fitted on validation, each map's status and reason,
+reliability curve), operating-points (thresholds chosen on validation, validation beside test figures, unreachable
+targets as rows, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
+A failed run's card has only summary (FAILED, the one-line error) and lineage: nothing that reads as a result.
+
+`Card.data` is the card's JSON twin (`medtx report --format json`, docs/MODEL_CARD.md): every figure and every
+conclusion with its reason.
 """
 
 from __future__ import annotations
@@ -17,11 +23,15 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from medtx.evaluation import summary as sm
+from medtx.evaluation.floors import MIN_VAL_ALERTS
 from medtx.metrics import intervals as iv
 from medtx.tasks import find_task
 
-SECTIONS = ("lineage", "clock", "splits", "headline", "subgroups", "calibration", "operating-points", "flags",
-            "leakage", "limitations")
+SECTIONS = ("summary", "intended-use", "lineage", "clock", "splits", "headline", "subgroups", "calibration",
+            "operating-points", "flags", "leakage", "limitations")
+FAILED_SECTIONS = ("summary", "lineage")
+FIGS = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
 
 
 @dataclass
@@ -39,6 +49,10 @@ class Card:
     run_id: str
     title: str
     sections: list[Section]
+    data: dict = field(default_factory=dict)  # the JSON twin
+
+    def json(self) -> str:
+        return json.dumps(self.data, indent=2, default=str)
 
     def html(self) -> str:
         parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(self.title)}</title>",
@@ -77,7 +91,7 @@ class Card:
 CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
        "table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:2px 6px}"
        "th{background:#f3f3f3}section{margin-bottom:2em}nav{font-size:.9em;margin-bottom:1em}"
-       "figure{margin:.5em 0}")
+       "figure{margin:.5em 0}#summary{border:2px solid #333;padding:.5em 1em;background:#fafafa}")
 
 
 def _e(text: object) -> str:
@@ -193,9 +207,45 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
     run = found[0]
     task = find_task(run["task"])  # None: a stored name the registry no longer knows
     title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}"
-    sections = [_lineage(run), _clock(task), _splits(con, run), _headline(con, run, task),
-                *_trust_sections(con, run, task), _flags(run), _leakage(con, run), _limitations(con, run)]
-    return Card(run_id, title, sections)
+    data: dict = {"run_id": run_id, "task": run["task"], "model": run["model"], "dataset": run["dataset"],
+                  "seed": run["seed"], "status": run["status"]}
+    if run["status"] != "completed":
+        return _unfinished_card(run, title, data)
+    figures = sm.Figures(collapsed=run["collapse_reason"] or "constant predictions" if run["collapsed"] else None,
+                         synthetic=bool(run["is_synthetic"]), n_test_units=run["n_test_units"] or 0,
+                         min_units=iv.MIN_UNITS)
+    headline = _headline(con, run, task, data, figures)
+    trust = _trust_sections(con, run, task, data, figures)
+    found_ = sm.findings(figures)
+    data["summary"] = [{"finding": x.finding, "because": x.because} for x in found_]
+    use = sm.intended_use(task, run["dataset"])
+    data["intended_use"] = use
+    data["title"] = title
+    sections = [_summary(found_), Section("intended-use", "Intended use (from the task's declaration)",
+                                          tables=[(["", ""], [[k.replace("_", " "), v] for k, v in use.items()])]),
+                _lineage(run), _clock(task), _splits(con, run), headline, *trust, _flags(run), _leakage(con, run),
+                _limitations(con, run)]
+    return Card(run_id, title, sections, data)
+
+
+def _summary(found: list[sm.Finding]) -> Section:
+    return Section("summary", "Summary: what these figures support",
+                   ["Each conclusion is generated from the figures below (rules: medtx/evaluation/summary.py)."],
+                   tables=[(["conclusion", "because"], [[x.finding, x.because] for x in found])])
+
+
+def _unfinished_card(run: dict, title: str, data: dict) -> Card:
+    """A failed (or still running) run: its status and one-line error, its lineage, nothing that reads as a result."""
+    state = "FAILED" if run["status"] == "failed" else run["status"].upper()
+    error = (str(run["error"] or "no error recorded").strip().splitlines() or ["no error recorded"])[0]
+    title = f"{state}: {title}"
+    finding = sm.Finding(f"This run {state.lower()}: it has no results" if state == "FAILED"
+                         else "This run has not finished: it has no results yet",
+                         f"error: {error}" if state == "FAILED" else "status: " + run["status"])
+    data.update(title=title, error=error if state == "FAILED" else None,
+                summary=[{"finding": finding.finding, "because": finding.because}], subgroups=[], recalibration=[],
+                operating_points=[])
+    return Card(run["run_id"], title, [_summary([finding]), _lineage(run)], data)
 
 
 def _lineage(run: dict) -> Section:
@@ -209,7 +259,8 @@ def _lineage(run: dict) -> Section:
                                                                       + (" (synthetic)" if run["is_synthetic"] else "")],
             ["started / finished (UTC)", f"{run['started_at']} / {run['finished_at']}"],
             ["pipeline run", run["pipeline_run_id"] or "–"], ["device", run["device"] or "–"],
-            ["decision threshold", f"{_f(run['threshold'])} ({run['threshold_source'] or '-'})"]]
+            ["cut-off of the stored yes/no predictions (set metrics only; not an alerting threshold: see "
+             "Operating points)", f"{_f(run['threshold'])} ({run['threshold_source'] or '-'})"]]
     return Section("lineage", "Data and lineage", tables=[(["", ""], rows)], details=pretty)
 
 
@@ -238,7 +289,7 @@ def _splits(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
     return Section("splits", "Split sizes", para, tables=[(["split", "patients (units)"], rows)] if rows else [])
 
 
-def _headline(con: duckdb.DuckDBPyConnection, run: dict, task) -> Section:
+def _headline(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figures: sm.Figures) -> Section:
     names = list(task.metrics) if task is not None else []
     rows = _rows(con, "SELECT m.metric, m.averaging, m.value, m.ci_low, m.ci_high, m.ci_method, c.verdict, c.diff, "
                       "c.ci_low AS d_lo, c.ci_high AS d_hi, c.reference_run_id FROM ml.metrics m "
@@ -247,66 +298,126 @@ def _headline(con: duckdb.DuckDBPyConnection, run: dict, task) -> Section:
                       "ORDER BY m.metric, m.averaging", [run["run_id"]])
     order = {n: i for i, n in enumerate(names)}
     rows.sort(key=lambda r: (order.get(r["metric"], len(order)), r["metric"], r["averaging"]))
+    shown = [r for r in rows if r["metric"] not in ("n_samples", "n_patients")]
+    # a metric the comparisons do not cover (AUROC) takes its overall verdict from the subgroups' 'overall' row:
+    # the same paired bootstrap on every test patient, so it has a verdict wherever the groups have one
+    whole = {(g["metric"], g["averaging"]): g for g in _rows(
+        con, "SELECT metric, averaging, verdict, diff, diff_ci_low, diff_ci_high, reference_run_id FROM ml.subgroups "
+             "WHERE run_id = ? AND attribute = 'overall' AND verdict IS NOT NULL", [run["run_id"]])}
+    for r in shown:
+        g = whole.get((r["metric"], r["averaging"]))
+        if r["verdict"] is None and g is not None:
+            r.update(verdict=g["verdict"], diff=g["diff"], d_lo=g["diff_ci_low"], d_hi=g["diff_ci_high"],
+                     reference_run_id=g["reference_run_id"])
     table = [[r["metric"], r["averaging"], _ci(r["value"], r["ci_low"], r["ci_high"]),
               (r["verdict"] or "–") + (f" ({r['diff']:+.3f} [{_f(r['d_lo'])}, {_f(r['d_hi'])}])"
                                        if r["diff"] is not None and r["verdict"] != "too_small" else ""),
-              r["ci_method"] or "–"] for r in rows if r["metric"] not in ("n_samples", "n_patients")]
+              r["ci_method"] or "–"] for r in shown]
+    data["headline"] = [{"metric": r["metric"], "averaging": r["averaging"], **_obj(r["value"], r["ci_low"],
+                                                                                     r["ci_high"]),
+                         "verdict": r["verdict"], "diff": r["diff"], "reference_run_id": r["reference_run_id"]}
+                        for r in shown]
+    by = {(r["metric"], r["averaging"]): r for r in rows}
+    for key, name in ((("auroc", "none"), "AUROC"), (("roc_auc_samples", "visit"), "AUROC (per visit)")):
+        if key in by and by[key]["value"] is not None:
+            r = by[key]
+            figures.auroc, figures.auroc_name = (r["value"], r["ci_low"], r["ci_high"]), name
+            break
     refs = {r["reference_run_id"] for r in rows if r["reference_run_id"]}
     para = ["Point estimate on the whole test split with its 95% percentile interval over 1,000 bootstrap "
             "resamples of test patients; the verdict is a paired bootstrap against the reference baseline "
             + (f"({', '.join(sorted(refs))}) " if refs else "") + "on the same resampled patients. The ECE carries "
-            "no interval (its bootstrap is biased)."]
+            "no interval (its bootstrap is biased). AUROC's verdict (not among the task's compared metrics) is the "
+            "same paired bootstrap over every test patient ('overall' row of the subgroup table)."]
     return Section("headline", "Headline metrics (test)", para,
                    tables=[(["metric", "averaging", "value [95% CI]", "verdict vs reference (diff [95% CI])",
                              "interval method"], table)])
 
 
-def _trust_sections(con: duckdb.DuckDBPyConnection, run: dict, task) -> list[Section]:
-    rid = run["run_id"]
-    groups = _rows(con, "SELECT * FROM ml.subgroups WHERE run_id = ? ORDER BY attribute, metric, grp", [rid])
+def _obj(value: float | None, lo: float | None, hi: float | None) -> dict:
+    return {"value": value, "low": lo, "high": hi}
+
+
+def _group_cell(g: dict | None) -> str:
+    """A group's figure with its (Holm-adjusted) verdict, or why it is withheld."""
+    if g is None:
+        return "–"
+    if g["too_small"]:
+        why = g.get("withheld") or f"fewer than {iv.MIN_UNITS} test patients"
+        return ("too small: " + why) if why.startswith("fewer than") else why
+    text, raw, adjusted = _ci(g["value"], g["ci_low"], g["ci_high"]), g["verdict"], g.get("verdict_adjusted")
+    if raw is None:
+        return text
+    if g["attribute"] == "overall":
+        return f"{text} · {raw}"
+    if adjusted is None:  # stored before the adjustment existed
+        return f"{text} · {raw} (unadjusted)"
+    return f"{text} · {adjusted}" + (f" (unadjusted: {raw})" if raw != adjusted else "")
+
+
+def _subgroup_section(con: duckdb.DuckDBPyConnection, rid: str, task, groups: list[dict], data: dict,
+                      figures: sm.Figures) -> Section:
     sub = Section("subgroups", "Subgroups")
-    cal = Section("calibration", "Calibration")
-    ops = Section("operating-points", "Operating points")
-    if not groups:
-        note = ("No subgroup, calibration or operating-point figures: they are computed for binary and "
-                "multi-label EHR runs with stored test predictions.")
-        return [Section("subgroups", "Subgroups", [note]), Section("calibration", "Calibration", [note]),
-                Section("operating-points", "Operating points", [note])]
     preferred = [*(task.metrics if task is not None else ()), "citl"]
     metrics = sorted(dict.fromkeys((g["metric"], g["averaging"]) for g in groups),
                      key=lambda m: preferred.index(m[0]) if m[0] in preferred else len(preferred))
     overall = {(m, a): v for m, a, v in con.execute(
         "SELECT metric, averaging, value FROM ml.metrics WHERE run_id = ? AND split = 'test'", [rid]).fetchall()}
+    family = [g for g in groups if g["attribute"] != "overall"
+              and g["verdict"] in ("better", "worse", "no_detectable_difference")]
+    raw = sum(g["verdict"] in ("better", "worse") for g in family)
+    adjusted = sum(g.get("verdict_adjusted") in ("better", "worse") for g in family)
+    figures.group_verdicts = (len(family), raw, adjusted)
+    whole = next((g for g in groups if g["attribute"] == "overall" and g["metric"] in ("auroc", "roc_auc_samples")
+                  and not g["too_small"] and g["value"] is not None), None)
+    if figures.auroc is None and whole is not None:  # ml.metrics holds no AUROC row: the same figure, recomputed
+        figures.auroc = (whole["value"], whole["ci_low"], whole["ci_high"])
     sub.paragraphs.append(
         "Groups: sex, age band at admission (<50, 50-64, 65-79, >=80), ethnicity group, insurance, admission type "
-        "(medtx/evaluation/groups.py). Each group's figure has a 95% patient-bootstrap interval; the verdict "
-        f"compares the run with the reference baseline within the group. Fewer than {iv.MIN_UNITS} test patients: "
-        "too small, no figure shown. citl = observed minus expected event rate (calibration-in-the-large).")
-    head = ["attribute", "group", "patients", "samples", "positives"] + [m for m, _ in metrics]
+        "(medtx/evaluation/groups.py); 'overall' is every test patient. Each group's figure has a 95% "
+        f"patient-bootstrap interval. A group's figures are withheld below {iv.MIN_UNITS} test patients, 10 events "
+        "or 10 non-events (medtx/evaluation/floors.py); a withheld group is never part of a gap. citl = observed "
+        "minus expected event rate (calibration-in-the-large).")
+    if family:
+        sub.paragraphs.append(
+            f"Verdicts against the reference baseline within each group are Holm-adjusted over the run's "
+            f"{len(family)} group verdicts (family level 2.5%): {adjusted} read better/worse. Unadjusted "
+            f"(exploratory), {raw} read better/worse, and about {len(family) * iv.ALPHA:.1f} would by chance alone if the model "
+            "equalled the reference. The 'overall' row gives each metric's overall verdict.")
+    head = ["attribute", "group", "patients", "samples", "events"] + [m for m, _ in metrics]
     keyed = {(g["attribute"], g["grp"], g["metric"], g["averaging"]): g for g in groups}
-    seen = list(dict.fromkeys((g["attribute"], g["grp"]) for g in groups))
-    table = []
+    seen = sorted(dict.fromkeys((g["attribute"], g["grp"]) for g in groups), key=lambda k: k[0] != "overall")
+    table, twin = [], []
     for attribute, grp in seen:
         first = next(g for g in groups if g["attribute"] == attribute and g["grp"] == grp)
-        cells = []
+        table.append([attribute, grp, str(first["n_patients"]), str(first["n_samples"]), str(first["n_positives"]),
+                      *[_group_cell(keyed.get((attribute, grp, m, a))) for m, a in metrics]])
+        per = {}
         for m, a in metrics:
             g = keyed.get((attribute, grp, m, a))
-            if g is None or g["too_small"]:
-                cells.append("too small")
-            else:
-                cells.append(_ci(g["value"], g["ci_low"], g["ci_high"])
-                             + (f" · {g['verdict']}" if g["verdict"] else ""))
-        table.append([attribute, grp, str(first["n_patients"]), str(first["n_samples"]), str(first["n_positives"]),
-                      *cells])
+            per[m] = None if g is None or g["too_small"] else {
+                **_obj(g["value"], g["ci_low"], g["ci_high"]), "verdict": g.get("verdict_adjusted") or g["verdict"],
+                "verdict_unadjusted": g["verdict"], "p_value": g.get("p_value")}
+        auroc = per.get("auroc")
+        twin.append({"attribute": attribute, "group": grp, "patients": first["n_patients"],
+                     "samples": first["n_samples"], "events": first["n_positives"],
+                     "withheld": (first.get("withheld") or "too small") if first["too_small"] else None,
+                     "auroc": None if auroc is None else {k: auroc[k] for k in ("value", "low", "high")},
+                     "metrics": per})
+    data["subgroups"] = twin
     sub.tables.append((head, table))
     m0 = metrics[0]
     forest = [(f"{g['attribute']}: {g['grp']}", g["value"], g["ci_low"], g["ci_high"]) for g in groups
-              if (g["metric"], g["averaging"]) == m0 and not g["too_small"] and g["value"] is not None]
+              if (g["metric"], g["averaging"]) == m0 and not g["too_small"] and g["value"] is not None
+              and g["attribute"] != "overall"]
     sub.figures.append(forest_svg(forest, overall.get(m0), m0[0]))
     gaps = _rows(con, "SELECT * FROM ml.subgroup_gaps WHERE run_id = ? ORDER BY metric, gap DESC", [rid])
+    data["gaps"] = [{"metric": g["metric"], "attribute": g["attribute"], "group_high": g["group_high"],
+                     "group_low": g["group_low"], **_obj(g["gap"], g["ci_low"], g["ci_high"]),
+                     "detected": g["detected"], "largest": g["largest"]} for g in gaps]
     if gaps:
         sub.paragraphs.append(
-            "Largest gap per attribute: the largest difference between two of its groups (not too small, not "
+            "Largest gap per attribute: the largest difference between two of its groups (figures shown, not "
             "'unknown') with an interval simultaneous over every pair of groups and the metrics (97.5% level, "
             "bootstrap max-t). Detected = the interval excludes 0.")
         sub.tables.append((["metric", "attribute", "groups (high − low)", "gap [simultaneous CI]", "detected",
@@ -314,62 +425,161 @@ def _trust_sections(con: duckdb.DuckDBPyConnection, run: dict, task) -> list[Sec
                            [[g["metric"], g["attribute"], f"{g['group_high']} − {g['group_low']}",
                              _ci(g["gap"], g["ci_low"], g["ci_high"]), "yes" if g["detected"] else "no",
                              "yes" if g["largest"] else ""] for g in gaps]))
+    return sub
+
+
+CAL_SHOWN = ("citl", "slope", "brier", "ece")
+
+
+def _calibration_section(con: duckdb.DuckDBPyConnection, rid: str, data: dict, figures: sm.Figures) -> Section:
+    cal = Section("calibration", "Calibration")
     calib = _rows(con, "SELECT * FROM ml.calibration WHERE run_id = ? ORDER BY method, metric", [rid])
-    if calib:
-        methods = list(dict.fromkeys(c["method"] for c in calib))
-        names = list(dict.fromkeys(c["metric"] for c in calib))
-        cell = {(c["method"], c["metric"]): c for c in calib}
-        cal.paragraphs.append(
-            "Before ('none') and after post-hoc recalibration fitted on the validation predictions only, applied "
-            "to test. citl: observed minus expected rate (0 = calibrated); slope: logistic calibration slope "
-            "(1 = calibrated, < 1 too extreme); 95% patient-bootstrap intervals; the ECE without one.")
-        cal.tables.append((["method", *names, "fitted on"],
-                           [[m, *[_ci(cell[(m, n)]["value"], cell[(m, n)]["ci_low"], cell[(m, n)]["ci_high"])
-                                  if (m, n) in cell else "–" for n in names],
-                             f"{cell[(m, names[0])]['n_fit']} validation samples" if cell.get((m, names[0]), {}).get(
-                                 "n_fit") else "–"] for m in methods]))
-        rel = _rows(con, "SELECT * FROM ml.reliability WHERE run_id = ? ORDER BY method, bin", [rid])
-        series = []
-        for m in methods:
-            pts = [r for r in rel if r["method"] == m]
-            if pts:
-                band = m == "none" or m == methods[-1]
-                series.append((m, [r["mean_pred"] for r in pts], [r["observed"] for r in pts],
-                               [r["ci_low"] for r in pts] if band else None,
-                               [r["ci_high"] for r in pts] if band else None, COLOURS.get(m, "#333")))
-        cal.figures.append(lines_svg(series, "mean predicted probability", "observed rate", diagonal=True))
-    else:
+    recal = _rows(con, "SELECT * FROM ml.recalibration WHERE run_id = ? ORDER BY method", [rid]) \
+        if _table_exists(con, "ml.recalibration") else []
+    status = {r["method"]: r for r in recal}
+    data["recalibration"] = [{"method": r["method"], "status": r["status"], "reason": r["reason"],
+                              "validation_samples": r["n_fit"], "validation_events": r["n_events"],
+                              "oof_logloss_original": r["oof_logloss_original"],
+                              "oof_logloss_mapped": r["oof_logloss_mapped"], "distinct_risks": r["distinct_risks"]}
+                             for r in recal]
+    figures.recalibration = [(r["method"], r["status"], r["reason"]) for r in recal]
+    if not calib:
         cal.paragraphs.append("No calibration figures (predictions stored truncated, or no validation predictions).")
+        data["calibration"] = []
+        return cal
+    cell = {(c["method"], c["metric"]): c for c in calib}
+    for name in ("citl", "slope"):
+        c = cell.get(("none", name))
+        if c is not None and c["value"] is not None:
+            setattr(figures, name, (c["value"], c["ci_low"], c["ci_high"]))
+    methods = list(dict.fromkeys(["none", *(c["method"] for c in calib), *status]))
+    data["calibration"] = [{"method": m, **{n: _obj(cell[(m, n)]["value"], cell[(m, n)]["ci_low"],
+                                                     cell[(m, n)]["ci_high"]) for n in CAL_SHOWN if (m, n) in cell}}
+                           for m in methods if any((m, n) in cell for n in CAL_SHOWN)]
+    cal.paragraphs.append(
+        "Before ('none') and after post-hoc recalibration fitted on the validation predictions only, applied "
+        "to test. citl: observed minus expected rate (0 = calibrated); slope: logistic calibration slope "
+        "(1 = calibrated, < 1 too extreme); 95% patient-bootstrap intervals; the ECE without one. A map is "
+        "recommended only when it lowers the out-of-fold validation log-loss (5 folds of validation patients); "
+        "a Platt map with slope <= 0 is refused (it would reverse the ranking); a map is fitted only with at least "
+        "20 validation events (medtx/evaluation/floors.py). A monotone map leaves the ranking as it is: the "
+        "discrimination is the headline AUROC, whatever a map's ties do to it.")
+    best = [m for m, r in status.items() if r["status"] == "recommended"]
+    if status:
+        cal.paragraphs.append(f"Recommendation: recalibrate with {best[0]}." if best
+                              else "Recommendation: keep the original probabilities.")
+    rows = []
+    for m in methods:
+        st = status.get(m)
+        note = "original probabilities" if m == "none" else (st["status"] + ": " + st["reason"] if st else "–")
+        if st is not None and st["distinct_risks"] is not None and m == "isotonic":
+            note += f"; {st['distinct_risks']} distinct test risks after the map"
+        rows.append([m, *[_ci(cell[(m, n)]["value"], cell[(m, n)]["ci_low"], cell[(m, n)]["ci_high"])
+                          if (m, n) in cell else "–" for n in CAL_SHOWN],
+                     f"{cell[(m, 'citl')]['n_fit']} validation samples" if cell.get((m, "citl"), {}).get("n_fit")
+                     else "–", note])
+    cal.tables.append((["method", *CAL_SHOWN, "fitted on", "status"], rows))
+    med, worst = cell.get(("none", "ece_label_median")), cell.get(("none", "ece_label_max"))
+    if worst is not None and ("none", "ece") in cell:
+        info = json.loads(worst["params"] or "{}")
+        cal.paragraphs.append(
+            f"Multi-label: pooled ECE {_f(cell[('none', 'ece')]['value'])} over all (sample, label) cells; per "
+            f"label (the {info.get('labels', '?')} labels with a test event) median {_f(med['value'])}, worst "
+            f"{_f(worst['value'])} (label {info.get('label', '?')}, {info.get('events', '?')} events). A small "
+            "pooled ECE can hide badly calibrated labels.")
+        data["per_label_ece"] = {"pooled": cell[("none", "ece")]["value"], "median": med["value"],
+                                 "max": worst["value"], "worst_label": info.get("label")}
+    rel = _rows(con, "SELECT * FROM ml.reliability WHERE run_id = ? ORDER BY method, bin", [rid])
+    shown = [m for m in methods if any(r["method"] == m for r in rel)]
+    series = []
+    for m in shown:
+        pts = [r for r in rel if r["method"] == m]
+        band = m == "none" or m == shown[-1]
+        series.append((m, [r["mean_pred"] for r in pts], [r["observed"] for r in pts],
+                       [r["ci_low"] for r in pts] if band else None,
+                       [r["ci_high"] for r in pts] if band else None, COLOURS.get(m, "#333")))
+    cal.figures.append(lines_svg(series, "mean predicted probability", "observed rate", diagonal=True))
+    return cal
+
+
+def _operating_section(con: duckdb.DuckDBPyConnection, run: dict, data: dict, figures: sm.Figures) -> Section:
+    rid = run["run_id"]
+    ops = Section("operating-points", "Operating points")
     points = _rows(con, "SELECT * FROM ml.operating_points WHERE run_id = ? AND target <> 'grid' "
                         "ORDER BY threshold DESC, metric", [rid])
-    if points:
-        targets = list(dict.fromkeys(p["target"] for p in points))
-        cell = {(p["target"], p["metric"]): p for p in points}
-        figs = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
+    targets = _rows(con, "SELECT * FROM ml.operating_targets WHERE run_id = ?", [rid]) \
+        if _table_exists(con, "ml.operating_targets") else []
+    cell = {(p["target"], p["metric"]): p for p in points}
+    names = list(dict.fromkeys([*(p["target"] for p in points), *(t["target"] for t in targets)]))
+    status = {t["target"]: t for t in targets}
+    prevalence = con.execute("SELECT avg(CAST(y_true AS DOUBLE)) FROM ml.predictions WHERE run_id = ?",
+                             [rid]).fetchall()[0][0]
+    figures.prevalence = prevalence
+    twin, rows = [], []
+    for t in names:
+        st = status.get(t)
+        if (t, "ppv") not in cell:
+            reason = st["reason"] if st else "unreachable"
+            rows.append([t, reason, "–", str(st["val_alerts"]) if st else "–", *["–"] * len(FIGS)])
+            twin.append({"target": t, "status": "unreachable", "reason": reason, "threshold": None,
+                         "validation": None, "test": None})
+            figures.operating.append((t, "unreachable", reason, None, None, None))
+            continue
+        threshold = cell[(t, "ppv")]["threshold"]
+        digits = {f: 1 if f in ("alerts_per_100", "nne") else 3 for f in FIGS}
+        rows.append([t, "chosen on validation", f"{threshold:.4f}", str(st["val_alerts"]) if st else "–",
+                     *[f"{_f(cell[(t, f)]['val_value'], digits[f])} / "
+                       + _ci(cell[(t, f)]["value"], cell[(t, f)]["ci_low"], cell[(t, f)]["ci_high"], digits[f])
+                       for f in FIGS]])
+        twin.append({"target": t, "status": "chosen", "reason": "", "threshold": threshold,
+                     "validation_alerts": st["val_alerts"] if st else None,
+                     "validation": {f: cell[(t, f)]["val_value"] for f in FIGS},
+                     "test": {f: _obj(cell[(t, f)]["value"], cell[(t, f)]["ci_low"], cell[(t, f)]["ci_high"])
+                              for f in FIGS}})
+        p = cell[(t, "ppv")]
+        figures.operating.append((t, "chosen", "", p["value"], p["ci_low"], p["ci_high"]))
+    data["operating_points"] = twin
+    data["prevalence"] = prevalence
+    if rows:
         ops.paragraphs.append(
-            "Each threshold is chosen on validation for its target, then applied to test; 95% patient-bootstrap "
-            "intervals. alerts_per_100 = alerts per 100 admissions; nne = number needed to evaluate (alerts per "
-            "true positive).")
-        ops.tables.append((["target", "threshold", *figs],
-                           [[t, f"{cell[(t, 'ppv')]['threshold']:.4f}",
-                             *[_ci(cell[(t, f)]["value"], cell[(t, f)]["ci_low"], cell[(t, f)]["ci_high"],
-                                   1 if f in ("alerts_per_100", "nne") else 3) for f in figs]] for t in targets]))
-        curve = _rows(con, "SELECT * FROM ml.decision_curve WHERE run_id = ? AND threshold <= 0.5 ORDER BY threshold",
-                      [rid])
-        if curve:
-            ts = [c["threshold"] for c in curve]
-            ops.paragraphs.append("Decision curve: net benefit of acting on the model at each threshold probability "
-                                  "against treating everyone and no one.")
-            ops.figures.append(lines_svg(
-                [("model", ts, [c["net_benefit"] or 0.0 for c in curve], [c["ci_low"] or 0.0 for c in curve],
-                  [c["ci_high"] or 0.0 for c in curve], COLOURS["model"]),
-                 ("treat all", ts, [max(c["treat_all"], -0.05) for c in curve], None, None, COLOURS["treat all"]),
-                 ("treat none", ts, [0.0] * len(ts), None, None, COLOURS["treat none"])],
-                "threshold probability", "net benefit"))
+            "Each threshold is chosen on validation for its target (at least "
+            f"{MIN_VAL_ALERTS} validation alerts, else the target is unreachable and says why), then applied to "
+            "test. Each cell: validation value / test value [95% patient-bootstrap interval]. alerts_per_100 = "
+            "alerts per 100 admissions; nne = number needed to evaluate (alerts per true positive)."
+            + (f" Test prevalence {prevalence:.3f}: a PPV at or below it is no better than chance."
+               if prevalence is not None else ""))
+        ops.tables.append((["target", "status", "threshold", "validation alerts", *FIGS], rows))
     else:
         ops.paragraphs.append("No operating points: they are computed for binary tasks with stored validation "
                               "predictions.")
-    return [sub, cal, ops]
+    curve = _rows(con, "SELECT * FROM ml.decision_curve WHERE run_id = ? ORDER BY threshold", [rid])
+    figures.decision = [(c["threshold"], c["net_benefit"], c["ci_low"], c["ci_high"], c["treat_all"]) for c in curve]
+    shown = [c for c in curve if c["threshold"] <= 0.5]
+    if shown and rows:
+        ts = [c["threshold"] for c in shown]
+        ops.paragraphs.append("Decision curve: net benefit of acting on the model at each threshold probability "
+                              "against treating everyone and no one.")
+        ops.figures.append(lines_svg(
+            [("model", ts, [c["net_benefit"] or 0.0 for c in shown], [c["ci_low"] or 0.0 for c in shown],
+              [c["ci_high"] or 0.0 for c in shown], COLOURS["model"]),
+             ("treat all", ts, [max(c["treat_all"], -0.05) for c in shown], None, None, COLOURS["treat all"]),
+             ("treat none", ts, [0.0] * len(ts), None, None, COLOURS["treat none"])],
+            "threshold probability", "net benefit"))
+    return ops
+
+
+def _trust_sections(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figures: sm.Figures
+                    ) -> list[Section]:
+    rid = run["run_id"]
+    groups = _rows(con, "SELECT * FROM ml.subgroups WHERE run_id = ? ORDER BY attribute, metric, grp", [rid])
+    data.update(subgroups=[], gaps=[], calibration=[], recalibration=[], operating_points=[])
+    if not groups:
+        note = ("No subgroup, calibration or operating-point figures: they are computed for binary and "
+                "multi-label EHR runs with stored test predictions.")
+        return [Section("subgroups", "Subgroups", [note]), Section("calibration", "Calibration", [note]),
+                Section("operating-points", "Operating points", [note])]
+    return [_subgroup_section(con, rid, task, groups, data, figures), _calibration_section(con, rid, data, figures),
+            _operating_section(con, run, data, figures)]
 
 
 def _flags(run: dict) -> Section:
@@ -403,7 +613,8 @@ def _limitations(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
     small = con.execute("SELECT count(DISTINCT attribute || grp) FROM ml.subgroups WHERE run_id = ? AND too_small",
                         [run["run_id"]]).fetchall()[0][0]
     if small:
-        items.append(f"{small} subgroup(s) have fewer than {iv.MIN_UNITS} test patients and show no figure.")
+        items.append(f"{small} subgroup(s) fall below the floors (fewer than {iv.MIN_UNITS} test patients, 10 events "
+                     "or 10 non-events) and show no figure.")
     items += ["One training seed: a claim that one model beats another needs >= 3 seeds that agree.",
               "Subgroups are read from the warehouse's demographics (raw.patients/raw.admissions) as recorded; "
               "'unknown' collects missing and undeclared values.",
@@ -416,3 +627,8 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
     """(HTML, Markdown) of the run's card."""
     card = build_card(con, run_id)
     return card.html(), card.markdown()
+
+
+def render_json(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The card's JSON twin."""
+    return build_card(con, run_id).json()

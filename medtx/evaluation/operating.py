@@ -9,6 +9,9 @@ predictions only (ml.val_predictions):
 - `ppv_0.50`: the lowest threshold whose validation PPV is >= 0.50 (the most positives caught while at least
   every second alert is a true one); unreachable on validation: no row;
 - `top_10pct`: the validation 90th percentile of risk (the top 10% of validation admissions flagged).
+Every target needs at least `floors.MIN_VAL_ALERTS` (10) validation alerts at its threshold (a PPV of 2 alerts is
+an anecdote); a target no threshold reaches under that floor is `unreachable`, stored as a row that says why
+(ml.operating_targets), never silently dropped.
 On test, per threshold: sensitivity, specificity, ppv, npv, `alerts_per_100` (alerts per 100 admissions; a sample
 is an admission) and `nne` (number needed to evaluate = alerts per true positive = 1 / PPV). Each is a ratio of
 per-patient sums, so a resample is a matrix product (`counts @ table`); the interval is the percentile interval.
@@ -20,6 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
+from medtx.evaluation.floors import MIN_VAL_ALERTS
 from medtx.metrics import intervals as iv
 
 TARGETS = (("sensitivity_0.80", "sensitivity", 0.80), ("sensitivity_0.90", "sensitivity", 0.90),
@@ -28,11 +34,56 @@ FIGURES = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
 GRID = np.round(np.arange(1, 100) / 100, 2)  # the dashboard's threshold control and the decision curve
 
 
-def choose_threshold(y_val: np.ndarray, p_val: np.ndarray, kind: str, target: float) -> float | None:
-    """The validation threshold for one target (None when no threshold reaches it)."""
+@dataclass(frozen=True)
+class TargetChoice:
+    target: str
+    threshold: float | None  # None: unreachable
+    reason: str  # why unreachable ('' when chosen)
+    val_alerts: int  # validation alerts at the threshold (0 when unreachable)
+    val_events: int
+    val_samples: int
+
+    @property
+    def status(self) -> str:
+        return "chosen" if self.threshold is not None else "unreachable"
+
+
+def choose_targets(y_val: np.ndarray, p_val: np.ndarray, min_alerts: int = MIN_VAL_ALERTS) -> list[TargetChoice]:
+    """Every named target, chosen on validation, or unreachable with its reason."""
+    y, p = np.asarray(y_val, dtype=bool), np.asarray(p_val, dtype=np.float64)
+    out = []
+    for name, kind, goal in TARGETS:
+        t = choose_threshold(y, p, kind, goal, min_alerts)
+        alerts = int((p >= t).sum()) if t is not None else 0
+        reason = "" if t is not None else _unreachable(y, p, kind, goal, min_alerts)
+        out.append(TargetChoice(name, t, reason, alerts, int(y.sum()), len(y)))
+    return out
+
+
+def _unreachable(y: np.ndarray, p: np.ndarray, kind: str, goal: float, min_alerts: int) -> str:
+    if len(y) < min_alerts:
+        return f"unreachable: {len(y)} validation samples, fewer than the {min_alerts} alerts a threshold needs"
+    if kind == "sensitivity" and not y.any():
+        return "unreachable: no validation events"
+    if kind == "ppv" and choose_threshold(y, p, kind, goal, 0) is not None:
+        return f"unreachable: PPV {goal:.2f} is reached on validation only with fewer than {min_alerts} alerts"
+    if kind == "ppv":
+        return f"unreachable: no validation threshold reaches PPV {goal:.2f}"
+    if kind == "top":
+        return (f"unreachable: the top {goal:.0%} of validation is fewer than {min_alerts} alerts "
+                f"({int((p >= np.quantile(p, 1.0 - goal)).sum())})")
+    return f"unreachable on validation with at least {min_alerts} alerts"
+
+
+def choose_threshold(y_val: np.ndarray, p_val: np.ndarray, kind: str, target: float,
+                     min_alerts: int = MIN_VAL_ALERTS) -> float | None:
+    """The validation threshold for one target (None when no threshold reaches it with >= `min_alerts` alerts)."""
     y, p = np.asarray(y_val, dtype=bool), np.asarray(p_val, dtype=np.float64)
     if kind == "top":
-        return float(np.quantile(p, 1.0 - target))
+        if not len(p):
+            return None
+        t = float(np.quantile(p, 1.0 - target))
+        return t if (p >= t).sum() >= max(min_alerts, 1) else None
     cand = np.unique(p)[::-1]  # descending: flagged = p >= cand[i]
     order = np.argsort(-p, kind="stable")
     ps, ys = p[order], y[order]
@@ -43,11 +94,11 @@ def choose_threshold(y_val: np.ndarray, p_val: np.ndarray, kind: str, target: fl
     if kind == "sensitivity":
         if y.sum() == 0:
             return None
-        ok = np.flatnonzero(tp / y.sum() >= target)
+        ok = np.flatnonzero((tp / y.sum() >= target) & (alerts >= min_alerts))
         return float(cand[ok[0]]) if ok.size else None  # highest threshold reaching it
     if kind == "ppv":
         ppv = np.where(alerts > 0, tp / np.maximum(alerts, 1), 0.0)
-        ok = np.flatnonzero(ppv >= target)
+        ok = np.flatnonzero((ppv >= target) & (alerts >= max(min_alerts, 1)))
         return float(cand[ok[-1]]) if ok.size else None  # lowest threshold keeping it
     raise ValueError(f"unknown operating-point kind {kind!r}")
 
@@ -96,10 +147,9 @@ def threshold_figures(y: np.ndarray, p: np.ndarray, thresholds: np.ndarray, inve
 
 def operating_points(y_val: np.ndarray, p_val: np.ndarray, y: np.ndarray, p: np.ndarray, inverse: np.ndarray,
                      counts: np.ndarray) -> list[tuple]:
-    """(target, threshold, metric, value, ci_low, ci_high, val_value) rows: the named targets (thresholds from
-    validation) and the threshold grid (target 'grid')."""
-    chosen = [(name, choose_threshold(y_val, p_val, kind, t)) for name, kind, t in TARGETS]
-    chosen = [(name, t) for name, t in chosen if t is not None]
+    """(target, threshold, metric, value, ci_low, ci_high, val_value) rows: the named targets reachable on
+    validation (`choose_targets`) and the threshold grid (target 'grid')."""
+    chosen = [(c.target, c.threshold) for c in choose_targets(y_val, p_val) if c.threshold is not None]
     thresholds = np.array([t for _, t in chosen] + GRID.tolist())
     test = threshold_figures(y, p, thresholds, inverse, counts)
     val_units = np.arange(len(np.asarray(y_val)))

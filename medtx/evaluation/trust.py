@@ -1,5 +1,7 @@
 """Would a clinician trust it? Subgroups, calibration and operating points of one recorded run -> ml.subgroups,
-ml.subgroup_gaps, ml.calibration, ml.reliability, ml.operating_points, ml.decision_curve (migration 0018).
+ml.subgroup_gaps, ml.calibration, ml.reliability, ml.operating_points, ml.decision_curve (migration 0018),
+ml.recalibration and ml.operating_targets (migration 0019: what each map and target was decided, and why).
+Every figure obeys the floors of medtx.evaluation.floors.
 
 When: right after a run's intervals and comparisons (`medtx.evaluation.analysis.analyse_run`, called by
 records.finish_run), for every binary and multi-label EHR run; other runs get none. Everything is recomputed
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -26,7 +28,9 @@ import numpy as np
 from medtx.evaluation import calibration as cal
 from medtx.evaluation import operating as op
 from medtx.evaluation.groups import sample_groups
-from medtx.evaluation.subgroups import CITL, GAP_METHOD, gap_metrics, largest_gaps, subgroup_results
+from medtx.evaluation.groups import ATTRIBUTES
+from medtx.evaluation.subgroups import (CITL, GAP_METHOD, OVERALL, OVERALL_GROUP, gap_metrics, largest_gaps,
+                                        subgroup_results)
 from medtx.evaluation.uncertainty import RunData, load_run_data
 from medtx.metrics import intervals as iv
 from medtx.store.db import quote_table, transaction
@@ -35,7 +39,7 @@ from medtx.tasks import Task, find_task
 log = logging.getLogger("medtx.evaluation.trust")
 
 TABLES = ("ml.subgroups", "ml.subgroup_gaps", "ml.calibration", "ml.reliability", "ml.operating_points",
-          "ml.decision_curve")
+          "ml.decision_curve", "ml.recalibration", "ml.operating_targets")
 KINDS = ("binary", "multilabel")
 # The ranking metric recomputed after each recalibration map (a monotone map leaves it; isotonic ties may not).
 RANKING_AFTER = {"binary": ("auroc", "none"), "multilabel": ("pr_auc_samples", "visit")}
@@ -63,6 +67,8 @@ class TrustResult:
     decision: list[tuple]
     reference_run_id: str | None
     seconds: float = 0.0
+    recalibration: list[tuple] = field(default_factory=list)  # ml.recalibration rows less run_id
+    targets: list = field(default_factory=list)  # operating.TargetChoice per named target
 
 
 def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | None]:
@@ -70,6 +76,14 @@ def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | N
     if not found:
         raise ValueError(f"trust: no ml.runs row for run {run_id!r}")
     return found[0]
+
+
+def load_val_units(con: duckdb.DuckDBPyConnection, run_id: str) -> np.ndarray:
+    """The patient of each validation sample, in `load_val_arrays`' sample order (the out-of-fold folds of
+    recalibration split patients); the sample itself where no patient is stored."""
+    rows = dict(con.execute("SELECT sample_id, any_value(coalesce(CAST(subject_id AS VARCHAR), 's:' || sample_id)) "
+                            "FROM ml.val_predictions WHERE run_id = ? GROUP BY sample_id", [run_id]).fetchall())
+    return np.array([rows[s] for s in np.unique(np.array(list(rows), dtype=object))], dtype=object)
 
 
 def load_val_arrays(con: duckdb.DuckDBPyConnection, run_id: str, labels: list[str] | None
@@ -119,10 +133,11 @@ def _subgroups(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None, 
                counts: np.ndarray, inverse: np.ndarray) -> tuple[list, dict, str | None]:
     """(per-group rows, the groups' resampled values the gaps read, the reference run id) of one run."""
     hadm = np.array([int(s) for s in data.sample_ids], dtype=np.int64)
-    groups = sample_groups(con, dataset, hadm)
+    groups = {OVERALL: np.full(len(hadm), OVERALL_GROUP, dtype=object), **sample_groups(con, dataset, hadm)}
     ref_id, ref = _aligned_reference(con, task, dataset, run_id, data)
     data.stats(inverse, counts.shape[1])  # per-visit rows computed once; group subsets reuse them
-    group_rows, boot = subgroup_results(data, ref, groups, subgroup_metrics(task), counts, inverse)
+    group_rows, boot = subgroup_results(data, ref, groups, subgroup_metrics(task), counts, inverse,
+                                        attributes=(OVERALL, *ATTRIBUTES))
     return group_rows, boot, ref_id
 
 
@@ -151,6 +166,8 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
     reliability_rows: list[tuple] = []
     operating_rows: list[tuple] = []
     decision_rows: list[tuple] = []
+    recal_rows: list[tuple] = []
+    targets: list = []
     val = load_val_arrays(con, run_id, None if binary else _test_labels(con, run_id))
     if data.truncated:
         log.info("trust: run %s stored truncated predictions; no calibration figures", run_id)
@@ -159,10 +176,17 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
         if val is None:
             log.warning("trust: run %s stored no validation predictions; no recalibration or operating points", run_id)
         else:
-            fitted, skipped = cal.fit_recalibrators(task.kind, *val)
-            for method, why in skipped.items():
-                log.info("trust: run %s: no %s recalibration: %s", run_id, method, why)
-            variants += [(r.method, r.apply(p), json.dumps(r.params), r.n_fit) for r in fitted]
+            units = load_val_units(con, run_id)
+            units = units if len(units) == len(val[0]) else None  # folds of samples, should they ever disagree
+            for d in cal.recalibration_decisions(task.kind, *val, units=units):
+                q = d.fitted.apply(p) if d.fitted is not None else None
+                distinct = int(np.unique(q).size) if q is not None else None
+                recal_rows.append((d.method, d.status, d.reason, d.n_fit, d.n_events, d.oof_original, d.oof_mapped,
+                                   distinct))
+                if q is None:
+                    log.info("trust: run %s: no %s recalibration: %s", run_id, d.method, d.reason)
+                else:
+                    variants.append((d.method, q, json.dumps(d.fitted.params), d.fitted.n_fit))
         rank_metric = RANKING_AFTER[task.kind]
         for method, q, params, n_fit in variants:
             figures = cal.calibration_figures(y, q, inverse, counts)
@@ -175,11 +199,31 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
             for metric, (value, lo, hi, method_ci) in figures.items():
                 calibration_rows.append((method, metric, value, lo, hi, method_ci, params, n_fit))
             reliability_rows += [(method, *row) for row in cal.reliability(y, q, inverse, counts)]
+        if not binary:  # a pooled ECE can hide badly calibrated labels: each label's ECE beside it
+            calibration_rows += per_label_ece(y, p, inverse, n_units, _test_labels(con, run_id))
         if binary and val is not None:
+            targets = op.choose_targets(*val)
             operating_rows = op.operating_points(val[0], val[1], y, p, inverse, counts)
             decision_rows = op.decision_curve(y, p, inverse, counts)
     return TrustResult(group_rows, gaps, calibration_rows, reliability_rows, operating_rows, decision_rows, ref_id,
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, recal_rows, targets)
+
+
+def per_label_ece(y: np.ndarray, p: np.ndarray, inverse: np.ndarray, n_units: int, labels: list[str]) -> list[tuple]:
+    """ml.calibration rows (method 'none') of the per-label test ECE of a multi-label run: `ece_label_median`
+    and `ece_label_max` (params: the worst label, its events, the labels counted), over labels with a test event."""
+    values = []
+    for j in range(p.shape[1]):
+        if y[:, j].any():
+            values.append((iv.point(iv.ece_stat(y[:, j], p[:, j], inverse, n_units), n_units), j, int(y[:, j].sum())))
+    if not values:
+        return []
+    worst = max(values)
+    method_ci = iv.CI_METHOD + iv.WITHHELD
+    return [("none", "ece_label_median", float(np.median([v for v, *_ in values])), None, None, method_ci, None, None),
+            ("none", "ece_label_max", float(worst[0]), None, None, method_ci,
+             json.dumps({"label": labels[worst[1]] if worst[1] < len(labels) else str(worst[1]),
+                        "events": worst[2], "labels": len(values)}), None)]
 
 
 def _num(value: float | None) -> float | None:
@@ -189,10 +233,11 @@ def _num(value: float | None) -> float | None:
 def _insert_groups(con: duckdb.DuckDBPyConnection, run_id: str, groups: list, ref: str | None, n_boot: int) -> None:
     if groups:
         con.executemany(
-            "INSERT INTO ml.subgroups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO ml.subgroups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(run_id, g.attribute, g.group, g.metric, g.averaging, g.n_patients, g.n_samples, g.n_positives,
               g.too_small, _num(g.value), _num(g.ci_low), _num(g.ci_high), ref if ref != run_id else None,
-              _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot) for g in groups])
+              _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot, g.withheld, _num(g.p_value),
+              g.verdict_adjusted) for g in groups])
 
 
 def refresh_verdicts(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> bool:
@@ -239,6 +284,14 @@ def write_trust(con: duckdb.DuckDBPyConnection, run_id: str, result: TrustResult
             con.executemany("INSERT INTO ml.operating_points VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             [(run_id, t, th, m, _num(v), _num(lo), _num(hi), _num(vv))
                              for t, th, m, v, lo, hi, vv in result.operating])
+        if result.recalibration:
+            con.executemany("INSERT INTO ml.recalibration VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(run_id, m, st, why, n, ev, _num(o), _num(mp), d)
+                             for m, st, why, n, ev, o, mp, d in result.recalibration])
+        if result.targets:
+            con.executemany("INSERT INTO ml.operating_targets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(run_id, c.target, c.status, c.reason, c.threshold, c.val_alerts, c.val_events,
+                              c.val_samples) for c in result.targets])
         if result.decision:
             con.executemany("INSERT INTO ml.decision_curve VALUES (?, ?, ?, ?, ?, ?)",
                             [(run_id, t, _num(nb), _num(lo), _num(hi), _num(ta)) for t, nb, lo, hi, ta in result.decision])

@@ -12,17 +12,24 @@ What it does, in order, for one pipeline run (`execute`):
 - publishes the snapshot after the data stages and, during training, at most every PUBLISH_EVERY_S seconds, so
   the dashboard shows data as it lands; writes the run's end state.
 
-How a step actually runs is the backend's business: `flows/pipeline.py` adapts Prefect (cached task runs, a
-thread pool or Dask); `LocalBackend` below runs the library's step functions in a thread pool, which the tests
-use to exercise the scheduler without Prefect.
+The cache is the executor's, so every backend caches alike: a step whose input key (its parameters, the fingerprints
+of the tables and files it reads, the source of the code it runs: medtx.pipeline.runs.input_key) matches its last
+successful run, and whose output rows are unchanged since, is `cached` without being handed to the backend (a
+training's package is not even exported); `refresh` names steps to recompute anyway.
+
+How a step actually runs is the backend's business: `flows/pipeline.py` adapts Prefect (task runs on a thread
+pool or Dask); `LocalBackend` below runs the library's step functions in a thread pool, which the tests use to
+exercise the scheduler without Prefect.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -35,8 +42,9 @@ from medtx.pipeline.exchange import export_training_package, package_key, record
 from medtx.training.integrity import PackageDamaged
 from medtx.pipeline.plan import Plan, Step
 from medtx.publish.snapshot import publish_snapshot
+from medtx.runtime.train_processes import active_pool
 from medtx.settings import Settings
-from medtx.store.db import open_warehouse
+from medtx.store.db import MEMORY_LIMIT_ENV, open_warehouse
 
 log = logging.getLogger("medtx.pipeline")
 
@@ -63,10 +71,58 @@ class Handle(Protocol):
 
 class Backend(Protocol):
     """Runs steps. `parameters` are the step function's keyword arguments (medtx.pipeline.steps; all plain,
-    serialisable values); `refresh` asks to recompute even when a cache holds the step's result."""
+    serialisable values). A backend never decides whether a step may be reused: the executor does."""
 
-    def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> Handle: ...
+    def submit(self, step: Step, parameters: dict[str, Any]) -> Handle: ...
     def first_done(self, handles: Sequence[Handle]) -> int: ...  # index of the first of `handles` to finish
+
+
+@dataclass
+class Reused:
+    """A step the executor reuses from an earlier run (never handed to the backend)."""
+
+    value: dict
+
+    def wait(self) -> None:
+        pass
+
+    def state(self) -> State:
+        return "cached"
+
+    def result(self) -> dict | None:
+        return self.value
+
+    def error(self) -> str:
+        return ""
+
+
+# torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
+# torch._disable_dynamo), about 1 s; imported by the pool's workers it overlaps the data stages instead.
+TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
+
+
+@contextmanager
+def duckdb_memory_limit(limit: str) -> Iterator[None]:
+    """The config's `runner.duckdb_memory_limit` for every connection the run opens, in this process and in the
+    processes it starts (they inherit the environment); MEDTX_DUCKDB_MEMORY_LIMIT, when set, wins; "auto" sets
+    nothing (medtx.store.db sizes it)."""
+    if MEMORY_LIMIT_ENV in os.environ or limit == "auto":
+        yield
+        return
+    os.environ[MEMORY_LIMIT_ENV] = limit
+    try:
+        yield
+    finally:
+        os.environ.pop(MEMORY_LIMIT_ENV, None)
+
+
+@contextmanager
+def run_resources(memory_limit: str, pool_width: int) -> Iterator[None]:
+    """What a pipeline run holds while it runs, whatever the backend: the DuckDB memory limit and, for several
+    trainings at once in this process, a pool of training processes (medtx.runtime.train_processes: each
+    training its own torch generator) whose workers start and import the trainers while the data stages run."""
+    with duckdb_memory_limit(memory_limit), active_pool(pool_width, preload=TRAINING_MODULES):
+        yield
 
 
 def paths_of(settings: Settings) -> dict[str, str]:
@@ -136,19 +192,28 @@ class Executor:
         return [n for n in step.needs if n in self.outcomes and self.outcomes[n].state in ("failed", "skipped")]
 
     def submit(self, step: Step, prints: dict[str, str], key: str) -> Handle:
-        refresh = step.name in self.refresh or not runs.cache_still_valid(self.db, step, key)
         progress.mark_started(self.db, self.run_id, step.name)
         self._notify("started", step)
+        scope = None if step.name in self.refresh else runs.cached_scope(self.db, step, key)
+        if scope is not None:
+            return Reused(runs.cached_result(step, scope))
         if step.kind != "train":
             args = dict(name=step.name, spec=step.spec(), paths=paths_of(self.settings), fingerprints=prints)
-            return self.backend.submit(step, args, refresh)
+            return self.backend.submit(step, args)
         exchange = Path(self.settings.exchange_dir)
         package = export_training_package(self.db, step.reads, step.scope, exchange,
                                           package_key(step.reads, step.scope, prints))
         args = dict(name=step.name, spec=step.spec(), package=str(package), result_dir=str(self.result_dir(step)),
                     fingerprints=prints, pipeline_run_id=self.run_id, device=step.device,
                     torch_threads=self.torch_threads)
-        return self.backend.submit(step, args, refresh)
+        return self.backend.submit(step, args)
+
+    def first_done(self, handles: Sequence[Handle]) -> int:
+        """The index of the first of `handles` to finish: a reused step at once, else the backend's answer."""
+        reused = [i for i, h in enumerate(handles) if isinstance(h, Reused)]
+        if reused:
+            return reused[0]
+        return self.backend.first_done(handles)
 
     def result_dir(self, step: Step) -> Path:
         return Path(self.settings.exchange_dir) / "results" / self.run_id / step.name
@@ -206,7 +271,7 @@ class Executor:
         pending: list[tuple[Step, str, Handle, float]] = []
         for step, prints, key in ready:
             if len(pending) >= width:
-                done = pending.pop(self.backend.first_done([h for _, _, h, _ in pending]))
+                done = pending.pop(self.first_done([h for _, _, h, _ in pending]))
                 ended = time.perf_counter()
                 if training:
                     # The freed slot gets its next training before this process records the finished one
@@ -220,7 +285,7 @@ class Executor:
                 self.collect(*done, ended=ended)
             pending.append((step, key, self.submit(step, prints, key), time.perf_counter()))
         while pending:
-            done = pending.pop(self.backend.first_done([h for _, _, h, _ in pending]))
+            done = pending.pop(self.first_done([h for _, _, h, _ in pending]))
             self.collect(*done, ended=time.perf_counter())
 
     def longest_first(self, ready: list[tuple[Step, dict, str]]) -> list[tuple[Step, dict, str]]:
@@ -268,8 +333,8 @@ class _FutureHandle:
 
 
 class LocalBackend:
-    """Runs each step's library function (medtx.pipeline.steps) in a thread pool: no cache, no Prefect.
-    Training steps may run `width` at once; the executor submits the other steps one at a time."""
+    """Runs each step's library function (medtx.pipeline.steps) in a thread pool, no Prefect (the executor's
+    cache applies as under Prefect). Training steps may run `width` at once; the other steps one at a time."""
 
     def __init__(self, width: int = 1):
         self.pool = ThreadPoolExecutor(max_workers=max(1, width))
@@ -280,7 +345,7 @@ class LocalBackend:
     def __exit__(self, *exc: object) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def submit(self, step: Step, parameters: dict[str, Any], refresh: bool) -> Handle:
+    def submit(self, step: Step, parameters: dict[str, Any]) -> Handle:
         from medtx.pipeline import steps
 
         return _FutureHandle(self.pool.submit(steps.call_step, step.kind, parameters))

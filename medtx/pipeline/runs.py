@@ -109,7 +109,7 @@ def input_fingerprints(db: Path | str, step: Step) -> dict[str, str]:
 
 
 def input_key(step: Step, fingerprints: dict[str, str]) -> str:
-    """One hash of what the Prefect cache key covers (params + fingerprints), for ml.pipeline_steps."""
+    """The step's cache key (params + fingerprints: tables read, source files, code), in ml.pipeline_steps."""
     return text_hash(step.name, json.dumps(step.params, sort_keys=True, default=str),
                      json.dumps(fingerprints, sort_keys=True))
 
@@ -126,8 +126,9 @@ def output_fingerprint(db: Path | str, step: Step, scope: dict[str, Any]) -> str
         return tables_fingerprint(con, step.writes, scope)
 
 
-def cache_still_valid(db: Path | str, step: Step, key: str) -> bool:
-    """True when the latest successful run of `step` with this input key left output that is unchanged."""
+def cached_scope(db: Path | str, step: Step, key: str) -> dict[str, Any] | None:
+    """The output scope of the latest successful run of `step` with this input key when the output it left is
+    unchanged (the step may be reused: the executor's cache), else None."""
     with open_warehouse(db) as con:
         rows = con.execute(
             "SELECT output_scope, output_fingerprint FROM ml.pipeline_steps"
@@ -136,12 +137,23 @@ def cache_still_valid(db: Path | str, step: Step, key: str) -> bool:
             [step.name, key],
         ).fetchall()
         if not rows or rows[0][1] is None:
-            return False
+            return None
         scope = json.loads(rows[0][0]) if rows[0][0] else {}
         current = tables_fingerprint(con, step.writes, scope)
     if current != rows[0][1]:
         log.info("%s: warehouse output changed since it was cached; recomputing", step.name)
-    return current == rows[0][1]
+        return None
+    return scope
+
+
+def cache_still_valid(db: Path | str, step: Step, key: str) -> bool:
+    """True when the latest successful run of `step` with this input key left output that is unchanged."""
+    return cached_scope(db, step, key) is not None
+
+
+def cached_result(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
+    """What a reused step hands on, as its function would have returned it: a training's run ids."""
+    return {"run_ids": list(scope.get("run_id", []))} if step.kind == "train" else {"cached": True}
 
 
 def step_table(db: Path | str, pipeline_run_id: str) -> list[dict[str, Any]]:

@@ -1,9 +1,6 @@
-"""What each pipeline step does: one function per step kind, each a short call into the stage that owns
-the work (ingest, synth, codes, samples, training, text). No Prefect here: flows/pipeline.py wraps each
-function in a cached Prefect task, and tests can call them directly.
-
-Every function takes the step's `spec` (dataset, task, model, params; see `Step.spec`) and `paths` (db,
-cache_dir, data_dir, models_dir as strings), and returns a small JSON-able dict (Prefect persists it).
+"""Running steps: `call_step` (what every backend calls: the step's kind runs it, medtx/pipeline/kinds/),
+`train_here` (`medtx train`: the pipeline's training path in this process), and the in-process `run_train` that
+tests/test_lineage.py uses. No Prefect here: flows/pipeline.py wraps `call_step` in its one Prefect task.
 """
 
 from __future__ import annotations
@@ -21,78 +18,11 @@ Spec = dict[str, Any]
 Paths = dict[str, str]
 
 
-def run_synth(spec: Spec, paths: Paths) -> dict[str, Any]:
-    """Generate a synthetic MIMIC-III-format cohort (CSV files + oracle files) into params.out_dir."""
-    from medtx.synth.generate import generate_mimic3
-
-    p = spec["params"]
-    summary = generate_mimic3(Path(p["out_dir"]), n_patients=p["n_patients"], seed=p["seed"], notes=p["notes"])
-    return {"out_dir": str(summary.out_dir), "rows": summary.rows, "seconds": summary.seconds}
-
-
-def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
-    """Load a dataset's tables into raw.* as one unit (or the synth oracle files, or the MTSamples corpus)."""
-    from medtx.ingest import ShrinkGuard, ingest_mimic3, ingest_mtsamples
-
-    db, cache_dir, p = Path(paths["db"]), Path(paths["cache_dir"]), spec["params"]
-    if p.get("table") == "oracle":
-        from medtx.synth.oracle import load_oracle
-
-        with open_warehouse(db) as con:
-            return {"rows": load_oracle(con, Path(p["source"]), dataset=spec["dataset"])}
-    guard = ShrinkGuard(p.get("allow_shrink", False), p.get("max_shrink", 0.5))
-    policy = p.get("plausibility", "warn")
-    if p.get("table") == "meds":
-        from medtx.meds import ingest_meds
-
-        meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"), guard=guard, command="medtx pipeline",
-                           plausibility=policy)
-        return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
-    if p.get("table") == "mtsamples":
-        results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard, plausibility=policy)]
-    else:
-        results = ingest_mimic3(db, p["source"], spec["dataset"], cache_dir, p["tables"], guard=guard,
-                                plausibility=policy)
-    return {r.table: {"rows_loaded": r.rows_loaded, "rows_rejected": r.rows_rejected, "status": r.status}
-            for r in results}
-
-
-def run_reference(spec: Spec, paths: Paths) -> dict[str, Any]:
-    """(Re)build the ref.* code dictionaries and drug maps from the bundled data."""
-    from medtx.codes.reference import load_reference_tables
-
-    with open_warehouse(paths["db"]) as con:
-        return load_reference_tables(con, Path(paths["data_dir"]))
-
-
-def run_codes(spec: Spec, paths: Paths) -> dict[str, Any]:
-    """Map one dataset's prescriptions NDC -> ATC-3 into core.* (with the coverage report)."""
-    from medtx.codes.mapping import map_prescriptions
-
-    with open_warehouse(paths["db"]) as con:
-        return {"mapped_rows": map_prescriptions(con, spec["dataset"])}
-
-
-def run_samples(spec: Spec, paths: Paths) -> dict[str, Any]:
-    """Build one task's samples, split, vocabularies and summary (for one dataset, or the text corpora).
-
-    `params.options` may set `fractions` (train/val/test, default 70/10/20), `min_count` and `k_folds`.
-    """
-    from medtx.tasks.build import build_samples
-    from medtx.tasks import get_task
-
-    p, task = spec["params"], spec["task"]
-    datasets = [spec["dataset"]] if get_task(task).family == "ehr" else None
-    with open_warehouse(paths["db"]) as con:
-        counts = build_samples(con, Path(paths["data_dir"]), [task], datasets, seed=p["seed"], **p["options"])
-    return {"samples": sum(counts.values())}
-
-
 def run_train(
     spec: Spec, paths: Paths, *, pipeline_run_id: str | None, device: str, torch_threads: int | None = None
 ) -> dict[str, Any]:
     """Train and evaluate one (dataset, task, model, seed) against the warehouse itself (the in-process
-    experiments, no package; the pipeline trains from packages: `run_train_from_package`); returns the run ids it
+    experiments, no package; the pipeline trains from packages: medtx.pipeline.kinds.train.run); returns the run ids it
     wrote to ml.runs.
 
     A failure is recorded in ml.runs (status 'failed', error text) and re-raised, so Prefect marks the task
@@ -125,21 +55,6 @@ def run_train(
     return {"run_ids": [run_id]}
 
 
-def run_train_from_package(
-    spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | None, device: str,
-    torch_threads: int | None = None,
-) -> dict[str, Any]:
-    """Worker side of a training step: train from a training package alone (never the warehouse) and publish a
-    result package at `result_dir`, which the flow records (medtx.pipeline.exchange). Runs anywhere that mounts the
-    exchange folder: the flow's process, a local Dask worker, another machine. Every run, EHR, notes or FAQ, goes
-    through the worker's entry point (`medtx.worker.train_run`, what `python -m medtx.worker` calls: no DuckDB,
-    no polars)."""
-    from medtx import worker
-
-    return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
-                            torch_threads=torch_threads)
-
-
 def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: Path | str, *, device: str,
                torch_threads: int | None = None) -> list[str]:
     """`medtx train`: the pipeline's training path, in this process. Export the step's training package,
@@ -149,14 +64,15 @@ def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: 
 
     from medtx.pipeline import runs
     from medtx.pipeline.exchange import export_training_package, package_key, record_result_package
+    from medtx.pipeline.kinds import train as train_kind
 
     prints = runs.input_fingerprints(db, step)
     package = export_training_package(db, step.reads, step.scope, exchange_dir,
                                       package_key(step.reads, step.scope, prints))
     result_dir = Path(exchange_dir) / "results" / f"cli-{uuid.uuid4().hex[:12]}" / step.name
     try:
-        return run_train_from_package(step.spec(), str(package), str(result_dir), pipeline_run_id=None,
-                                      device=device, torch_threads=torch_threads)["run_ids"]
+        return train_kind.run(step.spec(), str(package), str(result_dir), pipeline_run_id=None, device=device,
+                              torch_threads=torch_threads)["run_ids"]
     finally:
         if (result_dir / "manifest.json").exists():
             record_result_package(db, result_dir, models_dir)
@@ -188,20 +104,16 @@ def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, devi
     log.warning("%s/%s/%s failed before recording a run: %s", spec["task"], spec["dataset"], p["model"], error)
 
 
-RUNNERS = {
-    "synth": run_synth,
-    "ingest": run_ingest,
-    "reference": run_reference,
-    "codes": run_codes,
-    "samples": run_samples,
-}
-
-
 def call_step(kind: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """Run one step from the keyword arguments the executor hands a backend (medtx.pipeline.executor): the data
     steps take (spec, paths), a training step (spec, package, result_dir, pipeline_run_id, device, torch_threads).
     `name` and `fingerprints` are for the backend's cache key and display only."""
+    from medtx.pipeline.kinds import kind_named
+
+    from medtx.runtime.train_processes import call_in_active
+
     p = {k: v for k, v in parameters.items() if k not in ("name", "fingerprints")}
-    if kind == "train":
-        return run_train_from_package(p.pop("spec"), p.pop("package"), p.pop("result_dir"), **p)
-    return RUNNERS[kind](p["spec"], p["paths"])
+    run = kind_named(kind).run
+    if kind == "train":  # in a training process of the run's pool when it has one (executor.run_resources)
+        return call_in_active(run, p.pop("spec"), p.pop("package"), p.pop("result_dir"), **p)
+    return run(p["spec"], p["paths"])

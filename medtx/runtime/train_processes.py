@@ -140,6 +140,28 @@ def training_processes(width: int, preload: tuple[str, ...] = ()) -> Iterator[Tr
         pool.shutdown()
 
 
+# The pool of the run in progress in this process (medtx.pipeline.executor.run_resources), reached by the threads
+# that run its steps (a Prefect thread runner's, LocalBackend's); None outside a run and in other processes.
+_ACTIVE: TrainingProcesses | None = None
+
+
+@contextmanager
+def active_pool(width: int, preload: tuple[str, ...] = ()) -> Iterator[TrainingProcesses | None]:
+    """`training_processes(width, preload)`, made the pool `call_in_active` uses while the block runs."""
+    global _ACTIVE
+    with training_processes(width, preload) as pool:
+        _ACTIVE = pool
+        try:
+            yield pool
+        finally:
+            _ACTIVE = None
+
+
+def call_in_active(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a process of the active pool, or here when none is active."""
+    return call_in(_ACTIVE, fn, *args, **kwargs)
+
+
 def call_in(pool: TrainingProcesses | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)` in a pool process (its result or its exception), or here when there is no pool."""
     if pool is None:

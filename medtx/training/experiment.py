@@ -1,8 +1,9 @@
 """One EHR experiment end to end through the run skeleton (medtx.training.skeleton): samples + split + vocab
 -> model -> (pre-train) -> fit -> threshold on validation -> test metrics -> everything into `ml.*`.
 
-`run_ehr_experiment` is what `medtx train`, the pipeline's train steps and the benchmarks call. It opens the
-warehouse only for short reads and writes (never across training), so a long run does not lock the file.
+This is the in-process path, used by benchmarks and tests: `medtx train`, the pipeline and the GPU kit train
+through a training package and `medtx.worker.train_run` instead (docs/ARCHITECTURE.md, "How a run trains"). It
+opens the warehouse only for short reads and writes (never across training), so a long run does not lock the file.
 
 Protocol (stated in ml.runs / ml.metrics and RESULTS.md): model selection on validation only: early stopping
 on the validation `monitor` (PR-AUC for multi-label tasks, AUPRC for the binary ones: each task's `monitor`),

@@ -34,7 +34,8 @@ from medtx.training.results import num as _num
 log = logging.getLogger("medtx.training")
 
 # Every ml table keyed by run_id, in the order a run's rows are deleted.
-RUN_TABLES = ("ml.comparisons", "ml.subgroups", "ml.subgroup_gaps", "ml.calibration", "ml.reliability",
+RUN_TABLES = ("ml.comparisons", "ml.subgroups", "ml.subgroup_gaps", "ml.calibration", "ml.recalibration",
+              "ml.operating_targets", "ml.reliability",
               "ml.operating_points", "ml.decision_curve", "ml.attention", "ml.predictions", "ml.val_predictions",
               "ml.confusion", "ml.label_metrics", "ml.metrics", "ml.epochs", "ml.models", "ml.runs")
 

@@ -1,5 +1,5 @@
-"""The one run skeleton of every run family (EHR neural, EHR baselines, text, FAQ): start run -> load samples
--> fit -> predict -> evaluate -> record.
+"""The in-process run skeleton (benchmarks and tests; the product trains through `medtx.worker`, see
+docs/ARCHITECTURE.md "How a run trains"): start run -> load samples -> fit -> predict -> evaluate -> record.
 
 - load and start: one short warehouse connection reads the task's samples and records the run as `running`
   (`records.start_run`: config, data fingerprint, the shared synthetic-dataset rule `runs.is_synthetic`); it is

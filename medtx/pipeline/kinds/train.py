@@ -1,0 +1,97 @@
+"""Step kind `train`: train and evaluate one (task, dataset, model, seed). The executor exports the step's
+training package; the step trains from it alone (never the warehouse) through the worker's entry point
+(`medtx.worker.train_run`, what `python -m medtx.worker` calls) and writes a result package, which the executor,
+the single writer, records (medtx.pipeline.exchange)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from medtx.evaluation.groups import READS as TRUST_READS
+from medtx.pipeline.config import ModelEntry, PipelineConfig, resolve_devices
+from medtx.pipeline.kinds import PlanContext, Spec, StepKind
+from medtx.pipeline.kinds.samples import step_name as sample_step_name
+from medtx.pipeline.kinds.samples import task_datasets
+from medtx.pipeline.step import Step
+from medtx.synth.oracle import WRITES as SYNTH_ORACLE
+from medtx.tasks import Task, get_task
+
+# Tables every train step reads besides its task's: the split, the vocabularies and the leakage gate's record (a
+# blocked task's trainings refuse to start: medtx.tasks.leakage.require_pass), plus the synthetic generator's
+# oracle tables, SYNTH_ORACLE: the "is this dataset synthetic" rule and the oracle baseline read them.
+TRAIN_READS = ("samples.splits", "samples.vocab", "samples.leakage_gate")
+
+
+def train_step(task: Task, dataset: str, model: str, *, label: str | None = None,
+               overrides: dict[str, Any] | None = None, seed: int = 0, device: str = "cpu") -> Step:
+    """The step that trains `model` on (task, dataset) with one seed: what the pipeline plans and what
+    `medtx train` runs (same reads, so the same training package). The step records the task's name."""
+    return Step(
+        f"train.{task.name}.{dataset}.{label or model}.s{seed}",
+        "train",
+        {"model": model, "overrides": dict(overrides or {}), "seed": seed},
+        dataset,
+        task.name,
+        label or model,
+        needs=(sample_step_name(get_task(task.samples_task), dataset),),
+        # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
+        # a binary/multi-label EHR run's evaluation reads its test admissions' demographics (its subgroups)
+        reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE,
+               *(TRUST_READS if task.family == "ehr" and task.kind in ("binary", "multilabel") else ())),
+        writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
+        device=device,
+        scope={"dataset": dataset, "task": task.samples_task},
+    )
+
+
+def runs_on(spec: ModelEntry, dataset: str, cfg: PipelineConfig) -> bool:
+    """A model spec runs on a dataset unless it names others; a model reading the synthetic generator's tables
+    (the oracle) needs a synthetic cohort."""
+    from medtx.models.registry import reads_generator
+
+    if spec.datasets is not None and dataset not in spec.datasets:
+        return False
+    if reads_generator(spec.model):
+        return any(d.key == dataset and d.kind == "synth" for d in cfg.datasets)
+    return True
+
+
+def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list[Step]:
+    """One step per (task, dataset, model entry, seed); devices assigned round-robin."""
+    devices = itertools.cycle(resolve_devices(cfg.devices))
+    steps = []
+    for name, tc in cfg.tasks.items():
+        task = get_task(name)
+        for dataset, spec in itertools.product(task_datasets(cfg, task), tc.models):
+            if not runs_on(spec, dataset, cfg):
+                continue
+            for seed in spec.seeds or cfg.seeds:
+                steps.append(train_step(task, dataset, spec.model, label=spec.label, overrides=spec.overrides,
+                                        seed=seed, device=next(devices)))
+    return steps
+
+
+def run(spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | None, device: str,
+        torch_threads: int | None = None) -> dict[str, Any]:
+    """Worker side of a training step: train from a training package alone and publish a result package at
+    `result_dir`. Runs anywhere that mounts the exchange folder: the flow's process, a local Dask worker,
+    another machine. Every run, EHR, notes or FAQ, goes through `medtx.worker.train_run` (no DuckDB, no polars)."""
+    from medtx import worker
+
+    return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
+                            torch_threads=torch_threads)
+
+
+def code(step: Step) -> tuple[str, ...]:
+    """The package format and the runner of the task's family (not the whole worker, whose closure holds every
+    family: an edit to the text runner does not retrain the EHR models), and the task's own module(s)."""
+    task = get_task(step.task)
+    runner = (("medtx.training.experiment", "medtx.training.ehr_run") if task.family == "ehr"
+              else ("medtx.text.experiment", "medtx.text.run"))
+    return ("medtx.training.packages", *runner, task.module,
+            *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
+
+
+KIND = StepKind("train", plan, run, code)
