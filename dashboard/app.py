@@ -74,6 +74,21 @@ def _plain_requests_only():
     return None
 
 
+def _declare_aces_tasks(snapshot: Path) -> None:
+    """The ACES tasks the snapshot's warehouse built are tasks here too (medtx.aces.task.declare_recorded): the
+    pipeline declared them from its config, which this process never read."""
+    if not snapshot.is_file():
+        return
+    from medtx.publish.snapshot import open_snapshot
+    from medtx.aces.task import declare_recorded
+
+    con = open_snapshot(snapshot)
+    try:
+        declare_recorded(con)
+    finally:
+        con.close()
+
+
 def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = None, warm: bool = False) -> Dash:
     """A Dash app reading only `snapshot`; with `credentials` (user, password) every request needs basic auth.
 
@@ -81,6 +96,7 @@ def create_app(snapshot: Path | str, *, credentials: tuple[str, str] | None = No
     appears (`dashboard.warm`), so the first visitor after a publish does not wait.
     """
     snapshot = Path(snapshot)
+    _declare_aces_tasks(snapshot)
     app = _Dash(
         __name__,
         title="medtx",

@@ -23,7 +23,7 @@ from medtx.metrics.intervals import WITHHELD
 from medtx.pipeline.kinds.train import train_step
 from medtx.pipeline.steps import train_here
 from medtx.settings import get_settings
-from medtx.tasks import Task, get_task, names_of_family
+from medtx.tasks import Task, find_task, get_task, names_of_family
 from medtx.tasks.verdict import LeakageError
 
 _console = Console(stderr=True)
@@ -136,6 +136,11 @@ def train(
     if epochs is not None:
         values["epochs"] = epochs
     try:
+        if find_task(task) is None and settings.db.is_file():  # an ACES task a pipeline built (samples.aces_tasks)
+            from medtx.aces.task import declare_recorded
+
+            with open_warehouse(settings.db, read_only=True) as con:
+                declare_recorded(con)
         spec = get_task(task)  # the --task name, resolved once
         _check_model(spec, model)
         _check_overrides(spec, model, values)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -173,8 +174,18 @@ class TaskConfig(_Strict):
     models: Annotated[list[ModelEntry], Field(min_length=1)]
     datasets: Annotated[list[str], Field(min_length=1)] | None = None
     samples: SamplesOptions = Field(default_factory=SamplesOptions)  # options for the sample builder
+    # An ACES task config (YAML) makes this a task of its own (medtx/aces/task.py), declared by load_config;
+    # `predicates`: the dataset's predicates file of a config whose predicates are `???` (MEDS-DEV's tasks).
+    aces: Annotated[str, Field(min_length=1)] | None = None
+    predicates: Annotated[str, Field(min_length=1)] | None = None
 
     _datasets = field_validator("datasets")(_distinct_names)
+
+    @model_validator(mode="after")
+    def _predicates_need_aces(self) -> TaskConfig:
+        if self.predicates is not None and self.aces is None:
+            raise ValueError("`predicates` is the predicates file of an ACES task; allowed: with `aces: TASK.yaml`")
+        return self
 
     @model_validator(mode="after")
     def _unique_labels(self) -> TaskConfig:
@@ -426,6 +437,7 @@ def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
                            f"{', '.join(k for k, f in PipelineConfig.model_fields.items() if not f.exclude)}"])
     # `x-...` keys hold YAML anchors shared by several entries (as in docker-compose files).
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
+    _declare_aces_tasks(path, raw.get("tasks"))
     try:
         cfg = PipelineConfig.model_validate({**raw, "base_dir": path.resolve().parent})
     except ValidationError as exc:
@@ -434,6 +446,41 @@ def load_config(path: Path | str, *, sources: bool = False) -> PipelineConfig:
     if problems:
         raise ConfigError([f"{path}: {key} = {shown(value)}: {why}" for key, value, why in problems])
     return cfg
+
+
+def _declare_aces_tasks(path: Path, tasks: Any) -> None:
+    """Declare the config's ACES tasks (`tasks.<name>.aces`, relative paths from the config's folder) before the
+    config is validated against the task registry, so they are tasks like the built-in ones in this process and
+    every process it starts (medtx.aces.task.declare). A missing file, a bad name or a built-in task's name is
+    one line naming the key."""
+    from medtx.aces.task import ENV, AcesSpec, declare
+
+    entries = {str(name): entry for name, entry in (tasks or {}).items()
+               if isinstance(tasks, dict) and isinstance(entry, dict) and "aces" in entry}
+    if not entries and not os.environ.get(ENV):
+        return
+    problems, specs = [], []
+    for name, entry in entries.items():
+        files = {}
+        for key in ("aces", "predicates"):
+            value = entry.get(key)
+            if value is None:
+                continue
+            file = Path(str(value)).expanduser()
+            file = file if file.is_absolute() else (path.resolve().parent / file).resolve()
+            if not file.is_file():
+                problems.append(f"{path}: tasks.{name}.{key} = {value}: file {file} does not exist; allowed: an "
+                                f"ACES task YAML{' (its predicates file)' if key == 'predicates' else ''}")
+            files[key] = file
+        if "aces" in files:
+            specs.append(AcesSpec(name, files["aces"], files.get("predicates")))
+    if not problems:
+        try:
+            declare(specs)
+        except ValueError as exc:
+            problems.append(f"{path}: tasks: {exc}")
+    if problems:
+        raise ConfigError(problems)
 
 
 def resolve_devices(devices: list[str]) -> list[str]:

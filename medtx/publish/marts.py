@@ -205,6 +205,12 @@ MARTS: dict[str, Mart] = {
 }
 
 
+def current_marts() -> dict[str, Mart]:
+    """MARTS with its registry-read marts made now: a pipeline config declares its ACES tasks (medtx.aces.task)
+    after this module is imported."""
+    return {**MARTS, "sample_counts": Mart(select=_sample_counts_sql(), key=MARTS["sample_counts"].key)}
+
+
 def build_marts(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, int]:
     """Materialise every mart into `<database>.dash` (replacing it); returns rows per mart.
 
@@ -218,7 +224,7 @@ def build_marts(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, int]
         con.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
         con.execute(f"CREATE SCHEMA {SCHEMA}")
         rows: dict[str, int] = {}
-        for name, mart in MARTS.items():
+        for name, mart in current_marts().items():
             started = time.perf_counter()
             try:
                 select_sql, key_sql = mart.select, mart.key  # constants of this module (MARTS)

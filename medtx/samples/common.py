@@ -117,10 +117,12 @@ def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time
     from medtx.samples.clock import create_event_view
 
     create_event_view(con, dataset, EVENTS_TABLE)
+    # `$dataset` may appear in the clock or the index (an ACES task's clock reads samples.aces_labels)
+    bound = {"dataset": dataset} if "$dataset" in f"{prediction_time_sql} {index_sql}" else None
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {INDEX_TABLE} AS
         SELECT i.subject_id, i.hadm_id, CAST(({prediction_time_sql}) AS TIMESTAMP) AS prediction_time
-        FROM (SELECT subject_id, hadm_id FROM ({index_sql})) i JOIN {VISITS_TABLE} v USING (hadm_id)""")
+        FROM (SELECT subject_id, hadm_id FROM ({index_sql})) i JOIN {VISITS_TABLE} v USING (hadm_id)""", bound)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {HISTORY_TABLE} AS
         WITH ranked AS (

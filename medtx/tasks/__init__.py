@@ -1,4 +1,5 @@
-"""The task registry: every module in this package that defines `TASK = Task(...)` is a task.
+"""The task registry: every module in this package that defines `TASK = Task(...)` is a task, and so is every
+ACES task a pipeline config declares (medtx.aces.task: `tasks: {NAME: {aces: task.yaml}}`).
 
     from medtx.tasks import get_task, all_tasks, tasks_of_family
     get_task("readmission").sample_table     # "samples.readmission"
@@ -17,7 +18,7 @@ from functools import lru_cache
 from medtx.tasks.base import EHR_VISIT_READS, SAMPLE_EXTRAS, BuildContext, Task
 
 __all__ = [
-    "EHR_VISIT_READS", "SAMPLE_EXTRAS", "BuildContext", "Task", "all_tasks", "find_task", "get_task", "task_names",
+    "EHR_VISIT_READS", "SAMPLE_EXTRAS", "BuildContext", "Task", "all_tasks", "find_task", "get_task", "reload_registry", "task_names",
     "tasks_of_family", "tasks_of_kind",
 ]
 
@@ -37,10 +38,20 @@ def _registry() -> dict[str, Task]:
         if task.name != info.name:
             raise ValueError(f"medtx/tasks/{info.name}.py declares task {task.name!r}: the name must be the file's")
         found[task.name] = task
+    aces = importlib.import_module("medtx.aces.task")  # loaded by name, like the task modules (its builder needs DuckDB)
+    for spec in aces.declared():  # config-declared ACES tasks (MEDTX_ACES_TASKS)
+        if spec.name in found:
+            raise ValueError(f"ACES task {spec.name!r} ({spec.config}): a built-in task has that name; choose another")
+        found[spec.name] = aces.aces_task(spec)
     for task in found.values():
         if task.builds is not None and task.builds not in found:
             raise ValueError(f"task {task.name!r} trains on the samples of unknown task {task.builds!r}")
     return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+def reload_registry() -> None:
+    """Forget the loaded registry (after `medtx.aces.task.declare` changed the declared ACES tasks)."""
+    _registry.cache_clear()
 
 
 def all_tasks() -> tuple[Task, ...]:

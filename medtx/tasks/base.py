@@ -140,6 +140,12 @@ class Task:
         return self.family == "text" and self.kind != "generation"
 
     @property
+    def module(self) -> str:
+        """The module holding the task (its source is in the pipeline's cache keys): `medtx.tasks.<name>`, or its
+        builder's own module (a config-declared ACES task's is medtx.aces.task)."""
+        return self.build.__module__ if self.build is not None else f"medtx.tasks.{self.name}"
+
+    @property
     def samples_task(self) -> str:
         """The task whose builder fills the sample table (itself unless `builds` says otherwise)."""
         return self.builds or self.name

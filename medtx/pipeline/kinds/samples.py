@@ -60,7 +60,7 @@ def run(spec: Spec, paths: Paths) -> dict[str, Any]:
 
 def code(step: Step) -> tuple[str, ...]:
     task = get_task(step.task)
-    return ("medtx.tasks.build", f"medtx.tasks.{task.name}", *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
+    return ("medtx.tasks.build", task.module, *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
 
 
 KIND = StepKind("samples", plan, run, code)

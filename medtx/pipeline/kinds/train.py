@@ -92,7 +92,7 @@ def code(step: Step) -> tuple[str, ...]:
     task = get_task(step.task)
     runner = (("medtx.training.experiment", "medtx.training.ehr_run") if task.family == "ehr"
               else ("medtx.text.experiment", "medtx.text.run"))
-    return ("medtx.training.packages", *runner, f"medtx.tasks.{task.name}",
+    return ("medtx.training.packages", *runner, task.module,
             *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
 
 
