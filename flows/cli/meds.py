@@ -27,6 +27,8 @@ from medtx.settings import get_settings
 
 export_app = typer.Typer(help="Write warehouse datasets in other formats.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
+import_app = typer.Typer(help="Bring results made outside medtx into the warehouse.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 
 _console = Console(stderr=True)
 _DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
@@ -87,6 +89,41 @@ def predictions(
     Console().print(f"{r.rows:,} test predictions ({r.positives:,} positive) of run {r.run_id} "
                     f"({r.task}, {r.model}, {r.dataset}) -> {r.out}")
 
+
+@import_app.command("predictions")
+@writes_warehouse("medtx import predictions")
+def import_predictions_command(
+    file: Path = typer.Argument(..., help="Parquet file in meds-evaluation's PredictionSchema (subject_id, "
+                                "prediction_time, boolean_value, predicted_boolean_value, "
+                                "predicted_boolean_probability), one row per held-out label."),
+    task: str = typer.Option(..., "--task", help="Binary EHR task the predictions are for (e.g. mortality)."),
+    model: str = typer.Option(..., "--model", help="Name of the outside model on the leaderboard (e.g. "
+                              "meds_tab_xgboost; not one of medtx's own model names)."),
+    dataset: str = typer.Option(None, "--dataset", help="Warehouse dataset the labels come from (default: the "
+                                "only one in the warehouse)."),
+    db: Path = _DB,
+) -> None:
+    """Record a model trained outside medtx (MEDS-Tab, ...) from its test predictions: every row must be a
+    held-out label of the task on the dataset; it gets intervals, the paired verdict against the reference
+    baseline, subgroups, calibration and a card, marked "trained outside medtx"."""
+    from flows.cli.train import default_dataset
+    from medtx.meds.import_predictions import import_predictions
+    from medtx.tasks import get_task
+    from medtx.tasks.verdict import LeakageError
+
+    settings = get_settings(db=db)
+    try:
+        spec = get_task(task)
+        dataset = default_dataset(settings.db, dataset)
+        with open_warehouse(settings.db) as con:
+            r = import_predictions(con, file, spec, dataset, model)
+    except (*_USER_ERRORS, LeakageError, LookupError) as exc:
+        _fail("import", exc, code=2)
+    Console().print(f"{r.rows:,} held-out predictions ({r.positives:,} positive, {r.n_patients:,} patients) of "
+                    f"{r.model} (trained outside medtx) recorded as run {r.run_id} ({r.task}, {r.dataset}); "
+                    f"`medtx leaderboard --task {r.task} --dataset {r.dataset}` after the next publish, "
+                    f"`medtx report --run {r.run_id}` for its card", highlight=False, soft_wrap=True)
+    typer.echo(r.run_id)
 
 
 @ingest_app.command("meds")

@@ -192,7 +192,8 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
         raise ValueError(f"run {run_id!r} is not in this warehouse (medtx status lists the runs)")
     run = found[0]
     task = find_task(run["task"])  # None: a stored name the registry no longer knows
-    title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}"
+    title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}" + (
+        f" ({origin})" if (origin := _config_value(run["config"], "origin")) else "")
     sections = [_lineage(run), _clock(task), _splits(con, run), _headline(con, run, task),
                 *_trust_sections(con, run, task), _flags(run), _leakage(con, run), _limitations(con, run)]
     return Card(run_id, title, sections)
@@ -210,7 +211,25 @@ def _lineage(run: dict) -> Section:
             ["started / finished (UTC)", f"{run['started_at']} / {run['finished_at']}"],
             ["pipeline run", run["pipeline_run_id"] or "–"], ["device", run["device"] or "–"],
             ["decision threshold", f"{_f(run['threshold'])} ({run['threshold_source'] or '-'})"]]
-    return Section("lineage", "Data and lineage", tables=[(["", ""], rows)], details=pretty)
+    paragraphs = []
+    origin = _config_value(config, "origin")
+    if origin:  # imported predictions (medtx.meds.import_predictions): say so before anything else
+        rows.insert(1, ["trained", f"{origin}: predictions imported from {_config_value(config, 'source_file')} "
+                               f"(sha256 {str(_config_value(config, 'source_sha256'))[:16]})"])
+        paragraphs.append(f"This model was {origin.upper()}. medtx did not train it and did not see its "
+                          "features; it checked that its predictions are exactly the held-out labels of this "
+                          "task and scored them like its own runs (same test patients, same bootstrap, same "
+                          "reference baseline). It has no validation predictions: no recalibration, no operating "
+                          "points.")
+    return Section("lineage", "Data and lineage", paragraphs, tables=[(["", ""], rows)], details=pretty)
+
+
+def _config_value(config: object, key: str) -> object:
+    try:
+        parsed = json.loads(config) if isinstance(config, str) else config
+    except (TypeError, ValueError):
+        return None
+    return parsed.get(key) if isinstance(parsed, dict) else None
 
 
 def _clock(task) -> Section:
