@@ -351,11 +351,11 @@ def test_marts_of_missing_tables_are_skipped_not_fatal(tmp_path: Path):
 
     con = duckdb.connect(str(tmp_path / "partial.duckdb"))
     con.execute("CREATE SCHEMA raw")  # ingested, nothing else yet
-    for table in ("patients", "admissions", "diagnoses_icd", "prescriptions"):
+    for table in ("patients", "admissions", "diagnoses_icd", "procedures_icd", "prescriptions"):
         con.execute(f"CREATE TABLE raw.{table} AS SELECT 'demo' AS dataset, range AS subject_id FROM range(3)")
     rows = build_marts(con, "partial")
-    assert rows == {"cohort_counts": 4}  # every other mart reads samples.* / ml.*, absent here
-    assert con.sql("SELECT sum(n) FROM dash.cohort_counts").fetchall() == [(12,)]
+    assert rows == {"cohort_counts": 5}  # every other mart reads samples.* / ml.*, absent here
+    assert con.sql("SELECT sum(n) FROM dash.cohort_counts").fetchall() == [(15,)]
     con.close()
 
 

@@ -60,6 +60,9 @@ class CodeMapping(BaseModel):
     procedures: list[CodeRule] = []
     prescriptions: list[DrugRule] = []
     notes: list[NoteRule] = []
+    # codes derived from other events (an age from the birth): read as mapped, loaded nowhere (medtx derives them
+    # again from what it loads)
+    derived: list[str] = []
 
     def rules(self) -> list[tuple[str, str, dict]]:
         """(prefix, target table, options) for every rule, in match order (longest prefix first)."""
@@ -69,6 +72,7 @@ class CodeMapping(BaseModel):
         rows += [(r.prefix, "procedures_icd", {}) for r in self.procedures]
         rows += [(r.prefix, "prescriptions", {"field": r.field}) for r in self.prescriptions]
         rows += [(r.prefix, "noteevents", {"category": r.category}) for r in self.notes]
+        rows += [(prefix, "derived", {}) for prefix in self.derived]
         return sorted(rows, key=lambda r: -len(r[0]))
 
 

@@ -18,7 +18,7 @@ RAW_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "pres
 STAY_BOUND = ("discharges", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
 # Which raw table a rule's rows end up in, for the accounting.
 ACCOUNT_TABLE = {"admissions": "admissions", "discharges": "admissions", "gender": "patients",
-                 "birth": "patients", "death": "patients"}
+                 "birth": "patients", "death": "patients", "derived": "derived (not loaded)"}
 
 
 EID_BITS = 40  # _eid = shard << 40 | row in shard: unique, in file order, and it fits a BIGINT
