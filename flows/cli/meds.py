@@ -138,6 +138,9 @@ def ingest(
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
     plausibility: Plausibility = _PLAUSIBILITY,
+    cast_types: bool = typer.Option(False, "--cast-types", help="Accept column types meds' DataSchema only "
+                                    "casts (a tz-aware or nanosecond time, a float64 numeric_value) and cast them "
+                                    "as its align() does; refused otherwise."),
 ) -> None:
     """Load a MEDS dataset into raw.* so every task builder and model runs on it (as one unit, under the
     writer lock and the row-count guard, like `ingest mimic3`)."""
@@ -149,9 +152,10 @@ def ingest(
             from flows.meds import meds_flow
 
             r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db, guard=guard,
-                          plausibility=plausibility)
+                          plausibility=plausibility, cast_types=cast_types)
         else:
-            r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility)
+            r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility,
+                            cast_types=cast_types)
     except _USER_ERRORS as exc:
         _fail("ingest", exc, code=2)
     table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")
