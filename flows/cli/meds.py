@@ -119,9 +119,12 @@ def import_predictions_command(
             r = import_predictions(con, file, spec, dataset, model)
     except (*_USER_ERRORS, LeakageError, LookupError) as exc:
         _fail("import", exc, code=2)
+    from medtx.publish.snapshot import publish_snapshot
+
+    publish_snapshot(settings.db, settings.snapshot)  # the leaderboard and dashboard read the published copy
     Console().print(f"{r.rows:,} held-out predictions ({r.positives:,} positive, {r.n_patients:,} patients) of "
-                    f"{r.model} (trained outside medtx) recorded as run {r.run_id} ({r.task}, {r.dataset}); "
-                    f"`medtx leaderboard --task {r.task} --dataset {r.dataset}` after the next publish, "
+                    f"{r.model} (trained outside medtx) recorded as run {r.run_id} ({r.task}, {r.dataset}) and "
+                    f"published: `medtx leaderboard --task {r.task} --dataset {r.dataset}`, "
                     f"`medtx report --run {r.run_id}` for its card", highlight=False, soft_wrap=True)
     typer.echo(r.run_id)
 
