@@ -23,6 +23,7 @@ from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
 from medtx.meds.export import DEFAULT_SHARD_ROWS, protected_paths
 from medtx.meds.predictions import export_predictions
 from medtx.meds.mapping import MappingError
+from medtx.meds.tables import BY_NAME
 from medtx.settings import get_settings
 
 export_app = typer.Typer(help="Write warehouse datasets in other formats.", no_args_is_help=True)
@@ -167,10 +168,23 @@ def ingest(
     for name, n in r.rows.items():
         table.add_row(name, f"{n:,}")
     table.add_row("events mapped / not mapped", f"{r.events_mapped:,} / {r.events - r.events_mapped:,}")
+    for prefix, target, n in _medication_routes(settings.db, r.dataset):
+        route = "name" if target == BY_NAME else "NDC" if "NDC" in prefix else "text"
+        table.add_row(f"medications by {route}: {prefix}", f"{n:,}")
     Console().print(table)
+    if any(target == BY_NAME for _, target, _ in _medication_routes(settings.db, r.dataset)):
+        _console.print(f"medications coded by name are mapped to ATC-3 through the bundled drug names by `medtx "
+                       f"map-codes --dataset {r.dataset}` (its coverage table: route name_no_ndc)", highlight=False)
     if r.events > r.events_mapped:
         _console.print("[yellow]codes no rule maps are counted by prefix in raw.meds_codes")
     plausibility_summary({r.dataset}, settings.db)
+
+
+def _medication_routes(db: Path, dataset: str) -> list[tuple[str, str, int]]:
+    """(prefix, target table, rows) of the dataset's medication rules, from the import's accounting."""
+    with open_warehouse(db, read_only=True) as con:
+        return con.execute("SELECT prefix, target_table, n_rows FROM raw.meds_codes WHERE dataset = ? AND "
+                           "target_table IN ('prescriptions', ?) ORDER BY prefix", [dataset, BY_NAME]).fetchall()
 
 
 def _fail(what: str, exc: Exception, code: int = 1) -> None:

@@ -37,7 +37,10 @@ class CodeRule(_Rule):
 
 
 class DrugRule(_Rule):
-    field: Literal["ndc", "drug"]  # which raw.prescriptions column the code after the prefix fills
+    # which raw.prescriptions column the code after the prefix fills: `ndc`; `drug` (a name kept as text, e.g.
+    # medtx's own export of a prescription without an NDC); `name` (a drug name the source codes medications
+    # by, e.g. MIMIC-IV MEDS: `medtx map-codes` maps it to ATC-3 through the bundled drug names)
+    field: Literal["ndc", "drug", "name"]
 
 
 class NoteRule(_Rule):
