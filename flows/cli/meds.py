@@ -97,7 +97,7 @@ def import_predictions_command(
     file: Path = typer.Argument(..., help="Parquet file in meds-evaluation's PredictionSchema (subject_id, "
                                 "prediction_time, boolean_value, predicted_boolean_value, "
                                 "predicted_boolean_probability), one row per held-out label."),
-    task: str = typer.Option(..., "--task", help="Binary EHR task the predictions are for (e.g. mortality)."),
+    task: str = typer.Option(..., "--task", help="Binary EHR task the predictions are for (`medtx export meds --labels` names them)."),
     model: str = typer.Option(..., "--model", help="Name of the outside model on the leaderboard (e.g. "
                               "meds_tab_xgboost; not one of medtx's own model names)."),
     dataset: str = typer.Option(None, "--dataset", help="Warehouse dataset the labels come from (default: the "
