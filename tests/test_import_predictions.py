@@ -172,3 +172,35 @@ def test_bad_files_are_refused_with_the_first_bad_row(exported, tmp_path):
                                                           t["prediction_time"].cast(pa.timestamp("ns"))))
     r = _invoke(db, ns, "outside_ns")
     assert r.exit_code == 0, r.output
+
+
+def test_import_waits_for_the_writer_lock(exported, monkeypatch):
+    """Another writer holds the warehouse: the import waits (bounded), names the holder, exits 1, writes nothing."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import REPO_ROOT
+
+    db, _, preds = exported
+    code = textwrap.dedent(f"""
+        import time
+        from medtx.store.writer_lock import hold_writer
+        with hold_writer({str(db)!r}, "medtx pipeline", wait_s=0):
+            print("held", flush=True)
+            time.sleep(600)
+        """)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _runs(db)
+        monkeypatch.setenv("MEDTX_LOCK_WAIT_S", "1")
+        r = _invoke(db, preds, "outside_locked")
+        text = " ".join(r.output.split())
+        assert r.exit_code == 1 and f"is being written by `medtx pipeline` pid {holder.pid}" in text, text
+        assert _runs(db) == before
+    finally:
+        holder.kill()
+        holder.wait()
