@@ -139,14 +139,20 @@ def test_a_meds_import_over_a_csv_ingested_dataset_is_guarded(base, db: Path, tm
 
 
 def test_a_foreign_etl_name_losing_prescriptions_is_refused(base, db: Path, tmp_path: Path) -> None:
-    """medtx's export read with the MIMIC-IV mapping (what a foreign etl_name selects): its prescription codes
-    map to nothing, so the stays keep their diagnoses but lose every prescription."""
+    """medtx's export read with a MIMIC-IV-style mapping that knows no medication code (a foreign etl_name and a
+    user's mapping without prescription rules): the stays keep their diagnoses but lose every prescription.
+    (The shipped `mimic4` mapping reads MEDICATION//NDC// and MEDICATION//START// since issue 45.)"""
+    import yaml
+
     src = _copy(base, tmp_path)
     meta = json.loads((src / "metadata" / "dataset.json").read_text())
     (src / "metadata" / "dataset.json").write_text(json.dumps({**meta, "etl_name": "MIMIC_IV_MEDS"}))
+    shipped = yaml.safe_load((REPO / "medtx" / "meds" / "codes" / "mimic4.yaml").read_text())
+    mapping = tmp_path / "no_drugs.yaml"
+    mapping.write_text(yaml.safe_dump({**shipped, "name": "no_drugs", "prescriptions": []}))
     before = counts(db)
-    with pytest.raises(IngestError, match=r"raw\.prescriptions \[demo_meds\] would shrink from 10,398 to 1,478 rows"):
-        ingest_meds(db, src, "demo_meds")
+    with pytest.raises(IngestError, match=r"raw\.prescriptions \[demo_meds\] would shrink from 10,398 to 0 rows"):
+        ingest_meds(db, src, "demo_meds", mapping)
     assert counts(db) == before
 
 

@@ -166,7 +166,8 @@ def _meds_ingest_step(ds, source: str, scope: dict, guard: dict) -> Step:
     except MedsFormatError:  # a dangling link or a loop: the import says so; the key then covers the folder
         shards = []
     files = tuple(str(p) for p in sorted([*shards, *root.glob("metadata/*")]))
-    params = {"source": source, "table": "meds", "codes": ds.codes, **guard}
+    params = {"source": source, "table": "meds", "codes": ds.codes, **({"cast_types": True} if ds.cast_types else {}),
+              **guard}
     return Step(f"ingest.{ds.key}.meds", "ingest", params, ds.key,
                 writes=(*RAW_MIMIC, "raw.meds_splits", "raw.meds_codes"), files=files or (source,), scope=scope)
 

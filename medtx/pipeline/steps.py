@@ -46,7 +46,7 @@ def run_ingest(spec: Spec, paths: Paths) -> dict[str, Any]:
         from medtx.meds import ingest_meds
 
         meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"), guard=guard, command="medtx pipeline",
-                           plausibility=policy)
+                           plausibility=policy, cast_types=p.get("cast_types", False))
         return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
     if p.get("table") == "mtsamples":
         results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard, plausibility=policy)]
