@@ -26,20 +26,20 @@ def export_meds_task(db: Path, dataset: str, out: Path, shard_rows: int, labels:
 
 @task(name="ingest-meds", task_run_name="ingest-meds-{dataset}", cache_policy=NO_CACHE)
 def ingest_meds_task(db: Path, source: str, dataset: str | None, codes: str | None,
-                     guard: ShrinkGuard, plausibility: str = "warn") -> MedsIngestResult:
-    return ingest_meds(db, source, dataset, codes, guard=guard, plausibility=plausibility)
+                     guard: ShrinkGuard, plausibility: str = "warn", cast_types: bool = False) -> MedsIngestResult:
+    return ingest_meds(db, source, dataset, codes, guard=guard, plausibility=plausibility, cast_types=cast_types)
 
 
 @flow(name="meds", log_prints=True)
 def meds_flow(*, export_dataset: str | None = None, out: Path | None = None, shard_rows: int = 2_000_000,
               labels: list[str] | None = None, overwrite: bool = False, source: str | None = None,
               dataset: str | None = None, codes: str | None = None, db: Path | None = None,
-              guard: ShrinkGuard | None = None, plausibility: str = "warn"):
+              guard: ShrinkGuard | None = None, plausibility: str = "warn", cast_types: bool = False):
     """Export a dataset as MEDS (export_dataset + out) or import a MEDS folder (source)."""
     settings = get_settings(db=db)
     if export_dataset:
         result = export_meds_task(settings.db, export_dataset, out, shard_rows, labels or [], overwrite)
     else:
-        result = ingest_meds_task(settings.db, source, dataset, codes, guard or ShrinkGuard(), plausibility)
+        result = ingest_meds_task(settings.db, source, dataset, codes, guard or ShrinkGuard(), plausibility, cast_types)
     create_table_artifact(key="meds-summary", table=[{k: str(v) for k, v in asdict(result).items()}])
     return result

@@ -5,6 +5,7 @@ predictions in the meds-evaluation schema. The real tools themselves run in test
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from medtx.meds import ExportError, export_meds
-from medtx.meds.events import CAPPED_AGE_YEARS
+from medtx.meds.events import AGE, CAPPED_AGE_YEARS
 from medtx.tasks.build import build_samples
 from medtx.store.db import connect
 from medtx.tasks import get_task
@@ -140,7 +141,7 @@ def test_mimic4_vocabulary_ages_and_over_89_births(exported):
     assert (discharges == "HOSPITAL_DISCHARGE//DIED").sum() == deaths == 40
     assert not discharges.str.contains("DEAD/EXPIRED").any()
     assert "HOSPITAL_DISCHARGE//SKILLED NURSING FACILITY" in set(discharges)
-    ages = events.filter(pl.col("code") == "AGE")
+    ages = events.filter(pl.col("code") == AGE)
     assert ages.height == 129 and ages["numeric_value"].null_count() == 0
     assert 15 < ages["numeric_value"].min() and ages["numeric_value"].max() < CAPPED_AGE_YEARS + 2
     births = dict(events.filter(pl.col("code") == "MEDS_BIRTH").select("subject_id", "time").iter_rows())
@@ -165,7 +166,38 @@ def test_codes_parquet_is_byte_identical_on_re_export(exported, tmp_path):
         assert (tmp_path / "again" / "metadata" / name).read_bytes() == (result.out / "metadata" / name).read_bytes()
     codes = pl.read_parquet(tmp_path / "again" / "metadata" / "codes.parquet")
     assert codes["code"].is_unique().all()
-    assert codes.filter(pl.col("code") == "AGE")["description"].item().startswith("age in years")
+    assert AGE != "AGE" and codes.filter(pl.col("code") == AGE)["description"].item().startswith("age in years")
+    # dataset_version is the data's fingerprint (labels left out), not the day of the export
+    version = json.loads((tmp_path / "again" / "metadata" / "dataset.json").read_text())["dataset_version"]
+    assert version.startswith("sha256:") and version == json.loads(
+        (result.out / "metadata" / "dataset.json").read_text())["dataset_version"]
+    copy = tmp_path / "copy.duckdb"  # other data: one admission's location changed, in a copy
+    shutil.copy(db, copy)
+    con = connect(copy)
+    try:
+        con.execute("UPDATE raw.admissions SET admission_location = 'ELSEWHERE' WHERE hadm_id = "
+                    "(SELECT min(hadm_id) FROM raw.admissions WHERE dataset = ?)", [DEMO])
+        changed = export_meds(con, DEMO, tmp_path / "changed")
+    finally:
+        con.close()
+    assert json.loads((changed.out / "metadata" / "dataset.json").read_text())["dataset_version"] != version
+
+
+def test_labels_of_a_task_without_samples_are_refused(demo_db, tmp_path):  # noqa: F811
+    db = tmp_path / "w.duckdb"
+    shutil.copy(demo_db, db)
+    con = connect(db)
+    try:
+        con.execute("DELETE FROM samples.admission_outcome WHERE task = 'mortality'")
+        with pytest.raises(ExportError, match=r"--labels mortality: dataset 'mimic3_demo' has no mortality samples; "
+                                              r"run `medtx build-samples --task mortality"):
+            export_meds(con, DEMO, tmp_path / "out", labels=["readmission", "mortality"])
+    finally:
+        con.close()
+    assert not (tmp_path / "out").exists()
+    r = CliRunner().invoke(app, ["export", "meds", "--dataset", DEMO, "--out", str(tmp_path / "out"), "--labels",
+                                 "mortality", "--db", str(db)])
+    assert r.exit_code == 2 and "no mortality samples" in r.output and not (tmp_path / "out").exists()
 
 
 # ---- --out: never the warehouse, its folder, the models, or a foreign folder (issue 34 item 5) ----------------

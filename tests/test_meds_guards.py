@@ -141,14 +141,20 @@ def test_a_meds_import_over_a_csv_ingested_dataset_is_guarded(base, db: Path, tm
 
 
 def test_a_foreign_etl_name_losing_prescriptions_is_refused(base, db: Path, tmp_path: Path) -> None:
-    """medtx's export read with the MIMIC-IV mapping (what a foreign etl_name selects): its prescription codes
-    map to nothing, so the stays keep their diagnoses but lose every prescription."""
+    """medtx's export read with a MIMIC-IV-style mapping that knows no medication code (a foreign etl_name and a
+    user's mapping without prescription rules): the stays keep their diagnoses but lose every prescription.
+    (The shipped `mimic4` mapping reads MEDICATION//NDC// and MEDICATION//START// since issue 45.)"""
+    import yaml
+
     src = _copy(base, tmp_path)
     meta = json.loads((src / "metadata" / "dataset.json").read_text())
     (src / "metadata" / "dataset.json").write_text(json.dumps({**meta, "etl_name": "MIMIC_IV_MEDS"}))
+    shipped = yaml.safe_load((REPO / "medtx" / "meds" / "codes" / "mimic4.yaml").read_text())
+    mapping = tmp_path / "no_drugs.yaml"
+    mapping.write_text(yaml.safe_dump({**shipped, "name": "no_drugs", "prescriptions": []}))
     before = counts(db)
-    with pytest.raises(IngestError, match=r"raw\.prescriptions \[demo_meds\] would shrink from 10,381 to 1,476 rows"):
-        ingest_meds(db, src, "demo_meds")
+    with pytest.raises(IngestError, match=r"raw\.prescriptions \[demo_meds\] would shrink from 10,381 to 0 rows"):
+        ingest_meds(db, src, "demo_meds", mapping)
     assert counts(db) == before
 
 
@@ -254,7 +260,11 @@ def test_tz_aware_times_are_not_shifted_by_the_machines_zone(base, db: Path, tmp
         _retime(src, pa.timestamp("us", tz=zone))
     aligned = DataSchema.align(pq.read_table(shard_files(src / "data")[0]))
     assert aligned.column("time").type == pa.timestamp("us")
-    code = (f"from medtx.meds import ingest_meds; ingest_meds({str(db)!r}, {str(src)!r}, 'demo_tz')")
+    with pytest.raises(MedsFormatError, match=r"column 'time' is timestamp\[us, tz=.*\], meds' DataSchema expects "
+                                              r"timestamp\[us\] \(no time zone\) .*--cast-types"):
+        ingest_meds(db, src, "demo_tz")  # off-schema: refused unless told to cast
+    code = (f"from medtx.meds import ingest_meds; ingest_meds({str(db)!r}, {str(src)!r}, 'demo_tz', "
+            "cast_types=True)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "TZ": "America/New_York"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -266,7 +276,9 @@ def test_tz_aware_times_are_not_shifted_by_the_machines_zone(base, db: Path, tmp
 def test_nanosecond_times_are_accepted_only_when_whole_microseconds(base, db: Path, tmp_path: Path) -> None:
     src = _copy(base, tmp_path)
     _retime(src, pa.timestamp("ns"))
-    ingest_meds(db, src, "demo_ns")
+    with pytest.raises(MedsFormatError, match=r"column 'time' is timestamp\[ns\], meds' DataSchema expects"):
+        ingest_meds(db, src, "demo_ns")
+    ingest_meds(db, src, "demo_ns", cast_types=True)
     assert _admittimes(db, "demo_ns") == _admittimes(db, "demo_meds")
     path = shard_files(src / "data")[0]
     table = pq.read_table(path)
@@ -280,8 +292,24 @@ def test_nanosecond_times_are_accepted_only_when_whole_microseconds(base, db: Pa
     before = counts(db)
     with pytest.raises(MedsFormatError, match=rf"{path.name}: row {row + 1}: time .* has nanoseconds, MEDS times are "
                                               r"microseconds \(column 'time' is timestamp\[ns\]"):
-        ingest_meds(db, src, "demo_ns")
+        ingest_meds(db, src, "demo_ns", cast_types=True)
     assert counts(db) == before
+
+
+def test_a_float64_numeric_value_is_refused_unless_cast(base, db: Path, tmp_path: Path) -> None:
+    src = _copy(base, tmp_path)
+    for path in shard_files(src / "data"):
+        table = pq.read_table(path)
+        i = table.schema.get_field_index("numeric_value")
+        pq.write_table(table.set_column(i, pa.field("numeric_value", pa.float64()),
+                                        table.column(i).cast(pa.float64())), path)
+    before = counts(db)
+    with pytest.raises(MedsFormatError, match=r"column 'numeric_value' is double, meds' DataSchema expects float32 "
+                                              r"\(rule: column types; pass --cast-types"):
+        ingest_meds(db, src, "demo_f64")
+    assert counts(db) == before
+    ingest_meds(db, src, "demo_f64", cast_types=True)
+    assert _admittimes(db, "demo_f64") == _admittimes(db, "demo_meds")
 
 
 def test_a_duplicate_admission_at_another_time_is_reported(base, db: Path, tmp_path: Path) -> None:

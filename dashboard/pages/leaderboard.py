@@ -228,6 +228,8 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
             flags.append("oracle (ground truth)")
         if run["is_synthetic"]:
             flags.append("synthetic")
+        if "trained outside medtx" in (run.get("variant") or ""):
+            flags.append("trained outside medtx: imported predictions, no validation split")
         if run["collapsed"]:
             reason = (run["collapse_reason"] or "constant predictions").removeprefix("collapsed: ")
             flags.append(f"COLLAPSED: {reason}")

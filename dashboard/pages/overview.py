@@ -152,7 +152,8 @@ def _cohort(snapshot: Path, dataset: str) -> dbc.Card:
     values = row[0]
     synthetic = dataset.startswith("synth")
     stats = dbc.Row(
-        [ui.stat(name, int(values[name] or 0)) for name in ("patients", "admissions", "diagnoses", "prescriptions")
+        [ui.stat(name, int(values[name] or 0)) for name in ("patients", "admissions", "diagnoses", "procedures",
+                                                         "prescriptions")
          if name in values]
     )
     title = f"Cohort — {dataset}" + (" (synthetic)" if synthetic else "")

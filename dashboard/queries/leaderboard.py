@@ -34,12 +34,13 @@ def averaging_options(snapshot: Path, task: str, dataset: str) -> list[str]:
 
 # How a run used its model when one model name covers several trainings (the text encoders: a frozen encoder with a
 # linear probe vs fine-tuning the top K layers; a run on a GPU, recorded from benchmarks/gpu), so that the
-# leaderboard never shows them as the same thing (nor pools a GPU run's seed with CPU runs' seeds).
+# leaderboard never shows them as the same thing (nor pools a GPU run's seed with CPU runs' seeds); a run imported
+# from another tool's predictions (medtx.meds.import_predictions) says "trained outside medtx" beside its name.
 RUN_VARIANT_SQL = """nullif(concat_ws(', ', CASE
     WHEN json_extract_string(config, '$.text.freeze_encoder') = 'true' THEN 'frozen encoder + linear probe'
     WHEN json_extract_string(config, '$.text.finetune_layers') IS NOT NULL
         THEN 'top ' || json_extract_string(config, '$.text.finetune_layers') || ' layers fine-tuned'
-    END, CASE WHEN device LIKE 'cuda%' THEN 'on ' || device END), '')"""
+    END, CASE WHEN device LIKE 'cuda%' THEN 'on ' || device END, json_extract_string(config, '$.origin')), '')"""
 
 
 def leaderboard_runs(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:

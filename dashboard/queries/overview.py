@@ -23,7 +23,7 @@ def datasets(snapshot: Path) -> list[str]:
 
 
 def cohort_counts(snapshot: Path) -> pl.DataFrame:
-    """Patients, admissions, diagnoses and prescriptions per dataset."""
+    """Patients, admissions, diagnoses, procedures and prescriptions per dataset."""
     df = query(snapshot, f"SELECT dataset, table_name, n FROM {_mart_sql(snapshot, 'cohort_counts')} "
                "ORDER BY dataset, table_name")
     if not df.height:

@@ -23,11 +23,14 @@ from medtx.meds import ExportError, MedsFormatError, export_meds, ingest_meds
 from medtx.meds.export import DEFAULT_SHARD_ROWS, protected_paths
 from medtx.meds.predictions import export_predictions
 from medtx.meds.mapping import MappingError
+from medtx.meds.tables import BY_NAME
 from medtx.settings import get_settings
 from medtx.store.outputs import warehouse_paths
 
 export_app = typer.Typer(help="Write warehouse datasets in other formats.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
+import_app = typer.Typer(help="Bring results made outside medtx into the warehouse.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 
 _console = Console(stderr=True)
 _DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
@@ -89,6 +92,44 @@ def predictions(
                     f"({r.task}, {r.model}, {r.dataset}) -> {r.out}")
 
 
+@import_app.command("predictions")
+@writes_warehouse("medtx import predictions")
+def import_predictions_command(
+    file: Path = typer.Argument(..., help="Parquet file in meds-evaluation's PredictionSchema (subject_id, "
+                                "prediction_time, boolean_value, predicted_boolean_value, "
+                                "predicted_boolean_probability), one row per held-out label."),
+    task: str = typer.Option(..., "--task", help="Binary EHR task the predictions are for (`medtx export meds --labels` names them)."),
+    model: str = typer.Option(..., "--model", help="Name of the outside model on the leaderboard (e.g. "
+                              "meds_tab_xgboost; not one of medtx's own model names)."),
+    dataset: str = typer.Option(None, "--dataset", help="Warehouse dataset the labels come from (default: the "
+                                "only one in the warehouse)."),
+    db: Path = _DB,
+) -> None:
+    """Record a model trained outside medtx (MEDS-Tab, ...) from its test predictions: every row must be a
+    held-out label of the task on the dataset; it gets intervals, the paired verdict against the reference
+    baseline, subgroups, calibration and a card, marked "trained outside medtx"."""
+    from flows.cli.train import default_dataset
+    from medtx.meds.import_predictions import import_predictions
+    from medtx.tasks import get_task
+    from medtx.tasks.verdict import LeakageError
+
+    settings = get_settings(db=db)
+    try:
+        spec = get_task(task)
+        dataset = default_dataset(settings.db, dataset)
+        with open_warehouse(settings.db) as con:
+            r = import_predictions(con, file, spec, dataset, model)
+    except (*_USER_ERRORS, LeakageError, LookupError) as exc:
+        _fail("import", exc, code=2)
+    from medtx.publish.snapshot import publish_snapshot
+
+    publish_snapshot(settings.db, settings.snapshot)  # the leaderboard and dashboard read the published copy
+    Console().print(f"{r.rows:,} held-out predictions ({r.positives:,} positive, {r.n_patients:,} patients) of "
+                    f"{r.model} (trained outside medtx) recorded as run {r.run_id} ({r.task}, {r.dataset}) and "
+                    f"published: `medtx leaderboard --task {r.task} --dataset {r.dataset}`, "
+                    f"`medtx report --run {r.run_id}` for its card", highlight=False, soft_wrap=True)
+    typer.echo(r.run_id)
+
 
 @ingest_app.command("meds")
 @writes_warehouse("medtx ingest meds")
@@ -102,6 +143,9 @@ def ingest(
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
     plausibility: Plausibility = _PLAUSIBILITY,
+    cast_types: bool = typer.Option(False, "--cast-types", help="Accept column types meds' DataSchema only "
+                                    "casts (a tz-aware or nanosecond time, a float64 numeric_value) and cast them "
+                                    "as its align() does; refused otherwise."),
 ) -> None:
     """Load a MEDS dataset into raw.* so every task builder and model runs on it (as one unit, under the
     writer lock and the row-count guard, like `ingest mimic3`)."""
@@ -113,9 +157,10 @@ def ingest(
             from flows.meds import meds_flow
 
             r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db, guard=guard,
-                          plausibility=plausibility)
+                          plausibility=plausibility, cast_types=cast_types)
         else:
-            r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility)
+            r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility,
+                            cast_types=cast_types)
     except _USER_ERRORS as exc:
         _fail("ingest", exc, code=2)
     table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")
@@ -124,10 +169,23 @@ def ingest(
     for name, n in r.rows.items():
         table.add_row(name, f"{n:,}")
     table.add_row("events mapped / not mapped", f"{r.events_mapped:,} / {r.events - r.events_mapped:,}")
+    for prefix, target, n in _medication_routes(settings.db, r.dataset):
+        route = "name" if target == BY_NAME else "NDC" if "NDC" in prefix else "text"
+        table.add_row(f"medications by {route}: {prefix}", f"{n:,}")
     Console().print(table)
+    if any(target == BY_NAME for _, target, _ in _medication_routes(settings.db, r.dataset)):
+        _console.print(f"medications coded by name are mapped to ATC-3 through the bundled drug names by `medtx "
+                       f"map-codes --dataset {r.dataset}` (its coverage table: route name_no_ndc)", highlight=False)
     if r.events > r.events_mapped:
         _console.print("[yellow]codes no rule maps are counted by prefix in raw.meds_codes")
     plausibility_summary({r.dataset}, settings.db)
+
+
+def _medication_routes(db: Path, dataset: str) -> list[tuple[str, str, int]]:
+    """(prefix, target table, rows) of the dataset's medication rules, from the import's accounting."""
+    with open_warehouse(db, read_only=True) as con:
+        return con.execute("SELECT prefix, target_table, n_rows FROM raw.meds_codes WHERE dataset = ? AND "
+                           "target_table IN ('prescriptions', ?) ORDER BY prefix", [dataset, BY_NAME]).fetchall()
 
 
 def _fail(what: str, exc: Exception, code: int = 1) -> None:

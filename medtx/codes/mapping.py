@@ -5,7 +5,9 @@ Candidates. Each prescription row is looked up by the first route that knows it:
 2. for rows whose NDC is in neither map: its drug name against WHO ATC level-5 names (`ref.drug_name_atc3`),
    trying the full normalised generic name, the full drug name, then the first word of each.
 Rows without an NDC are not name-mapped: PyHealth's drug codes are NDCs, so a row without one is not a drug
-code there either (IV fluids and flushes, mostly). They are counted as `no_ndc` in the coverage table.
+code there either (IV fluids and flushes, mostly). They are counted as `no_ndc` in the coverage table. Except in
+a dataset that codes medications by name (a MEDS import whose rule says `field: name`, e.g. MIMIC-IV MEDS,
+`coded_by_name`): its rows without an NDC take the name route too, counted as `name_no_ndc` when mapped.
 
 Choice. Kury's map is ingredient-level, so one NDC often has several ATC-3 candidates (lidocaine: 7, saline: 3).
 Like GAMENet/SafeDrug, medtx keeps ONE class per drug: among the candidates of the winning route it takes
@@ -76,7 +78,8 @@ def adm_route_sql(column: str) -> str:
 # One row per distinct (raw ndc, drug, drug_name_generic, route) of the usable prescription rows.
 # A row missing its subject_id takes it from its admission; rows that still lack one are unusable.
 # Lineage (the pipeline's cache key and the lineage test read these): what the queries below read and write.
-READS = ("raw.prescriptions", "raw.admissions", "ref.ndc_atc3", "ref.drug_name_atc3")
+READS = ("raw.prescriptions", "raw.admissions", "ref.ndc_atc3", "ref.drug_name_atc3", "raw.meds_codes")
+BY_NAME = "prescriptions (by name)"  # raw.meds_codes.target_table of name-coded medications (medtx.meds.tables)
 WRITES = ("core.prescriptions_atc3", "core.mapping_coverage")
 
 _KEYS_SQL = f"""
@@ -98,7 +101,7 @@ _NAME_CANDIDATES_SQL = f"""
     WITH names AS (
         SELECT key_id, {drug_name_key_sql('drug_name_generic')} AS k1, {drug_name_key_sql('drug')} AS k2
         FROM _map_keys
-        WHERE ndc IS NOT NULL AND ndc NOT IN (SELECT ndc FROM ref.ndc_atc3)
+        WHERE (ndc IS NOT NULL AND ndc NOT IN (SELECT ndc FROM ref.ndc_atc3)) OR (ndc IS NULL AND $by_name)
     ), cand AS (
         SELECT key_id, key, prio FROM names,
             (VALUES (1), (2), (3), (4)) p(prio),
@@ -171,6 +174,12 @@ _COVERAGE_SQL = """
     SELECT $dataset, 'route', 'no_ndc', NULL, NULL, 0, coalesce(sum(n_rows) FILTER (WHERE ndc IS NULL), 0),
            coalesce(sum(n_rows) FILTER (WHERE ndc IS NULL), 0) / greatest(coalesce(sum(n_rows), 0), 1), NULL
     FROM keyed
+    UNION ALL  -- a dataset coding medications by name: the rows without an NDC the drug names mapped
+    SELECT $dataset, 'route', 'name_no_ndc', NULL, NULL, 0,
+           coalesce(sum(n_rows) FILTER (WHERE ndc IS NULL AND route <> 'unmapped'), 0),
+           coalesce(sum(n_rows) FILTER (WHERE ndc IS NULL AND route <> 'unmapped'), 0)
+               / greatest(coalesce(sum(n_rows) FILTER (WHERE ndc IS NULL), 0), 1), NULL
+    FROM keyed HAVING $by_name
     UNION ALL
     SELECT $dataset, 'unmapped_ndc', 'unmapped', ndc, drug, 1, n_rows, n_rows / (SELECT n FROM total),
            row_number() OVER (ORDER BY n_rows DESC, ndc) FROM unmapped"""
@@ -180,13 +189,14 @@ def map_prescriptions(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     """Rewrite `core.prescriptions_atc3` and `core.mapping_coverage` for one dataset; returns mapped rows
     (one per mapped prescription row)."""
     params = {"dataset": dataset}
+    by_name = coded_by_name(con, dataset)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _map_keys AS {_KEYS_SQL}", params)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _map_choice AS {_CHOICE_SQL}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _map_choice AS {_CHOICE_SQL}", {"by_name": by_name})
     with transaction(con):
         con.execute("DELETE FROM core.prescriptions_atc3 WHERE dataset = $dataset", params)
         con.execute(_INSERT_SQL, params)
         con.execute("DELETE FROM core.mapping_coverage WHERE dataset = $dataset", params)
-        con.execute(_COVERAGE_SQL, params)
+        con.execute(_COVERAGE_SQL, {**params, "by_name": by_name})
     mapped, ambiguous = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE n_candidates > 1) FROM core.prescriptions_atc3 "
         "WHERE dataset = $dataset", params
@@ -198,6 +208,17 @@ def map_prescriptions(con: duckdb.DuckDBPyConnection, dataset: str) -> int:
     for table in ("_map_keys", "_map_choice"):
         con.execute(f"DROP TABLE IF EXISTS {quote_ident(table)}")
     return mapped
+
+
+def coded_by_name(con: duckdb.DuckDBPyConnection, dataset: str) -> bool:
+    """Whether the dataset codes medications by name (a MEDS import whose mapping rule says `field: name`, e.g.
+    MIMIC-IV MEDS): then its prescriptions without an NDC take the drug-name route too. MIMIC-III's NDC-less rows
+    (IV fluids and flushes, mostly) and medtx's own export never do: PyHealth's drug codes are NDCs."""
+    try:
+        return bool(con.execute("SELECT count(*) FROM raw.meds_codes WHERE dataset = ? AND target_table = ?",
+                                [dataset, BY_NAME]).fetchall()[0][0])
+    except duckdb.CatalogException:  # a warehouse without the MEDS tables
+        return False
 
 
 def coverage_summary(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, tuple[int, int, float]]:

@@ -206,9 +206,10 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
         raise ValueError(f"run {run_id!r} is not in this warehouse (medtx status lists the runs)")
     run = found[0]
     task = find_task(run["task"])  # None: a stored name the registry no longer knows
-    title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}"
+    title = f"Model card: {run['model']} on {run['task']} ({run['dataset'] or '-'}), seed {run['seed']}" + (
+        f" ({origin})" if (origin := _config_value(run["config"], "origin")) else "")
     data: dict = {"run_id": run_id, "task": run["task"], "model": run["model"], "dataset": run["dataset"],
-                  "seed": run["seed"], "status": run["status"]}
+                  "seed": run["seed"], "status": run["status"], "origin": origin or "trained in medtx"}
     if run["status"] != "completed":
         return _unfinished_card(run, title, data)
     figures = sm.Figures(collapsed=run["collapse_reason"] or "constant predictions" if run["collapsed"] else None,
@@ -261,7 +262,25 @@ def _lineage(run: dict) -> Section:
             ["pipeline run", run["pipeline_run_id"] or "–"], ["device", run["device"] or "–"],
             ["cut-off of the stored yes/no predictions (set metrics only; not an alerting threshold: see "
              "Operating points)", f"{_f(run['threshold'])} ({run['threshold_source'] or '-'})"]]
-    return Section("lineage", "Data and lineage", tables=[(["", ""], rows)], details=pretty)
+    paragraphs = []
+    origin = _config_value(config, "origin")
+    if origin:  # imported predictions (medtx.meds.import_predictions): say so before anything else
+        rows.insert(1, ["trained", f"{origin}: predictions imported from {_config_value(config, 'source_file')} "
+                               f"(sha256 {str(_config_value(config, 'source_sha256'))[:16]})"])
+        paragraphs.append(f"This model was {origin.upper()}. medtx did not train it and did not see its "
+                          "features; it checked that its predictions are exactly the held-out labels of this "
+                          "task and scored them like its own runs (same test patients, same bootstrap, same "
+                          "reference baseline). It has no validation predictions: no recalibration, no operating "
+                          "points.")
+    return Section("lineage", "Data and lineage", paragraphs, tables=[(["", ""], rows)], details=pretty)
+
+
+def _config_value(config: object, key: str) -> object:
+    try:
+        parsed = json.loads(config) if isinstance(config, str) else config
+    except (TypeError, ValueError):
+        return None
+    return parsed.get(key) if isinstance(parsed, dict) else None
 
 
 def _clock(task) -> Section:

@@ -16,7 +16,8 @@ Birth: MIMIC-III shifts the birth date of patients older than 89 so that they ap
 their first admission. A birth date that makes a subject older than SHIFTED_AGE_YEARS at the first admission is
 exported as the first admission minus CAPPED_AGE_YEARS (90): the youngest age the shift stands for, and the age
 medtx's own samples cap at (medtx.samples.common.AGE_CAP). `AGE` events (numeric_value: age in years at the
-admission, from that birth) sit at each admission time, named as MEDS-Transforms' time-derived AGE measurement.
+admission, from that birth) sit at each admission time as `MEDTX//AGE_AT_ADMISSION`: not MEDS-Transforms' own
+time-derived `AGE` code, which its standard stage adds beside it (one code, two meanings, otherwise).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from medtx.samples.clock import (
 
 BIRTH = "MEDS_BIRTH"
 DEATH = "MEDS_DEATH"
-AGE = "AGE"
+AGE = "MEDTX//AGE_AT_ADMISSION"  # namespaced: MEDS-Transforms derives its own `AGE` from the birth
 SEP = "//"
 SHIFTED_AGE_YEARS = 150  # older than this at the first admission: MIMIC-III's shifted birth date (about 300)
 CAPPED_AGE_YEARS = 90    # ... exported as this age at the first admission

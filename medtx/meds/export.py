@@ -18,6 +18,7 @@ Re-exporting the same warehouse gives a byte-identical `metadata/codes.parquet` 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import shutil
@@ -159,6 +160,11 @@ def export_meds(
     unknown = [t for t in wanted if t not in known]
     if unknown:
         raise ExportError(f"--labels: no label export for task(s) {unknown}; available here: {sorted(known)}")
+    for task in wanted:  # a task without samples would write no folder, and a MEDS tool would then find no file
+        n = con.execute(f"SELECT count(*) FROM ({label_sql(con, task)})", {"dataset": dataset}).fetchall()[0][0]
+        if not n:
+            raise ExportError(f"--labels {task}: dataset {dataset!r} has no {task} samples; run `medtx build-samples "
+                              f"--task {task} --dataset {dataset}` first (nothing was written)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -366,10 +372,22 @@ def split_mismatch(con, dataset: str, task: str) -> str | None:
             "patient split")
 
 
+def data_version(root: Path) -> str:
+    """The exported data's fingerprint: SHA-256 over the data shards, codes and split files (names and bytes),
+    labels left out. The export is byte-identical when the data are, so the same data give the same version."""
+    from medtx.store.hashing import file_sha256
+
+    files = sorted(p for p in [*(root / "data").rglob("*.parquet"), *(root / "metadata").glob("*.parquet")])
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.relative_to(root).as_posix()}:{file_sha256(path)}\n".encode())
+    return f"sha256:{digest.hexdigest()[:16]}"
+
+
 def _write_dataset_json(dataset: str, root: Path) -> None:
     meta = {
         "dataset_name": dataset,
-        "dataset_version": datetime.now().strftime("%Y-%m-%d"),
+        "dataset_version": data_version(root),
         "etl_name": "medtx",
         "etl_version": medtx.__version__,
         "meds_version": MEDS_VERSION,

@@ -66,11 +66,12 @@ def default_mapping(meta: dict) -> str:
 
 def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes: str | Path | None = None, *,
                 guard: ShrinkGuard = ShrinkGuard(), command: str = "medtx ingest meds",
-                plausibility: str = "warn") -> MedsIngestResult:
+                plausibility: str = "warn", cast_types: bool = False) -> MedsIngestResult:
     """Load the MEDS dataset at `source` as `dataset` (default: the folder name). `codes`: a shipped mapping
     name or a YAML file (default: from metadata/dataset.json's etl_name). `guard`: the row-count guard;
     `command`: how the writer lock names this writer; `plausibility`: warn | reject | fail
-    (medtx.ingest.plausibility)."""
+    (medtx.ingest.plausibility); `cast_types`: accept the column types meds' DataSchema.align casts (tz-aware or
+    nanosecond times, float64 values) instead of refusing them."""
     started, clock = datetime.now(), time.perf_counter()
     check_policy(plausibility)
     root = Path(source).expanduser()
@@ -79,7 +80,7 @@ def ingest_meds(db: Path, source: str | Path, dataset: str | None = None, codes:
     check_codes_file(root)
     mapping = load_mapping(codes or default_mapping(meta))
     dataset = check_dataset(dataset or root.resolve().name.lower().replace("-", "_"))
-    schemas = [check_columns(p) for p in shards]
+    schemas = [check_columns(p, exact=not cast_types) for p in shards]
     for path, schema in zip(shards, schemas, strict=True):
         check_times(path, schema)
     splits = _read_splits(root)

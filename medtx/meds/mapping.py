@@ -37,7 +37,10 @@ class CodeRule(_Rule):
 
 
 class DrugRule(_Rule):
-    field: Literal["ndc", "drug"]  # which raw.prescriptions column the code after the prefix fills
+    # which raw.prescriptions column the code after the prefix fills: `ndc`; `drug` (a name kept as text, e.g.
+    # medtx's own export of a prescription without an NDC); `name` (a drug name the source codes medications
+    # by, e.g. MIMIC-IV MEDS: `medtx map-codes` maps it to ATC-3 through the bundled drug names)
+    field: Literal["ndc", "drug", "name"]
 
 
 class NoteRule(_Rule):
@@ -60,6 +63,9 @@ class CodeMapping(BaseModel):
     procedures: list[CodeRule] = []
     prescriptions: list[DrugRule] = []
     notes: list[NoteRule] = []
+    # codes derived from other events (an age from the birth): read as mapped, loaded nowhere (medtx derives them
+    # again from what it loads)
+    derived: list[str] = []
 
     def rules(self) -> list[tuple[str, str, dict]]:
         """(prefix, target table, options) for every rule, in match order (longest prefix first)."""
@@ -69,6 +75,7 @@ class CodeMapping(BaseModel):
         rows += [(r.prefix, "procedures_icd", {}) for r in self.procedures]
         rows += [(r.prefix, "prescriptions", {"field": r.field}) for r in self.prescriptions]
         rows += [(r.prefix, "noteevents", {"category": r.category}) for r in self.notes]
+        rows += [(prefix, "derived", {}) for prefix in self.derived]
         return sorted(rows, key=lambda r: -len(r[0]))
 
 

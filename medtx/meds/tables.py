@@ -18,9 +18,12 @@ RAW_TABLES = ("patients", "admissions", "diagnoses_icd", "procedures_icd", "pres
 STAY_BOUND = ("discharges", "diagnoses_icd", "procedures_icd", "prescriptions", "noteevents")
 # Which raw table a rule's rows end up in, for the accounting.
 ACCOUNT_TABLE = {"admissions": "admissions", "discharges": "admissions", "gender": "patients",
-                 "birth": "patients", "death": "patients"}
+                 "birth": "patients", "death": "patients", "derived": "derived (not loaded)"}
 
 
+# raw.meds_codes.target_table of medications coded by name (a DrugRule `field: name`): what tells `medtx
+# map-codes` to map this dataset's prescriptions without an NDC through the bundled drug names (medtx.codes.mapping)
+BY_NAME = "prescriptions (by name)"
 EID_BITS = 40  # _eid = shard << 40 | row in shard: unique, in file order, and it fits a BIGINT
 MAPPED = "_meds_mapped"  # view: the events with their rule's prefix, target, remainder, field and category
 
@@ -118,7 +121,9 @@ def write_raw(con: duckdb.DuckDBPyConnection, dataset: str, mapping: CodeMapping
         "procedures_icd": _code_rows_sql("procedures_icd"),
         "prescriptions": f"""
             SELECT subject_id, _eid AS row_id, hadm_id, time AS startdate,
-                   CASE WHEN _field = 'drug' THEN coalesce(drug, _rest) ELSE drug END AS drug, drug_name_generic,
+                   CASE WHEN _field IN ('drug', 'name') THEN coalesce(drug, _rest) ELSE drug END AS drug,
+                   CASE WHEN _field = 'name' THEN coalesce(drug_name_generic, _rest) ELSE drug_name_generic END
+                       AS drug_name_generic,
                    CASE WHEN _field = 'ndc' THEN _rest ELSE ndc END AS ndc, route
             FROM {MAPPED} WHERE _target = 'prescriptions'""",
         "noteevents": f"""
@@ -156,7 +161,8 @@ def write_accounting(con: duckdb.DuckDBPyConnection, dataset: str) -> tuple[int,
     con.execute(f"""
         INSERT INTO raw.meds_codes
         SELECT $d, coalesce(_prefix, split_part(code, '//', 1) || CASE WHEN contains(code, '//') THEN '//' ELSE '' END),
-               CASE _target {_account_cases_sql()} ELSE _target END, count(DISTINCT code), count(*)
+               CASE WHEN _target = 'prescriptions' AND _field = 'name' THEN {sql_literal(BY_NAME)}
+                    {_account_cases_sql()} ELSE _target END, count(DISTINCT code), count(*)
         FROM {MAPPED} GROUP BY ALL ORDER BY 5 DESC""", {"d": dataset})
     return con.execute("SELECT coalesce(sum(n_rows) FILTER (WHERE target_table IS NOT NULL), 0), "
                        "coalesce(sum(n_rows) FILTER (WHERE target_table IS NULL), 0) "
@@ -164,5 +170,5 @@ def write_accounting(con: duckdb.DuckDBPyConnection, dataset: str) -> tuple[int,
 
 
 def _account_cases_sql() -> str:
-    """`WHEN target THEN raw table` for CASE, from the code constant ACCOUNT_TABLE."""
-    return " ".join(f"WHEN {sql_literal(k)} THEN {sql_literal(v)}" for k, v in ACCOUNT_TABLE.items())
+    """`WHEN _target = target THEN raw table` for a searched CASE, from the code constant ACCOUNT_TABLE."""
+    return " ".join(f"WHEN _target = {sql_literal(k)} THEN {sql_literal(v)}" for k, v in ACCOUNT_TABLE.items())

@@ -3,8 +3,9 @@
 Every failure is one `MedsFormatError` line naming the file and the rule broken:
 - layout: `data/` holds at least one parquet shard (sub-folders reached through symlinks included: read, never
   skipped; a dangling link or a link cycle is an error); `metadata/dataset.json` and `metadata/codes.parquet` exist;
-- column types: subject_id 64-bit integer, time timestamp, code string, numeric_value float, text_value string;
-  times as meds' `DataSchema.align` takes them: tz-aware -> UTC wall time, nanoseconds only when whole microseconds;
+- column types: subject_id 64-bit integer, time timestamp[us] without a time zone, code string, numeric_value
+  float32, text_value string, as meds' DataSchema validates them; with `cast_types` (`--cast-types`) also what
+  meds' `DataSchema.align` casts: tz-aware -> UTC wall time, nanoseconds only when whole microseconds, float64;
 - every shard's rows all read (its parquet footer's row count);
 - no null subject_id or code;
 - each subject in exactly one shard;
@@ -50,6 +51,12 @@ _TYPES = {
     "text_value": (_is_string, "string"),
 }
 REQUIRED = ("subject_id", "time", "code")
+# What meds' DataSchema itself validates (0.4.1) where _TYPES is wider: `time` exactly timestamp[us] without a time
+# zone, `numeric_value` float32. A shard that is only castable is refused unless the import is told to cast.
+_EXACT = {
+    "time": (lambda t: pa.types.is_timestamp(t) and t.unit == "us" and t.tz is None, "timestamp[us] (no time zone)"),
+    "numeric_value": (pa.types.is_float32, "float32"),
+}
 
 
 def find_shards(root: Path) -> list[Path]:
@@ -96,8 +103,9 @@ def read_dataset_json(root: Path) -> dict:
     return meta
 
 
-def check_columns(path: Path, required: tuple[str, ...] = REQUIRED) -> pa.Schema:
-    """The shard's schema, after the column-type rule."""
+def check_columns(path: Path, required: tuple[str, ...] = REQUIRED, exact: bool = False) -> pa.Schema:
+    """The shard's schema, after the column-type rule; `exact`: also the types meds' DataSchema validates (a
+    tz-aware or nanosecond `time`, a float64 `numeric_value` is refused, naming the column and the opt-in)."""
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -110,6 +118,11 @@ def check_columns(path: Path, required: tuple[str, ...] = REQUIRED) -> pa.Schema
         if name in schema.names and not ok(schema.field(name).type):
             raise MedsFormatError(f"{path}: column {name!r} is {schema.field(name).type}, MEDS needs {want} "
                                   "(rule: column types)")
+    for name, (ok, want) in _EXACT.items() if exact else ():
+        if name in schema.names and not ok(schema.field(name).type):
+            raise MedsFormatError(f"{path}: column {name!r} is {schema.field(name).type}, meds' DataSchema expects "
+                                  f"{want} (rule: column types; pass --cast-types to cast it as meds' "
+                                  "DataSchema.align does)")
     return schema
 
 

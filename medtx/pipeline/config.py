@@ -63,6 +63,7 @@ class DatasetConfig(_Strict):
     seed: Seed = 0  # synth only: generator seed
     format: Literal["mimic3", "meds"] = "mimic3"  # meds: a MEDS 0.4 folder, loaded by `medtx ingest meds`
     codes: str | None = None  # meds only: code mapping (shipped name `medtx`/`mimic4` or YAML file)
+    cast_types: bool = False  # meds only: cast the column types meds' DataSchema.align casts (`--cast-types`)
 
     @property
     def kind(self) -> Literal["folder", "url", "synth", "meds"]:

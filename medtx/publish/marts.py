@@ -72,12 +72,13 @@ class Mart(NamedTuple):
 
 
 MARTS: dict[str, Mart] = {
-    # Overview: rows per raw table and dataset (a full scan of 5M+ prescriptions otherwise).
+    # Overview and `medtx status`: rows per raw table and dataset (a full scan of 5M+ prescriptions otherwise).
     "cohort_counts": Mart(
         select=(
             "SELECT dataset, 'patients' AS table_name, count(*) AS n FROM raw.patients GROUP BY dataset "
             "UNION ALL SELECT dataset, 'admissions', count(*) FROM raw.admissions GROUP BY dataset "
             "UNION ALL SELECT dataset, 'diagnoses', count(*) FROM raw.diagnoses_icd GROUP BY dataset "
+            "UNION ALL SELECT dataset, 'procedures', count(*) FROM raw.procedures_icd GROUP BY dataset "
             "UNION ALL SELECT dataset, 'prescriptions', count(*) FROM raw.prescriptions GROUP BY dataset"
         ),
         key="dataset, table_name",

@@ -71,7 +71,18 @@ def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
         mapped = con.execute(
             "SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
         ).fetchall()[0][0]
-        hint = f" - run `medtx map-codes --dataset {ctx.dataset}` first" if not mapped else ""
+        # map-codes writes its coverage rows even when it maps nothing: that is how we know it has run
+        coverage = dict(con.execute(
+            "SELECT route, n_rows FROM core.mapping_coverage WHERE dataset = $dataset AND kind = 'route'", params
+        ).fetchall())
+        if not coverage:
+            hint = f" - run `medtx map-codes --dataset {ctx.dataset}` first"
+        elif not mapped:
+            hint = (f"; map-codes has run and mapped none of its prescriptions ({coverage.get('no_ndc', 0)} rows "
+                    f"without an NDC, {coverage.get('unmapped', 0)} with an NDC no map knows): see the drug routes "
+                    "in docs/MEDS.md")
+        else:
+            hint = ""
         raise EmptyCohortError(
             f"drug_rec: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses, procedures and "
             f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code types; "
@@ -110,7 +121,7 @@ TASK = Task(
     oracle_code_column="atc3",
     # models: every EHR model serving a multi-label task (the default)
     build=build,
-    reads=EHR_VISIT_READS,
+    reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
     writes=(TABLE, *EHR_SAMPLE_EXTRAS),
     train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={

@@ -58,7 +58,8 @@ def _meds_step(ds: Any, source: str, scope: dict, guard: dict) -> Step:
     except MedsFormatError:  # a dangling link or a loop: the import says so; the key then covers the folder
         shards = []
     files = tuple(str(p) for p in sorted([*shards, *root.glob("metadata/*")]))
-    params = {"source": source, "table": "meds", "codes": ds.codes, **guard}
+    params = {"source": source, "table": "meds", "codes": ds.codes, **({"cast_types": True} if ds.cast_types else {}),
+              **guard}
     return Step(f"ingest.{ds.key}.meds", "ingest", params, ds.key,
                 writes=(*RAW_MIMIC, "raw.meds_splits", "raw.meds_codes"), files=files or (source,), scope=scope)
 
@@ -83,7 +84,7 @@ def run(spec: Spec, paths: Paths) -> dict[str, Any]:
         from medtx.meds import ingest_meds
 
         meds = ingest_meds(db, p["source"], spec["dataset"], p.get("codes"), guard=guard, command="medtx pipeline",
-                           plausibility=policy)
+                           plausibility=policy, cast_types=p.get("cast_types", False))
         return {"rows": meds.rows, "events": meds.events, "events_mapped": meds.events_mapped}
     if p.get("table") == "mtsamples":
         results = [ingest_mtsamples(db, p["source"], cache_dir, guard=guard, plausibility=policy)]
