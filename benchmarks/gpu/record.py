@@ -34,6 +34,7 @@ def record(folder: Path, db: Path, models_dir: Path) -> tuple[list[dict], list[s
     import duckdb
 
     from medtx.pipeline.exchange import record_result_package
+    from medtx.tasks import find_task
 
     recorded, problems = [], []
     with tempfile.TemporaryDirectory(prefix="medtx-gpu-record-") as scratch:
@@ -50,9 +51,11 @@ def record(folder: Path, db: Path, models_dir: Path) -> tuple[list[dict], list[s
                 problems.append(f"{package.name}: empty ml.runs")
                 continue
             dataset, task = run[0]["dataset"], run[0]["task"]
+            spec = find_task(task)  # readmission_notes: the splits of readmission, the task that builds its samples
+            split_task = (spec.builds if spec else None) or task
             with duckdb.connect(str(db), read_only=True) as con:
                 have = con.execute("SELECT count(*) FROM samples.splits WHERE dataset = ? AND task = ?",
-                                   [dataset, task]).fetchall()[0][0]
+                                   [dataset, split_task]).fetchall()[0][0]
             if not have:
                 problems.append(f"{package.name}: dataset {dataset!r} task {task!r} has no samples in {db}; "
                                 "build them here first (benchmarks/gpu/pack.py builds synth_<scale>)")
@@ -90,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row))
     for problem in problems:
         print(f"record.py: not recorded: {problem}", file=sys.stderr)
+    from benchmarks.gpu.verdicts import verdict_lines  # each seed's paired verdict and the claim the seeds support
+
+    for line in verdict_lines(Path(settings.db), [r["run_id"] for r in recorded]):
+        print(f"verdict: {line}")
     if recorded and not args.no_publish:
         from medtx.publish.snapshot import publish_snapshot
 
