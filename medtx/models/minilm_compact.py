@@ -80,10 +80,9 @@ def compact_state(state: dict[str, Tensor], kept: list[int]) -> dict[str, Tensor
 def write_compact(source: Path, out: Path, texts: Iterable[str], level: int = ZSTD_LEVEL) -> dict:
     """Write the compact copy of the encoder in `source` (a transformers folder) to `out`; returns its manifest."""
     from safetensors.torch import load_file, save
+    from transformers import AutoTokenizer
 
-    from medtx.text.tokenize import load_tokenizer
-
-    tokenizer = load_tokenizer(source)
+    tokenizer = AutoTokenizer.from_pretrained(str(source))  # the folder's own (as medtx.text.tokenize loads it)
     kept = used_token_ids(tokenizer, texts)
     raw = save(compact_state(load_file(str(source / "model.safetensors")), kept))
     packed = _codec(level).compress(_split_planes(raw), asbytes=True)
