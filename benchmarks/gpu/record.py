@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(row))
             for problem in problems:
                 print(f"record.py: not recorded: {problem}", file=sys.stderr)
+            from benchmarks.gpu.verdicts import verdict_lines  # each seed's paired verdict, the claim the seeds support
+
+            for line in verdict_lines(Path(settings.db), [r["run_id"] for r in recorded]):
+                print(f"verdict: {line}")
             if recorded and not args.no_publish:
                 from medtx.publish.snapshot import publish_snapshot
 

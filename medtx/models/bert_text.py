@@ -30,6 +30,7 @@ mode, live path only) is returned for each note's first chunk as module "bert".
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from medtx.models.base import ModelOutput
-from medtx.models.layers import Dropout, classification_loss
+from medtx.models.layers import Dropout, classification_loss, fused_attention_kernels
 from medtx.models.bounds import (BatchSize, Count, DropoutRate, FieldProblem, Heads, Layers, LearningRate, Length,
                                  Positive, Width, check_heads)
 from medtx.models.registry import ModelSpec, TextContext, TextModelBundle, register_model
@@ -138,8 +139,9 @@ def lower_states(encoder: PreTrainedModel, input_ids: Tensor, attention_mask: Te
     try:
         hidden = encoder.embeddings(input_ids=input_ids)
         mask = _extended_mask(encoder, hidden, attention_mask)
-        for layer in encoder.encoder.layer[:n_frozen]:
-            hidden = layer(hidden, mask)
+        with fused_attention_kernels(hidden):
+            for layer in encoder.encoder.layer[:n_frozen]:
+                hidden = layer(hidden, mask)
     finally:
         encoder.train(was_training)
     return hidden
@@ -148,8 +150,9 @@ def lower_states(encoder: PreTrainedModel, input_ids: Tensor, attention_mask: Te
 def upper_states(encoder: PreTrainedModel, hidden: Tensor, attention_mask: Tensor, n_frozen: int) -> Tensor:
     """Run layers n_frozen.. of `encoder` on `hidden` (cached `lower_states`): the final token states."""
     mask = _extended_mask(encoder, hidden, attention_mask)
-    for layer in encoder.encoder.layer[n_frozen:]:
-        hidden = layer(hidden, mask)
+    with fused_attention_kernels(hidden):
+        for layer in encoder.encoder.layer[n_frozen:]:
+            hidden = layer(hidden, mask)
     return hidden
 
 
@@ -227,7 +230,8 @@ class BertTextClassifier(nn.Module):
         """[C, L, H] last-layer token states, from cached `hidden` (top layers only) or `input_ids` (live)."""
         if "hidden" in batch:
             return upper_states(self.encoder, batch["hidden"], batch["attention_mask"], self.n_frozen)
-        return self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        with fused_attention_kernels(batch["input_ids"]):  # not cuDNN attention under bf16 (medtx.models.layers)
+            return self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
 
     @torch.no_grad()
     def note_vectors(self, batch: dict) -> Tensor:
@@ -255,9 +259,9 @@ class BertTextClassifier(nn.Module):
             if "labels" in batch:
                 loss = classification_loss(logits, batch["labels"], binary=self.config.binary, weights=self.class_weights)
             return ModelOutput(logits=logits, loss=loss)
-        out = self.encoder(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_attentions=output_attentions
-        )
+        with fused_attention_kernels(batch["input_ids"]):  # not cuDNN attention under bf16 (medtx.models.layers)
+            out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                               output_attentions=output_attentions)
         logits = self._note_logits(self._chunk_vectors(out.last_hidden_state, batch["attention_mask"]), chunk_note, n_notes)
         loss = None
         if "labels" in batch:
@@ -379,8 +383,20 @@ def build_bert(ctx: TextContext) -> TextModelBundle:
     return _classifier(ctx, ctx.tools.load_tokenizer(path), load_encoder("local", path))
 
 
+# A folder holding the compact copy of MiniLM (medtx.models.minilm_compact) to train from instead of the optional
+# package: how the encoder travels to a GPU machine (benchmarks/gpu/pack.py writes it, run.py sets this variable).
+MINILM_COMPACT_ENV = "MEDTX_MINILM_COMPACT"
+
+
 def build_minilm(ctx: TextContext) -> TextModelBundle:
-    """all-MiniLM-L6-v2 from the optional package (`minilm_dir`)."""
+    """all-MiniLM-L6-v2 from the optional package (`minilm_dir`), or from its compact copy when the environment
+    names one (`MINILM_COMPACT_ENV`: bf16 matrices, the packed notes' embedding rows; loaded back to fp32)."""
+    compact = os.environ.get(MINILM_COMPACT_ENV)
+    if compact:
+        from medtx.models.minilm_compact import load_compact
+
+        log.info("minilm: the compact copy in %s", compact)
+        return _classifier(ctx, ctx.tools.load_tokenizer(compact), load_compact(Path(compact)))
     path = minilm_dir()
     return _classifier(ctx, ctx.tools.load_tokenizer(path), load_encoder("local", path))
 

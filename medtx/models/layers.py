@@ -15,6 +15,7 @@ They live here, not in one model's file, so a model imports the layer below it a
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable
 
@@ -31,6 +32,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 # at 331 samples/s (bf16, first sight of each shape) against 8,057 in fp32, which uses the memory-efficient kernel
 # (benchmarks/gpu/bf16_probe.py; benchmarks/README.md, the first GPU run). The same maths, another kernel.
 CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+
+def fused_attention_kernels(x: Tensor) -> contextlib.AbstractContextManager:
+    """`CUDA_SDPA_BACKENDS` around code whose attention calls torch's SDPA itself (transformers' BertModel, BERT's
+    masked LM) when `x` is on CUDA; nothing elsewhere. The backward runs the kernel its forward picked."""
+    return sdpa_kernel(CUDA_SDPA_BACKENDS) if x.is_cuda else contextlib.nullcontext()
+
 
 _LEVELS = 1 << 16  # keep-mask resolution: each element's draw is one uniform 16-bit integer
 

@@ -17,6 +17,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from medtx.models.base import ModelOutput
+from medtx.models.layers import fused_attention_kernels
 from medtx.text.chunking import chunk_ids
 from medtx.training.trainer import FitResult, TrainConfig, fit
 
@@ -39,6 +40,10 @@ class MaskedLM(nn.Module):
         self.config = bert_config.to_dict()
 
     def forward(self, batch: dict, output_attentions: bool = False) -> ModelOutput:
+        with fused_attention_kernels(batch["input_ids"]):  # not cuDNN attention under bf16 (medtx.models.layers)
+            return self._forward(batch, output_attentions)
+
+    def _forward(self, batch: dict, output_attentions: bool) -> ModelOutput:
         labels = batch.get("labels")
         if labels is None or output_attentions:
             out = self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels,
