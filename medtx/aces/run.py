@@ -97,6 +97,6 @@ def labels_sql(labels: Path) -> str:
     """SQL reading ACES's label file: subject_id, prediction_time, label (its boolean_value), one row each."""
     from medtx.store.db import sql_literal
 
-    glob = sql_literal(str(labels))
+    glob_sql = sql_literal(str(labels))
     return (f"SELECT CAST(subject_id AS BIGINT) AS subject_id, CAST(prediction_time AS TIMESTAMP) AS prediction_time, "
-            f"CAST(boolean_value AS BOOLEAN) AS label FROM read_parquet({glob})")
+            f"CAST(boolean_value AS BOOLEAN) AS label FROM read_parquet({glob_sql})")

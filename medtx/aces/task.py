@@ -205,16 +205,19 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
         log.warning("%s [%s]: %d of %d ACES rows fall before the subject's first admission: no stay to build "
                     "features on, counted as excluded_no_stay", spec.name, ctx.dataset, no_stay, rows)
     stats = visit_stats(con)
+    from medtx.store.db import quote_ident, sql_literal
+
     create_history(con, ctx.dataset, clock_sql(spec.name),
                    f"SELECT subject_id, stay_hadm_id AS hadm_id FROM {LABELS_TABLE} WHERE dataset = $dataset "
-                   f"AND task = {_literal(spec.name)} AND stay_hadm_id IS NOT NULL")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{spec.name} AS {samples_sql(spec.name)}", key)
+                   f"AND task = {sql_literal(spec.name)} AND stay_hadm_id IS NOT NULL")
+    source = f"_samples_{spec.name}"  # the name is checked (check_name) and quoted where it is SQL
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(source)} AS {samples_sql(spec.name)}", key)
     drop_history(con)
     n, patients, positives = con.sql(
-        f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM _samples_{spec.name}"
+        f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM {quote_ident(source)}"
     ).fetchall()[0]
     if n == 0:
-        con.execute(f"DROP TABLE IF EXISTS _samples_{spec.name}")
+        con.execute(f"DROP TABLE IF EXISTS {quote_ident(source)}")
         raise EmptyCohortError(f"{spec.name}: ACES ({spec.config}) gives dataset {ctx.dataset!r} no sample "
                                f"({rows} rows, {no_stay} before any admission)")
     figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,

@@ -83,11 +83,11 @@ DISCHARGE_SUMMARY_SQL = ("lower(trim(n.category)) = 'discharge summary' AND coal
                          "AND nullif(trim(n.text), '') IS NOT NULL")
 
 
-def next_admission_sql(subject: str, admittime: str) -> str:
+def next_admission_sql(subject_sql: str, admittime_sql: str) -> str:
     """SQL: when the patient's next admission began (the first strictly later admittime of raw.admissions in
-    `$dataset`), NULL when there is none. `subject`, `admittime`: SQL expressions of the caller's stay."""
+    `$dataset`), NULL when there is none. `subject_sql`, `admittime_sql`: SQL expressions of the caller's stay."""
     return (f"(SELECT min(a2.admittime) FROM raw.admissions a2 WHERE a2.dataset = $dataset "
-            f"AND a2.subject_id = {subject} AND a2.admittime > {admittime})")
+            f"AND a2.subject_id = {subject_sql} AND a2.admittime > {admittime_sql})")
 
 
 def usable_note_sql(note_time: str, subject: str, admittime: str, until: str | None = None) -> str:
@@ -99,13 +99,13 @@ def usable_note_sql(note_time: str, subject: str, admittime: str, until: str | N
     return f"(({nxt}) IS NULL OR {note_time} < ({nxt})){bound}"
 
 
-def summary_time_sql(hadm: str, subject: str, admittime: str, until: str | None = None) -> str:
+def summary_time_sql(hadm_sql: str, subject: str, admittime: str, until: str | None = None) -> str:
     """SQL: the chart time (this module's note rule) of the stay's last discharge summary that may be a feature
     (`usable_note_sql`); NULL when none. The clock of a task that reads the discharge summary (readmission_notes):
     its prediction time, recomputed by the leakage gate from raw.noteevents."""
-    time = note_time_sql("n.charttime", "n.chartdate")
-    return (f"(SELECT max({time}) FROM raw.noteevents n WHERE n.dataset = $dataset AND n.hadm_id = {hadm} "
-            f"AND {DISCHARGE_SUMMARY_SQL} AND {usable_note_sql(time, subject, admittime, until)})")
+    time_sql = note_time_sql("n.charttime", "n.chartdate")
+    return (f"(SELECT max({time_sql}) FROM raw.noteevents n WHERE n.dataset = $dataset AND n.hadm_id = {hadm_sql} "
+            f"AND {DISCHARGE_SUMMARY_SQL} AND {usable_note_sql(time_sql, subject, admittime, until)})")
 
 
 # Diagnoses and procedures: at the stay's discharge.
@@ -163,5 +163,6 @@ def create_event_view(con: duckdb.DuckDBPyConnection, dataset: str, name: str = 
         raise ValueError(f"event table name {name!r} is not a plain SQL identifier")
     # a plain identifier (checked above) quoted as such; no medtx.store import, so the task registry (which reads
     # this module's SQL helpers) stays loadable where DuckDB is absent (medtx.worker)
-    con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS {events_sql()}', {"dataset": dataset})
+    ident_sql = f'"{name}"'
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {ident_sql} AS {events_sql()}", {"dataset": dataset})
     return name

@@ -100,17 +100,22 @@ def check_prefixes(task: str, prefixes: Sequence[str]) -> None:
                                    f"rule (medtx/samples/static.py declares: {allowed})")
 
 
+def _text_sql(text: str) -> str:
+    """A SQL string literal of a declared prefix (code constants; quotes doubled all the same)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def static_tokens_sql(task: str, prefixes: Sequence[str]) -> str:
     """SQL: `hadm_id, static` for every admission of `$dataset`, `static` one visit of the named tokens in the
     given order (VARCHAR[][]). Refuses (StaticTokenError) a prefix without a time rule."""
     check_prefixes(task, prefixes)
-    tokens = ", ".join(f"'{p}{SEPARATOR}' || ({BY_PREFIX[p].value_sql})" for p in prefixes)
-    return f"SELECT hadm_id, [[{tokens}]] AS static FROM ({STATIC_SOURCE_SQL})"
+    tokens_sql = ", ".join(f"{_text_sql(p + SEPARATOR)} || ({BY_PREFIX[p].value_sql})" for p in prefixes)
+    return f"SELECT hadm_id, [[{tokens_sql}]] AS static FROM ({STATIC_SOURCE_SQL})"
 
 
 def static_truth_sql() -> str:
     """SQL: `hadm_id, prefix, token, known` for every admission of `$dataset` and every declared column: what each
     static token of that admission is, and when it is known (the gate compares sample tokens with it)."""
-    parts = [f"SELECT hadm_id, '{c.prefix}' AS prefix, '{c.prefix}{SEPARATOR}' || ({c.value_sql}) AS token, "
+    parts = [f"SELECT hadm_id, {_text_sql(c.prefix)} AS prefix, {_text_sql(c.prefix + SEPARATOR)} || ({c.value_sql}) AS token, "
              f"CAST(({c.known_sql}) AS TIMESTAMP) AS known FROM src" for c in STATIC_COLUMNS]
     return f"WITH src AS ({STATIC_SOURCE_SQL}) " + " UNION ALL ".join(parts)

@@ -143,7 +143,13 @@ class Task:
     def module(self) -> str:
         """The module holding the task (its source is in the pipeline's cache keys): `medtx.tasks.<name>`, or its
         builder's own module (a config-declared ACES task's is medtx.aces.task)."""
-        return self.build.__module__ if self.build is not None else f"medtx.tasks.{self.name}"
+        import importlib.util
+
+        own = f"medtx.tasks.{self.name}"  # a task file (its builder may be medtx.tasks.outcome's, which it imports)
+        builder = getattr(self.build, "func", self.build)  # a functools.partial names its function's module
+        if builder is None or importlib.util.find_spec(own) is not None:
+            return own
+        return builder.__module__
 
     @property
     def samples_task(self) -> str:

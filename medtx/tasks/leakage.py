@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from medtx.store.db import quote_ident, quote_table
+from medtx.store.db import quote_ident, quote_table, sql_literal
 from medtx.tasks.base import Task
 from medtx.tasks.verdict import LeakageError, check_gate_rows, gated, samples_fingerprint
 
@@ -57,6 +57,7 @@ GATE_TABLE = "samples.leakage_gate"
 SHORTCUTS_TABLE = "samples.leakage_shortcuts"
 EVENTS = "_gate_events"
 ROWS = "_gate_rows"
+GATE_COLUMNS = ("dataset", "task", "status", "message", "fingerprint")  # what require_pass reads
 
 
 @dataclass(frozen=True)
@@ -282,10 +283,11 @@ def clock_bound(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tup
     task declares no bound."""
     if task.prediction_time is None or task.outcome_known is None:
         return None, None
+    prediction_sql, known_sql = task.prediction_time, task.outcome_known  # SQL the task's file declares
     rows = con.execute(f"""
         SELECT hadm_id, pt, known FROM (
-            SELECT hadm_id, CAST(({task.prediction_time}) AS TIMESTAMP) AS pt,
-                   CAST(({task.outcome_known}) AS TIMESTAMP) AS known
+            SELECT hadm_id, CAST(({prediction_sql}) AS TIMESTAMP) AS pt,
+                   CAST(({known_sql}) AS TIMESTAMP) AS known
             FROM ({STAYS_SQL}) AS stay
         ) WHERE hadm_id IN (SELECT hadm_id FROM {ROWS}) AND pt >= known
         ORDER BY hadm_id""", {"dataset": dataset}).fetchall()
@@ -305,7 +307,8 @@ def _reference(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, hadm_id
     from medtx.tasks.audit import auroc
 
     try:
-        prob = dict(con.execute(f"SELECT hadm_id, prob FROM raw.synth_oracle_{task.samples_task} WHERE dataset = ?",
+        prob = dict(con.execute(f"SELECT hadm_id, prob FROM {quote_table(f'raw.synth_oracle_{task.samples_task}')} "
+                                "WHERE dataset = ?",
                                 [dataset]).fetchall())
     except duckdb.CatalogException:
         return None
@@ -367,10 +370,10 @@ def _matrix(con: duckdb.DuckDBPyConnection, features: Sequence[str], label_sql: 
                 f"* FROM ({rows_sql})", params)
     try:
         meta = con.sql(f"SELECT hadm_id, subject_id, {label_sql} FROM _gate_audit ORDER BY i").fetchall()
-        parts = " UNION ALL ".join(
-            f"SELECT DISTINCT i, '{f}' AS feature, unnest(flatten({quote_ident(f)})) AS token FROM _gate_audit"
+        parts_sql = " UNION ALL ".join(
+            f"SELECT DISTINCT i, {sql_literal(f)} AS feature, unnest(flatten({quote_ident(f)})) AS token FROM _gate_audit"
             for f in features)
-        cells = con.sql(f"SELECT i, feature, token FROM ({parts}) WHERE token IS NOT NULL").fetchall()
+        cells = con.sql(f"SELECT i, feature, token FROM ({parts_sql}) WHERE token IS NOT NULL").fetchall()
     finally:
         con.execute("DROP TABLE IF EXISTS _gate_audit")
     index: dict[tuple[str, str], int] = {}
@@ -476,9 +479,9 @@ def require_pass(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> st
     cover return 'ungated'."""
     import duckdb
 
-    columns = ("dataset", "task", "status", "message", "fingerprint")
+    columns = GATE_COLUMNS
     try:
-        rows = con.execute(f"SELECT {', '.join(columns)} FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
+        rows = con.execute(f"SELECT {', '.join(GATE_COLUMNS)} FROM {GATE_TABLE} WHERE dataset = ? AND task = ?",
                            [dataset, task.name]).fetchall()
     except duckdb.CatalogException:
         rows = []

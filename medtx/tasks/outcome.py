@@ -43,6 +43,11 @@ FEATURES = ("conditions", "procedures", "drugs", "static")
 # vocabularies count every code of the whole visible history.
 VOCAB = {"conditions": "flatten(conditions)", "procedures": "flatten(procedures)", "drugs": "flatten(drugs)",
          "static": "static[-1]"}
+def _text_sql(text: str) -> str:
+    """A SQL string literal of a declared reason (a code constant; quotes doubled all the same)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 DEFAULT_STATIC = ("AGE", "SEX", "ADMISSION_TYPE")  # each known at admission (medtx.samples.static)
 # An admission without its times has no prediction time and no clock: never a sample.
 WITHOUT_TIMES = "admittime IS NULL OR dischtime IS NULL OR {t} IS NULL"
@@ -55,6 +60,10 @@ class Exclusion:
     reason: str
     when: str  # SQL over one `_samples_visits` row; `{t}` is the prediction time
 
+    def when_sql(self, prediction_time_sql: str) -> str:
+        """The rule's SQL with the prediction time in place of `{t}` (both are code the task file declares)."""
+        return self.when.format(t=prediction_time_sql)
+
 
 @dataclass(frozen=True)
 class OutcomeSQL:
@@ -62,7 +71,7 @@ class OutcomeSQL:
 
     name: str
     prediction_time: str
-    label: str
+    label_sql: str
     exclusions: tuple[Exclusion, ...]
     static_tokens: tuple[str, ...]
     empty_cohort: str  # why a dataset can have no sample, in words (the EmptyCohortError message)
@@ -78,27 +87,27 @@ class OutcomeSQL:
     def reasons(self) -> tuple[str, ...]:
         return tuple(e.reason for e in self.rules)
 
-    def cohort(self) -> str:
+    def cohort_sql(self) -> str:
         """Every admission with its exclusion reason (NULL: in the cohort), the first reason that applies."""
         t = f"({self.prediction_time})"
         rules = self.rules
-        cases = "\n".join(f"                WHEN {r.when.format(t=t)} THEN '{r.reason}'" for r in rules)
+        cases_sql = "\n".join(f"                WHEN {r.when_sql(t)} THEN {_text_sql(r.reason)}" for r in rules)
         return f"""
     SELECT subject_id, hadm_id,
            CASE
-{cases}
+{cases_sql}
            END AS excluded
     FROM _samples_visits"""
 
-    def index(self) -> str:
-        return f"SELECT subject_id, hadm_id FROM ({self.cohort()}) WHERE excluded IS NULL"
+    def index_sql(self) -> str:
+        return f"SELECT subject_id, hadm_id FROM ({self.cohort_sql()}) WHERE excluded IS NULL"
 
-    def samples(self) -> str:
+    def samples_sql(self) -> str:
         from medtx.samples.static import static_tokens_sql
 
         return f"""
     SELECT $dataset AS dataset, $task AS task, h.subject_id, h.hadm_id, v.admittime, h.prediction_time,
-           h.conditions, h.procedures, h.drugs, st.static, coalesce(({self.label}), false) AS label
+           h.conditions, h.procedures, h.drugs, st.static, coalesce(({self.label_sql}), false) AS label
     FROM _samples_history h JOIN _samples_visits v USING (hadm_id)
     JOIN ({static_tokens_sql(self.name, self.static_tokens)}) st USING (hadm_id)"""
 
@@ -110,14 +119,17 @@ def build_outcome(sql: OutcomeSQL, con: duckdb.DuckDBPyConnection, ctx: BuildCon
         EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
     )
 
-    excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({sql.cohort()}) GROUP BY 1").fetchall())
+    excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({sql.cohort_sql()}) GROUP BY 1").fetchall())
     stats = visit_stats(con)
-    create_history(con, ctx.dataset, sql.prediction_time, sql.index())
+    from medtx.store.db import quote_ident
+
+    create_history(con, ctx.dataset, sql.prediction_time, sql.index_sql())
     source = f"_samples_{sql.name}"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {source} AS {sql.samples()}", {"dataset": ctx.dataset, "task": sql.name})
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(source)} AS {sql.samples_sql()}",
+                {"dataset": ctx.dataset, "task": sql.name})
     drop_history(con)
-    n, patients, positives = con.sql(
-        f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM {source}").fetchall()[0]
+    n, patients, positives = con.sql(f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) "
+                                     f"FROM {quote_ident(source)}").fetchall()[0]
     counts = {f"excluded_{reason}": excluded.get(reason, 0) for reason in sql.reasons}
     if n == 0:
         raise EmptyCohortError(f"{sql.name}: dataset {ctx.dataset!r} has no {sql.empty_cohort} "

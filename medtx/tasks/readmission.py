@@ -50,17 +50,17 @@ NOTES_UNTIL = f"v.dischtime + INTERVAL {WINDOW_DAYS} DAY"
 
 
 def readmission_sql() -> str:
-    """The sample rows: history features, the note text with its time, the label."""
+    """The sample rows: history features, the note text with its time_sql, the label."""
     from medtx.samples.clock import DISCHARGE_SUMMARY_SQL, note_time_sql, usable_note_sql
 
-    time = note_time_sql("n.charttime", "n.chartdate")
+    time_sql = note_time_sql("n.charttime", "n.chartdate")
     return f"""
     WITH notes AS (
         SELECT n.hadm_id, string_agg(n.text, chr(10) || chr(10) ORDER BY n.chartdate, n.charttime, n.row_id) AS text,
-               CAST(max({time}) AS TIMESTAMP) AS text_time
+               CAST(max({time_sql}) AS TIMESTAMP) AS text_time
         FROM raw.noteevents n JOIN _samples_visits v ON v.hadm_id = n.hadm_id
         WHERE n.dataset = $dataset AND {DISCHARGE_SUMMARY_SQL}
-          AND {usable_note_sql(time, 'v.subject_id', 'v.admittime', NOTES_UNTIL)}
+          AND {usable_note_sql(time_sql, 'v.subject_id', 'v.admittime', NOTES_UNTIL)}
         GROUP BY n.hadm_id
     )
     SELECT $dataset AS dataset, h.subject_id, h.hadm_id, v.admittime, v.dischtime, h.prediction_time,
