@@ -273,6 +273,7 @@ def test_the_cards_of_real_demo_runs_draw_no_conclusion_from_a_handful_of_patien
     """Issue 42 on real runs: the demo's test split is a handful of patients, so every group is withheld, no map is
     fitted on its few validation admissions, and the summary's recommendation says no conclusion can be drawn."""
     from medtx.evaluation.card import build_card
+    from medtx.evaluation.floors import MIN_VAL_ALERTS
 
     db, runs = demo_runs
     with open_warehouse(db, read_only=True) as con:
@@ -281,4 +282,8 @@ def test_the_cards_of_real_demo_runs_draw_no_conclusion_from_a_handful_of_patien
             assert card.data["summary"][-1]["finding"] == "Recommendation: no conclusion can be drawn", model
             assert all(g["auroc"] is None and g["withheld"] for g in card.data["subgroups"]), model
             assert all(r["status"] == "not_fitted" for r in card.data["recalibration"]), model
-            assert all(o["status"] == "unreachable" for o in card.data["operating_points"]), model
+            # a target is unreachable, or chosen where validation had at least the floor's alerts (the demo's one
+            # patient split leaves 15 validation admissions: a weak model can alert 10 of them)
+            assert all(o["status"] == "unreachable" or o["validation_alerts"] >= MIN_VAL_ALERTS
+                       for o in card.data["operating_points"]), model
+            assert any(o["status"] == "unreachable" for o in card.data["operating_points"]), model

@@ -167,8 +167,8 @@ def test_two_trainings_run_at_once_and_both_land(prefect_harness, tmp_path: Path
         tasks:
           drug_rec:
             models:
-              - {{model: gru, name: gru_a, overrides: {{epochs: 3, d_model: 16, hidden: 16}}}}
-              - {{model: gru, name: gru_b, overrides: {{epochs: 3, d_model: 16, hidden: 16}}}}
+              - {{model: gru, name: gru_a, overrides: {{epochs: 40, patience: 40, d_model: 16, hidden: 16}}}}
+              - {{model: gru, name: gru_b, overrides: {{epochs: 40, patience: 40, d_model: 16, hidden: 16}}}}
         runner: {{train_concurrency: 2, torch_threads: 1}}
         """))
     db = tmp_path / "warehouse.duckdb"

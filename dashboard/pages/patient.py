@@ -123,7 +123,9 @@ def register(app: Dash, snapshot: Path) -> None:
         ids = visits["hadm_id"].to_list()
         labels = [f"{r['hadm_id']} · {r['admittime']:%Y-%m-%d}" if r["admittime"] else str(r["hadm_id"])
                   for r in visits.iter_rows(named=True)]
-        return ui.options(ids, labels), current if current in ids else ids[-1]
+        # the latest visit whose attention was stored (a run stores it for a few test samples), else the latest
+        shown = [h for h, a in zip(ids, visits["has_attention"].to_list()) if a]
+        return ui.options(ids, labels), current if current in ids else (shown or ids)[-1]
 
     @app.callback(
         Output("pt-body", "children"),

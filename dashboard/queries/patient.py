@@ -40,7 +40,7 @@ def patient_visits(snapshot: Path, run_id: str, subject_id: int) -> pl.DataFrame
     """The patient's visits that have predictions in the run, in time order."""
     return query(
         snapshot,
-        f"SELECT hadm_id, sample_id, admittime FROM {_mart_sql(snapshot, 'run_visits')} "
+        f"SELECT hadm_id, sample_id, admittime, has_attention FROM {_mart_sql(snapshot, 'run_visits')} "
         "WHERE run_id = ? AND subject_id = ? ORDER BY admittime NULLS LAST, hadm_id",
         [run_id, subject_id],
     )
