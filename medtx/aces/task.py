@@ -228,12 +228,6 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
     return n
 
 
-def _literal(value: str) -> str:
-    from medtx.store.db import sql_literal
-
-    return sql_literal(value)
-
-
 def declared() -> tuple[AcesSpec, ...]:
     """The ACES tasks declared in this process or a parent (MEDTX_ACES_TASKS), by name."""
     raw = os.environ.get(ENV)

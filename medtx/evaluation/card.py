@@ -646,8 +646,3 @@ def render(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
     """(HTML, Markdown) of the run's card."""
     card = build_card(con, run_id)
     return card.html(), card.markdown()
-
-
-def render_json(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    """The card's JSON twin."""
-    return build_card(con, run_id).json()
