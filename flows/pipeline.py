@@ -175,8 +175,8 @@ class _PrefectBackend:
     local: Any
 
     def submit(self, step: Step, parameters: dict[str, Any]) -> _PrefectHandle:
-        on = self.runner if step.kind == "train" else self.local
-        args = dict(kind=step.kind, name=step.name, parameters=parameters)
+        on = self.runner if step.kind.name == "train" else self.local
+        args = dict(kind=step.kind.name, name=step.name, parameters=parameters)  # names at the Prefect boundary
         return _PrefectHandle(on.submit(step_task, parameters=args))
 
     def first_done(self, handles: Sequence[_PrefectHandle]) -> int:
@@ -194,7 +194,7 @@ def _publish_artifacts(db: Path, run_id: str, outcomes: dict[str, runs.StepOutco
     )
     create_table_artifact(key="pipeline-steps", table=runs.step_table(db, run_id),
                           description="Every step of this run: completed, cached (reused), failed or skipped")
-    if any(o.step.kind == "ingest" for o in outcomes.values()):
+    if any(o.step.kind.name == "ingest" for o in outcomes.values()):
         create_markdown_artifact(key="pipeline-data-quality", markdown=runs.data_quality_markdown(db),
                                  description="Rows loaded/rejected per table, drug-code mapping coverage")
 

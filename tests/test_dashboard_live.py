@@ -12,6 +12,7 @@ import pytest
 from dashboard import create_app
 from medtx.pipeline import runs
 from medtx.pipeline import progress
+from medtx.pipeline.kinds import kind_named
 from medtx.pipeline.plan import Step
 from medtx.publish.snapshot import publish_snapshot
 from tests.fixtures_dashboard import DATASET, real_warehouse
@@ -42,7 +43,7 @@ def live(tmp_path: Path) -> tuple[Path, Path]:
 
 def _finish(db: Path, i: int, state: str = "completed") -> None:
     name, kind = PLAN[i]
-    runs.record_step(db, RUN, runs.StepOutcome(Step(name, kind, {}), state, seconds=1.0,
+    runs.record_step(db, RUN, runs.StepOutcome(Step(name, kind_named(kind), {}), state, seconds=1.0,
                                                error="boom" if state == "failed" else None))
 
 

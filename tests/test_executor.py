@@ -154,7 +154,7 @@ class _Recorder:
     def submit(self, step: Step, parameters: dict[str, Any]) -> _Done:
         self.live += 1
         self.submitted.append(step.name)
-        self.in_flight.append((step.kind, self.live))
+        self.in_flight.append((step.kind.name, self.live))
         return _Done(step.name not in self.fail, len(self.submitted))
 
     def first_done(self, handles: Sequence[_Done]) -> int:
@@ -185,9 +185,9 @@ def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(run, "publish_progress", lambda force: None)
     run.run(executor.layers_of(selected))
 
-    trains = [s.name for s in selected if s.kind == "train" and s.dataset == "mimic3_demo"]
+    trains = [s.name for s in selected if s.kind.name == "train" and s.dataset == "mimic3_demo"]
     assert trains and all(run.outcomes[t].state == "skipped" for t in trains)  # upstream samples failed
-    others = [s.name for s in selected if s.kind == "train" and s.dataset != "mimic3_demo"]
+    others = [s.name for s in selected if s.kind.name == "train" and s.dataset != "mimic3_demo"]
     assert others and all(run.outcomes[t].state == "completed" for t in others)  # their own upstream succeeded
     assert all(t not in backend.submitted for t in trains)
     assert run.outcomes[samples].state == "failed"
@@ -198,7 +198,7 @@ def test_scheduling_rules_window_order_and_skips(tmp_path: Path, monkeypatch: py
 
 def test_training_layer_runs_width_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings, plan = _planned(tmp_path, monkeypatch)
-    trains = [s for s in plan.steps if s.kind == "train" and s.dataset == "mimic3_demo"]
+    trains = [s for s in plan.steps if s.kind.name == "train" and s.dataset == "mimic3_demo"]
     backend = _Recorder(fail=set())
     executor.start(settings, "width", {}, trains, lambda e, p: None)
     run = executor.Executor(settings, "width", backend, train_width=2)

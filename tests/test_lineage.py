@@ -15,7 +15,6 @@ import pytest
 from medtx.store.db import open_warehouse
 from medtx.pipeline.config import load_config
 from medtx.pipeline.plan import Step, build_plan
-from medtx.pipeline.kinds import kind_named
 from medtx.pipeline.steps import run_train
 from medtx.models.registry import models_for
 from medtx.tasks import all_tasks
@@ -75,17 +74,17 @@ def _isolate(db: Path, step: Step) -> list[str]:
 
 def _run(step: Step, db: Path, tmp: Path) -> dict:
     paths = {"db": str(db), "cache_dir": str(tmp / "cache"), "data_dir": str(DATA), "models_dir": str(tmp / "models")}
-    if step.kind == "train":
+    if step.kind.name == "train":
         return run_train(step.spec(), paths, pipeline_run_id=None, device="cpu")
-    return kind_named(step.kind).run(step.spec(), paths)
+    return step.kind.run(step.spec(), paths)
 
 
 def _steps(plan) -> list[str]:
-    return [s.name for s in plan.steps if s.kind in ("reference", "codes", "samples")] + list(TRAIN_STEPS)
+    return [s.name for s in plan.steps if s.kind.name in ("reference", "codes", "samples")] + list(TRAIN_STEPS)
 
 
 def test_plan_covers_every_samples_step(plan):
-    built = {s.task for s in plan.steps if s.kind == "samples"}
+    built = {s.task_name for s in plan.steps if s.kind.name == "samples"}
     assert built == {t.name for t in TASKS if t.build is not None}
     assert {"drug_rec", "next_visit", "readmission", "mortality", "specialty", "faq"} <= built  # the registry is read
     assert set(NOT_TRAINABLE_ON_THE_DEMO) <= {t.name for t in TASKS}

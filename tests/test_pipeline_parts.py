@@ -44,7 +44,7 @@ def test_bundled_configs_load_and_plan(tmp_path: Path) -> None:
         cfg = load_config(REPO / "config" / name)
         plan = build_plan(cfg, tmp_path / "synth", DATA)
         assert len(set(plan.names)) == len(plan.names)
-        kinds = [s.kind for s in plan.steps]
+        kinds = [s.kind.name for s in plan.steps]
         assert kinds == sorted(kinds, key=["synth", "ingest", "reference", "codes", "samples", "train"].index)
     default = build_plan(load_config(REPO / "config" / "default.yaml"), tmp_path / "synth", DATA)
     # every configured model is a step; the oracle only on the synthetic cohort

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from medtx.store.db import open_warehouse
 from medtx.pipeline.order import completed_durations, longest_first, model_family, train_units
+from medtx.tasks import get_task
 
 
 @dataclass
@@ -38,10 +39,10 @@ def test_cold_order_by_cost_class_then_training_units_ties_keep_plan_order() -> 
 
 
 def test_model_family_follows_the_task() -> None:
-    assert model_family("faq", "seq2seq") == "faq"
-    assert model_family("drug_rec", "seq2seq") == "ehr"
-    assert model_family("specialty", "bilstm") == "text"
-    assert model_family("drug_rec", "logreg") == "ehr_baseline"
+    assert model_family(get_task("faq"), "seq2seq") == "faq"
+    assert model_family(get_task("drug_rec"), "seq2seq") == "ehr"
+    assert model_family(get_task("specialty"), "bilstm") == "text"
+    assert model_family(get_task("drug_rec"), "logreg") == "ehr_baseline"
 
 
 def test_history_counts_completed_runs_only_latest_first(tmp_db: Path) -> None:

@@ -94,7 +94,10 @@ def _stderr_to(path: Path) -> None:
     """At interpreter exit, point file descriptor 2 at the log: DuckDB's nanobind bindings print ~40 lines of
     "leaked instance" reports while the interpreter finalises, nothing a user can act on."""
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError:  # the log's folder is gone (a removed temporary warehouse): leave stderr as it is
+        return
     os.dup2(fd, 2)
     os.close(fd)
 

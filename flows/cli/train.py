@@ -90,7 +90,7 @@ def _check_model(task: Task, model: str) -> None:
     from medtx.models.registry import models_for
     from medtx.pipeline.order import model_family
 
-    if not model_family(task.name, model):
+    if not model_family(task, model):
         raise ValueError(f"model {model!r} does not serve task {task.name!r}; "
                          f"models for it: {', '.join(models_for(task))}")
 

@@ -154,7 +154,7 @@ class Executor:
         which publishes once the run's end state is written)."""
         for i, layer in enumerate(layers):
             self.run_layer(list(layer))
-            if layer and layer[0].kind in PUBLISH_AFTER and i < len(layers) - 1:
+            if layer and layer[0].kind.name in PUBLISH_AFTER and i < len(layers) - 1:
                 self.publish_progress(force=True)
         return self.outcomes
 
@@ -197,7 +197,7 @@ class Executor:
         scope = None if step.name in self.refresh else runs.cached_scope(self.db, step, key)
         if scope is not None:
             return Reused(runs.cached_result(step, scope))
-        if step.kind != "train":
+        if step.kind.name != "train":
             args = dict(name=step.name, spec=step.spec(), paths=paths_of(self.settings), fingerprints=prints)
             return self.backend.submit(step, args)
         exchange = Path(self.settings.exchange_dir)
@@ -246,7 +246,7 @@ class Executor:
         seconds = round((ended or time.perf_counter()) - started, 3)
         if state != "failed":
             result = handle.result()
-            refused = self.refused_results(step, result) if step.kind == "train" else None
+            refused = self.refused_results(step, result) if step.kind.name == "train" else None
             if refused:
                 self.record(runs.StepOutcome(step, "failed", key, error=refused, seconds=seconds))
                 return
@@ -254,7 +254,7 @@ class Executor:
             fp = runs.output_fingerprint(self.db, step, scope)
             self.record(runs.StepOutcome(step, state, key, scope, fp, seconds=seconds, result=result))
         else:
-            refused = self.refused_results(step, None) if step.kind == "train" else None  # its failed run
+            refused = self.refused_results(step, None) if step.kind.name == "train" else None  # its failed run
             error = handle.error() + (f"; {refused}" if refused else "")
             self.record(runs.StepOutcome(step, "failed", key, error=error, seconds=seconds))
 
@@ -269,7 +269,7 @@ class Executor:
                 continue
             prints = runs.input_fingerprints(self.db, step)
             ready.append((step, prints, runs.input_key(step, prints)))
-        training = bool(layer) and layer[0].kind == "train"
+        training = bool(layer) and layer[0].kind.name == "train"
         if training:
             ready = self.longest_first(ready)
         width = self.train_width if training else 1
@@ -309,7 +309,7 @@ def start(settings: Settings, run_id: str, config: dict, selected: Sequence[Step
     and every selected step is written to the plan (progress and ETA know the queued steps)."""
     for gone in runs.start_pipeline_run(settings.db, run_id, config):
         log.warning("%s %s marked interrupted (%s)", gone.table, gone.run_id, gone.reason)
-    notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind) for s in selected]))
+    notify("plan", progress.write_plan(settings.db, run_id, [(s.name, s.kind.name) for s in selected]))
 
 
 def layers_of(selected: Sequence[Step]) -> list[list[Step]]:
@@ -353,7 +353,7 @@ class LocalBackend:
     def submit(self, step: Step, parameters: dict[str, Any]) -> Handle:
         from medtx.pipeline import steps
 
-        return _FutureHandle(self.pool.submit(steps.call_step, step.kind, parameters))
+        return _FutureHandle(self.pool.submit(steps.call_step, step.kind.name, parameters))
 
     def first_done(self, handles: Sequence[Handle]) -> int:
         futures = [h.future for h in handles]  # type: ignore[attr-defined]

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import duckdb
 
+from medtx.tasks import Task
+
 # Coarse cost class of a model family for a step that never ran (higher first): neural text models read
 # hundreds of tokens per note, the FAQ generator trains on every fold, EHR neural models read short code
 # sequences; baselines fit in seconds.
@@ -63,11 +65,9 @@ def longest_first(steps: Sequence[TrainStep], families: Mapping[str, str], histo
     return sorted(steps, key=key, reverse=True)
 
 
-def model_family(task_name: str, model: str) -> str:
+def model_family(task: Task, model: str) -> str:
     """The registry family of the model a step trains for its task (e.g. `seq2seq` is "faq" on the FAQ);
     "" when the registry offers no such model for the task."""
     from medtx.models.registry import model_families, specs
-    from medtx.tasks import get_task
 
-    task = get_task(task_name)  # a step's task name, resolved once
     return next((f for f in model_families(task) for s in specs(f) if s.name == model and s.serves(task)), "")

@@ -83,7 +83,7 @@ def record_step(db: Path | str, pipeline_run_id: str, outcome: StepOutcome) -> N
             " output_scope, output_fingerprint, error, seconds, finished_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                pipeline_run_id, s.name, s.kind, s.dataset, s.task, s.model, outcome.state, outcome.input_key,
+                pipeline_run_id, s.name, s.kind.name, s.dataset, s.task_name, s.model, outcome.state, outcome.input_key,
                 json.dumps(outcome.output_scope) if outcome.output_scope is not None else None,
                 outcome.output_fingerprint, outcome.error, outcome.seconds, datetime.now(),
             ],
@@ -95,7 +95,7 @@ def input_fingerprints(db: Path | str, step: Step) -> dict[str, str]:
     prints = {"code": code_version(*step.code)}
     table = step.params.get("table")
     # A dataset's ingest step reads one file per table of the folder (and nothing else in it).
-    prefixes = [f"{t}." for t in step.params.get("tables") or [table]] if step.kind == "ingest" else [""]
+    prefixes = [f"{t}." for t in step.params.get("tables") or [table]] if step.kind.name == "ingest" else [""]
     if table == "oracle":
         prefixes = ["oracle_"]
     for i, path in enumerate(step.files):
@@ -116,7 +116,7 @@ def input_key(step: Step, fingerprints: dict[str, str]) -> str:
 
 def output_scope(step: Step, result: dict[str, Any] | None) -> dict[str, Any]:
     """What the output fingerprint covers: the run ids a train step wrote, else the step's scope."""
-    if step.kind == "train":
+    if step.kind.name == "train":
         return {"run_id": list((result or {}).get("run_ids", []))}
     return dict(step.scope)
 
@@ -153,7 +153,7 @@ def cache_still_valid(db: Path | str, step: Step, key: str) -> bool:
 
 def cached_result(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
     """What a reused step hands on, as its function would have returned it: a training's run ids."""
-    return {"run_ids": list(scope.get("run_id", []))} if step.kind == "train" else {"cached": True}
+    return {"run_ids": list(scope.get("run_id", []))} if step.kind.name == "train" else {"cached": True}
 
 
 def step_table(db: Path | str, pipeline_run_id: str) -> list[dict[str, Any]]:

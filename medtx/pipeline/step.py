@@ -1,16 +1,21 @@
 """One pipeline step and a plan of them: the data the planner writes and the executor walks.
 
-A step holds names (dataset, task, model, its kind), not objects, because it crosses process and Prefect
-boundaries as JSON; what a kind of step plans and runs lives in its own module of medtx/pipeline/kinds/.
+A step holds objects: its kind (`StepKind`, medtx/pipeline/kinds/<kind>.py: what the kind plans, runs and hashes)
+and its task (`Task`, medtx/tasks/). They become names only where a step crosses a process or Prefect boundary
+as JSON: `Step.spec()` (what the step function receives) and the rows of ml.pipeline_steps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medtx.store.fingerprint import import_closure
+
+if TYPE_CHECKING:
+    from medtx.pipeline.kinds import StepKind
+    from medtx.tasks import Task
 
 
 @lru_cache(maxsize=None)
@@ -23,10 +28,10 @@ class Step:
     """One unit of work: one Prefect task run, one row in ml.pipeline_steps."""
 
     name: str
-    kind: str  # the name of its kind (medtx.pipeline.kinds)
+    kind: StepKind  # what plans, runs and hashes it (medtx.pipeline.kinds)
     params: dict[str, Any]  # JSON-able arguments of the step function (source, overrides, seed, ...)
     dataset: str | None = None  # warehouse dataset key the step reads/writes (None: dataset-independent)
-    task: str | None = None
+    task: Task | None = None  # the task it builds samples for or trains (None: not a task's step)
     model: str | None = None  # model spec label (train steps)
     needs: tuple[str, ...] = ()  # names of upstream steps; a failed upstream skips this step
     reads: tuple[str, ...] = ()  # warehouse tables fingerprinted (filtered by dataset) into the cache key
@@ -41,13 +46,16 @@ class Step:
         """The medtx modules (import closure of what the step's kind runs for it) whose source is in its cache
         key: an edit to the models redoes training but not ingest, and editing one task's builder redoes that
         task's samples only."""
-        from medtx.pipeline.kinds import kind_named
+        return _closure(self.kind.code(self))
 
-        return _closure(kind_named(self.kind).code(self))
+    @property
+    def task_name(self) -> str | None:
+        return None if self.task is None else self.task.name
 
     def spec(self) -> dict[str, Any]:
-        """What the step function needs (and the cache key covers): not its place in the plan."""
-        return {"dataset": self.dataset, "task": self.task, "model": self.model, "params": self.params}
+        """What the step function needs (and the cache key covers), as JSON: names, not objects; not its place
+        in the plan."""
+        return {"dataset": self.dataset, "task": self.task_name, "model": self.model, "params": self.params}
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,8 @@ class Plan:
         """Steps grouped by kind, in execution order (medtx.pipeline.kinds.KIND_NAMES)."""
         from medtx.pipeline.kinds import KIND_NAMES
 
-        return [[s for s in self.steps if s.kind == kind] for kind in KIND_NAMES
-                if any(s.kind == kind for s in self.steps)]
+        return [[s for s in self.steps if s.kind.name == kind] for kind in KIND_NAMES
+                if any(s.kind.name == kind for s in self.steps)]
 
     def downstream(self, name: str) -> list[str]:
         """Every step that (transitively) needs `name`."""

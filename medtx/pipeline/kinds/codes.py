@@ -17,8 +17,8 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
     steps = []
     for ds in cfg.datasets:
         rx = tuple(s.name for s in earlier
-                   if s.kind == "ingest" and s.dataset == ds.key and "raw.prescriptions" in s.writes)
-        steps.append(Step(f"codes.{ds.key}", "codes", {}, ds.key, needs=(*rx, "reference"),
+                   if s.kind.name == "ingest" and s.dataset == ds.key and "raw.prescriptions" in s.writes)
+        steps.append(Step(f"codes.{ds.key}", KIND, {}, ds.key, needs=(*rx, "reference"),
                           reads=mapping.READS, writes=mapping.WRITES, scope={"dataset": ds.key}))
     return steps
 

@@ -23,7 +23,7 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
     """One step per dataset (plus its oracle tables when synthetic), and one for MTSamples."""
     guard = {"allow_shrink": cfg.ingest.allow_shrink, "max_shrink": cfg.ingest.max_shrink,
              "plausibility": cfg.ingest.plausibility}
-    generated = {s.dataset: s.name for s in earlier if s.kind == "synth"}
+    generated = {s.dataset: s.name for s in earlier if s.kind.name == "synth"}
     steps = []
     for ds in cfg.datasets:
         scope = {"dataset": ds.key}
@@ -34,14 +34,14 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
             continue
         files = () if ds.kind == "url" else (source,)
         tables = list(ds.tables or MIMIC_TABLES)
-        steps.append(Step(f"ingest.{ds.key}", "ingest", {"source": source, "tables": tables, **guard}, ds.key,
+        steps.append(Step(f"ingest.{ds.key}", KIND, {"source": source, "tables": tables, **guard}, ds.key,
                           needs=needs, writes=tuple(f"raw.{t}" for t in tables), files=files, scope=scope))
         if ds.kind == "synth":
-            steps.append(Step(f"ingest.{ds.key}.oracle", "ingest", {"source": source, "table": "oracle"}, ds.key,
+            steps.append(Step(f"ingest.{ds.key}.oracle", KIND, {"source": source, "table": "oracle"}, ds.key,
                               needs=needs, writes=SYNTH_ORACLE, files=files, scope=scope))
     if cfg.mtsamples:
         src = cfg.resolve(cfg.mtsamples.source)
-        steps.append(Step("ingest.mtsamples", "ingest", {"source": src, "table": "mtsamples", **guard}, "mtsamples",
+        steps.append(Step("ingest.mtsamples", KIND, {"source": src, "table": "mtsamples", **guard}, "mtsamples",
                           writes=("raw.mtsamples",), files=(src,)))
     return steps
 
@@ -60,13 +60,13 @@ def _meds_step(ds: Any, source: str, scope: dict, guard: dict) -> Step:
     files = tuple(str(p) for p in sorted([*shards, *root.glob("metadata/*")]))
     params = {"source": source, "table": "meds", "codes": ds.codes, **({"cast_types": True} if ds.cast_types else {}),
               **guard}
-    return Step(f"ingest.{ds.key}.meds", "ingest", params, ds.key,
+    return Step(f"ingest.{ds.key}.meds", KIND, params, ds.key,
                 writes=(*RAW_MIMIC, "raw.meds_splits", "raw.meds_codes"), files=files or (source,), scope=scope)
 
 
 def steps_of(steps: Sequence[Step], dataset: str) -> tuple[str, ...]:
     """The names of a dataset's ingest steps."""
-    return tuple(s.name for s in steps if s.kind == "ingest" and s.dataset == dataset)
+    return tuple(s.name for s in steps if s.kind.name == "ingest" and s.dataset == dataset)
 
 
 def run(spec: Spec, paths: Paths) -> dict[str, Any]:

@@ -20,7 +20,7 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
     if not cfg.datasets:
         return []
     files = tuple(str(p) for p in reference_files(ctx.data_dir).values())
-    return [Step("reference", "reference", {}, writes=WRITES, files=files)]
+    return [Step("reference", KIND, {}, writes=WRITES, files=files)]
 
 
 def run(spec: Spec, paths: Paths) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
                 continue
             mapped = any(t.startswith("core.") for t in builder.reads)
             steps[name_] = Step(
-                name_, "samples", {"options": tc.samples.builder_options(), "seed": seed}, dataset, builder.name,
+                name_, KIND, {"options": tc.samples.builder_options(), "seed": seed}, dataset, builder,
                 needs=(*((f"codes.{dataset}",) if mapped else ()), *steps_of(earlier, dataset)),
                 reads=builder.reads, writes=builder.writes,
                 files=tuple(str(ctx.data_dir / f) for f in builder.files),
@@ -51,15 +51,16 @@ def run(spec: Spec, paths: Paths) -> dict[str, Any]:
     """`params.options` may set `fractions` (train/val/test, default 70/10/20), `min_count` and `k_folds`."""
     from medtx.tasks.build import build_samples
 
-    p, task = spec["params"], spec["task"]
-    datasets = [spec["dataset"]] if get_task(task).family == "ehr" else None
+    p, task = spec["params"], get_task(spec["task"])  # a name across the JSON boundary, resolved once
+    datasets = [spec["dataset"]] if task.family == "ehr" else None
     with open_warehouse(paths["db"]) as con:
-        counts = build_samples(con, Path(paths["data_dir"]), [task], datasets, seed=p["seed"], **p["options"])
+        counts = build_samples(con, Path(paths["data_dir"]), [task.name], datasets, seed=p["seed"], **p["options"])
     return {"samples": sum(counts.values())}
 
 
 def code(step: Step) -> tuple[str, ...]:
-    task = get_task(step.task)
+    task = step.task
+    assert task is not None
     return ("medtx.tasks.build", task.module, *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
 
 

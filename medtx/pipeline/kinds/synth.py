@@ -19,7 +19,7 @@ def cohort_folder(ds: Any, synth_dir: Path) -> str:
 
 def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list[Step]:
     """One step per synthetic dataset; generation writes files only."""
-    return [Step(f"synth.{ds.key}", "synth",
+    return [Step(f"synth.{ds.key}", KIND,
                  {"n_patients": ds.n_patients, "seed": ds.seed, "notes": ds.notes,
                   "out_dir": cohort_folder(ds, ctx.synth_dir)},
                  ds.key, scope={"dataset": ds.key})

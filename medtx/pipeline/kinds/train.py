@@ -27,13 +27,13 @@ TRAIN_READS = ("samples.splits", "samples.vocab", "samples.leakage_gate")
 def train_step(task: Task, dataset: str, model: str, *, label: str | None = None,
                overrides: dict[str, Any] | None = None, seed: int = 0, device: str = "cpu") -> Step:
     """The step that trains `model` on (task, dataset) with one seed: what the pipeline plans and what
-    `medtx train` runs (same reads, so the same training package). The step records the task's name."""
+    `medtx train` runs (same reads, so the same training package)."""
     return Step(
         f"train.{task.name}.{dataset}.{label or model}.s{seed}",
-        "train",
+        KIND,
         {"model": model, "overrides": dict(overrides or {}), "seed": seed},
         dataset,
-        task.name,
+        task,
         label or model,
         needs=(sample_step_name(get_task(task.samples_task), dataset),),
         # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
@@ -89,7 +89,8 @@ def run(spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | Non
 def code(step: Step) -> tuple[str, ...]:
     """The package format and the runner of the task's family (not the whole worker, whose closure holds every
     family: an edit to the text runner does not retrain the EHR models), and the task's own module(s)."""
-    task = get_task(step.task)
+    task = step.task
+    assert task is not None
     runner = (("medtx.training.experiment", "medtx.training.ehr_run") if task.family == "ehr"
               else ("medtx.text.experiment", "medtx.text.run"))
     return ("medtx.training.packages", *runner, task.module,
