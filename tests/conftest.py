@@ -13,6 +13,16 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist (`make test` runs two workers) each worker has its own temporary folder, so a test that
+# watches the temp folder (tests/test_dask_workers.py) sees only its own worker's files, and its own dashboard port.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER:
+    _TMP = Path(tempfile.gettempdir()) / f"medtx-tests-{os.getpid()}-{_WORKER}"
+    _TMP.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(_TMP)
+    atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
+DASH_PORT = 8050 + (int(_WORKER[2:]) + 1 if _WORKER[2:].isdigit() else 0)
+
 _PREFECT_HOME = Path(tempfile.mkdtemp(prefix="medtx-prefect-home-"))
 atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ.setdefault("PREFECT_HOME", str(_PREFECT_HOME))
@@ -39,3 +49,16 @@ def prefect_harness():
 def tmp_db(tmp_path: Path) -> Path:
     """Path of a fresh warehouse file (created on first connect)."""
     return tmp_path / "warehouse.duckdb"
+
+
+@pytest.fixture
+def dash_duo(dash_duo):
+    """dash's browser fixture on this worker's own port (two xdist workers may each serve a dashboard)."""
+    start = dash_duo.start_server
+
+    def start_server(app, navigate=True, **kwargs):
+        kwargs.setdefault("port", DASH_PORT)
+        return start(app, navigate, **kwargs)
+
+    dash_duo.start_server = start_server
+    return dash_duo
