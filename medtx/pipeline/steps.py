@@ -6,13 +6,8 @@ wraps `call_step` in its one Prefect task.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
-
-
-log = logging.getLogger("medtx.pipeline")
-
 
 
 def train_in_process(db: Path | str, task: Any, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
@@ -43,7 +38,8 @@ def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: 
                torch_threads: int | None = None, run_id: str | None = None) -> list[str]:
     """`medtx train`: the pipeline's training path, in this process. Export the step's training package,
     train from it (the worker's entry point), then record the result package in one transaction — the only write
-    to the warehouse. A failed training is recorded too (its failed run), then the error is raised."""
+    to the warehouse. A failed training is recorded too (its failed run), then the error is raised. Caches a task's
+    runs share (a text model's MLM encoder, note vectors) live under `models_dir`."""
     import uuid
 
     from medtx.pipeline import runs

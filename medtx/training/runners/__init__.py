@@ -28,8 +28,6 @@ OnEpoch = Callable[[int, Mapping[str, float]], None]  # one epoch's figures, wri
 class Run(Protocol):
     """One prepared run: its task, model, seed and checked settings."""
 
-    code_parts: tuple[str, ...]  # the medtx subpackages whose source is its ml.runs.code_version (() = all)
-
     def samples(self, tables: Mapping[str, pa.Table], dataset: str) -> Any: ...  # from the package's tables
 
     def describe(self, samples: Any) -> dict[str, Any]: ...  # its ml.runs.config
@@ -42,6 +40,7 @@ class Runner(Protocol):
 
     model_families: tuple[str, ...]  # the model registry's families it trains (ModelSpec.family)
     modules: tuple[str, ...]  # its code: a training step's cache key holds their import closure
+    code_parts: tuple[str, ...]  # the medtx subpackages whose source is a run's ml.runs.code_version (() = all)
 
     def serves(self, task: Task) -> bool: ...  # the tasks it trains
 

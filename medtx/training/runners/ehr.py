@@ -277,7 +277,6 @@ class EhrRun:
     model_overrides: dict[str, Any]
     opts: RunOptions
     overrides: dict[str, Any]  # as given: what ml.runs.config records until the model's own config replaces it
-    code_parts: tuple[str, ...] = ()  # the whole medtx package
 
     def samples(self, tables: Mapping[str, pa.Table], dataset: str) -> EhrSamples:
         return ehr_samples_from_tables(tables, dataset, self.task, self.model)
@@ -295,7 +294,7 @@ class EhrRunner:
 
     model_families = ("ehr", "ehr_baseline")
     modules = ("medtx.training.runners.ehr",)
-    code_parts: tuple[str, ...] = ()
+    code_parts: tuple[str, ...] = ()  # the whole medtx package
 
     def serves(self, task: Task) -> bool:
         return task.family == "ehr"

@@ -277,7 +277,6 @@ class FaqRun:
     spec: Any  # the FAQ model's ModelSpec
     seed: int
     cfg: Any  # FAQConfig
-    code_parts: tuple[str, ...] = ("text", "models", "training")
 
     def samples(self, tables: Any, dataset: str) -> pa.Table:
         return faq_pairs(package_table(tables, self.task.sample_table), self.task)
@@ -294,7 +293,7 @@ class FaqRunner:
 
     model_families = (MODEL_FAMILY,)
     modules = ("medtx.training.runners.faq",)
-    code_parts = FaqRun.code_parts
+    code_parts = ("text", "models", "training")
 
     def serves(self, task: Task) -> bool:
         return task.kind == "generation"

@@ -196,7 +196,6 @@ class TextRun:
     model: str
     seed: int
     cfg: TextConfig
-    code_parts: tuple[str, ...] = ("text", "models", "training", "metrics")
 
     def samples(self, tables: Mapping[str, pa.Table], dataset: str) -> TextData:
         rows = note_rows_from_tables(tables, self.task, dataset)
@@ -226,7 +225,7 @@ class TextRunner:
 
     model_families = ("text_baseline", "text")
     modules = ("medtx.training.runners.text",)
-    code_parts = TextRun.code_parts
+    code_parts = ("text", "models", "training", "metrics")
 
     def serves(self, task: Task) -> bool:
         return task.classifies_text
