@@ -75,8 +75,7 @@ def build_full_warehouse(folder: Path, source: Path, *, skip_ingest: bool = Fals
     from medtx.publish.snapshot import publish_snapshot
     from medtx.tasks.build import build_samples
     from medtx.settings import snapshot_path
-    from medtx.text.experiment import run_text_experiment
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     torch.set_num_threads(1)  # one core of a shared 2-core machine
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,16 +95,15 @@ def build_full_warehouse(folder: Path, source: Path, *, skip_ingest: bool = Fals
     finally:
         con.close()
     step("reference, mapping, samples")
-    options = ExperimentOptions(models_dir=folder / "models")
     for task, model in (("drug_rec", "most_frequent"), ("drug_rec", "copy_last"), ("next_visit", "most_frequent"),
                         ("readmission", "most_frequent"), ("drug_rec", "logreg")):
-        run_ehr_experiment(db, FULL_DATASET, get_task(task), model, seed=0, options=options)
+        train_in_process(db, get_task(task), model, 0, dataset=FULL_DATASET, models_dir=folder / "models")
         step(f"{task} {model}")
-    run_ehr_experiment(db, FULL_DATASET, get_task("drug_rec"), "transformer", seed=0, epochs=1, device="cpu",
-                       overrides=NEURAL_DRUG_REC, options=options)
+    train_in_process(db, get_task("drug_rec"), "transformer", 0, {**NEURAL_DRUG_REC, "epochs": 1}, dataset=FULL_DATASET,
+                     device="cpu", models_dir=folder / "models")
     step("drug_rec transformer (1 epoch)")
     for model, overrides in (("majority", None), ("tfidf_logreg", None), ("bert_scratch", TINY_BERT)):
-        run_text_experiment(db, get_task("specialty"), model, seed=0, overrides=overrides)
+        train_in_process(db, get_task("specialty"), model, 0, overrides)
         step(f"specialty {model}")
     finish_pipeline_run(db, "dashboard-benchmark", failed=[])
     publish_snapshot(db, snapshot_path(db))

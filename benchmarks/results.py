@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/results.py --render-only                             # rewrite RESULTS.md only
 
 Steps: (1) generate `synth_<N>` with the synth stage, ingest it, load its oracle, map codes, build samples
-(skipped when the samples exist); (2) run every (task, model, seed) through `run_ehr_experiment` with a fixed
+(skipped when the samples exist); (2) run every (task, model, seed) through `train_in_process` with a fixed
 run id `results.<task>.<model>.<dataset>.s<seed>`, skipping runs already completed with the same config,
 so an interrupted run resumes; (3) render `benchmarks/RESULTS.md`'s section between `<!-- BEGIN ehr -->`
 and `<!-- END ehr -->` from ml.* (other sections, e.g. the text stage's, are kept as they are).
@@ -106,10 +106,21 @@ def already_done(db: Path, run_id: str, overrides: dict) -> bool:
     return bool(rows) and rows[0][0] == "completed" and config_matches(rows[0][1], overrides)
 
 
+def forget_run(db: Path, run_id: str) -> None:
+    """Delete a run's rows (a result package never replaces a recorded run: the benchmark's cells have fixed ids)."""
+    from medtx.store.db import transaction
+    from medtx.training.records import RUN_TABLES
+
+    with open_warehouse(db) as con, transaction(con):
+        con.execute("DELETE FROM ml.comparisons WHERE reference_run_id = ?", [run_id])
+        for table in RUN_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+
 def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, seeds: list[int],
             device: str, threads: int | None, rerun: tuple[str, ...] = ()) -> None:
     from medtx.tasks import get_task
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     # Cheap baselines first (all seeds), then the neural models seed by seed, so an interrupted run
     # still leaves complete comparisons for the first seeds.
@@ -125,10 +136,11 @@ def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, 
                 overrides["num_threads"] = threads
             if model not in rerun and already_done(db, run_id, overrides):
                 continue
+            forget_run(db, run_id)  # a failed or outdated cell is trained again under its fixed run id
             started = time.perf_counter()
             try:
-                run_ehr_experiment(db, dataset, get_task(task), model, seed, overrides, device=device,
-                                   options=ExperimentOptions(run_id=run_id, models_dir=db.parent / "models"))
+                train_in_process(db, get_task(task), model, seed, overrides, dataset=dataset, device=device,
+                                 run_id=run_id, models_dir=db.parent / "models")
             except Exception as exc:  # recorded as failed in ml.runs; the table says so
                 log.error("%s failed: %s", run_id, exc)
             log.info("%s done in %.0fs", run_id, time.perf_counter() - started)

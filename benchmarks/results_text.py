@@ -64,16 +64,15 @@ def prepare(db: Path) -> None:
 def run_all(db: Path, seeds: list[int], models: list[str], overrides: dict[str, dict] | None = None,
             faq_models: list[str] | None = None) -> None:
     """Specialty runs (models x seeds), then the FAQ runs named in faq_models (None = all of FAQ_MODELS)."""
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     overrides = overrides or {}
     for model in models:
         for seed in seeds:
-            run_text_experiment(db, get_task("specialty"), model, seed, overrides.get(model))
+            train_in_process(db, get_task("specialty"), model, seed, overrides.get(model))
     for model, faq_overrides in FAQ_MODELS:
         if faq_models is None or model in faq_models:
-            run_text_experiment(db, get_task("faq"), model, 0,
-                                {**faq_overrides, **overrides.get(f"faq_{model}", {})})
+            train_in_process(db, get_task("faq"), model, 0, {**faq_overrides, **overrides.get(f"faq_{model}", {})})
 
 
 def parse_sets(pairs: list[str]) -> dict[str, dict]:

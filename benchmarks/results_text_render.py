@@ -227,12 +227,12 @@ def summary_sentence(summary: dict[str, float]) -> str:
 
 def config_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
     """One line per specialty model: the config fields its runs changed from the model's defaults."""
-    from medtx.text.experiment import text_config
+    from medtx.training.runners.text import text_config
 
     rows = con.sql(f"""SELECT r.model, {VARIANT_SQL} AS variant, any_value(r.config) FROM ml.runs r
                        WHERE r.task = 'specialty' AND r.status = 'completed' GROUP BY ALL ORDER BY 1, 2""").fetchall()
-    lines = ["Configs recorded in `ml.runs.config` (changes from the defaults in `medtx.text.experiment`); neural "
-             "models keep their best epoch on validation macro-F1, test is scored once:"]
+    lines = ["Configs recorded in `ml.runs.config` (changes from the defaults in `medtx.training.runners.text`); "
+             "neural models keep their best epoch on validation macro-F1, test is scored once:"]
     for model, variant, config in rows:
         used = json.loads(config)["text"]
         base = dataclasses.asdict(text_config(model))

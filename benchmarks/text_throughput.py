@@ -1,7 +1,7 @@
 """Training throughput of the text models (notes/s, forward + backward + AdamW step) on real MTSamples notes.
 
 `text_throughput_rows()` returns one dict per model for benchmarks/train.py to print; run alone with
-`.venv/bin/python benchmarks/text_throughput.py`. Uses the default configs of medtx.text.experiment
+`.venv/bin/python benchmarks/text_throughput.py`. Uses the default configs of medtx.training.runners.text
 (BiLSTM: first 512 tokens; BERTs: windows of 128 tokens, stride 32, first 4 (scratch) / 2 (MiniLM) windows),
 plus MiniLM over one 128-token window, fully fine-tuned and with only its top 2 of 6 layers trained on cached
 lower-layer states (`finetune_layers=2`, the CPU recipe of RESULTS.md).
@@ -62,7 +62,7 @@ def text_throughput_rows(batch_size: int = 16, steps: int = 3, device: str = "cp
     from medtx.models.bilstm import BiLSTMClassifier, BiLSTMConfig
     from medtx.text.data import SequenceCollate, chunk_collate_for, encode_items
     from medtx.models.registry import get_spec
-    from medtx.text.experiment import TextConfig
+    from medtx.training.text_config import TextConfig
     from medtx.text.tokenize import load_tokenizer, train_wordpiece
 
     texts = _notes(200)

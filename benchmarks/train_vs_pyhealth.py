@@ -73,12 +73,21 @@ def sample_ap(y_true, y_prob) -> float:
 
 def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
     """medtx's drug_rec samples with their split, as JSON (the PyHealth worker's input)."""
-    from medtx.tasks import get_task
-    from medtx.training.experiment import load_split_samples
-    from medtx.store.db import open_warehouse
+    import tempfile
 
-    with open_warehouse(db, read_only=True) as con:
-        parts = load_split_samples(con, dataset, get_task("drug_rec"))
+    import polars as pl
+
+    from medtx.pipeline.exchange import export_training_package
+    from medtx.tasks import get_task
+    from medtx.training.runners.ehr import split_samples
+    from medtx.training.packages import read_training_package
+
+    task = get_task("drug_rec")  # the rows its training package holds, as a run reads them
+    with tempfile.TemporaryDirectory() as exchange:
+        package = export_training_package(db, (task.sample_table, "samples.splits"),
+                                          {"dataset": dataset, "task": task.name}, exchange, "pyhealth")
+        tables = read_training_package(package)[1]
+        parts = {k: pl.from_arrow(v) for k, v in split_samples(tables, dataset, task).items()}
     rows = []
     for split, frame in parts.items():
         for r in frame.select("subject_id", "hadm_id", *FEATURES, "drugs").iter_rows(named=True):
@@ -93,7 +102,7 @@ def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
 
 def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, buckets: int = 0,
                  extra: dict | None = None, model: str = "transformer") -> dict:
-    """One medtx run through run_ehr_experiment (the pipeline's path), timed over its whole epoch loop
+    """One medtx run through train_in_process (the pipeline's path), timed over its whole epoch loop
     (`_epoch_loop_clock`; ml.epochs' training + validation seconds come back as "epoch_seconds"). `buckets` (> 0) sets
     TrainConfig.length_buckets where the checkout has it (0: the checkout's own default). `threads`
     "auto": every core the process may use, as `medtx train` sets it (its trainer then caps it at its share)."""
@@ -103,7 +112,7 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, bu
     import torch
 
     from medtx.tasks import get_task
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
     from medtx.store.db import open_warehouse
     from medtx.training.trainer import TrainConfig
 
@@ -119,9 +128,8 @@ def medtx_worker(db: str, dataset: str, epochs: int, threads: str, seed: int, bu
     overrides.update(extra or {})
     models = tempfile.mkdtemp(prefix="bench-medtx-")
     with _epoch_loop_clock() as clock:
-        run = run_ehr_experiment(db, dataset, get_task("drug_rec"), model, seed=seed, overrides=overrides,
-                                 epochs=epochs, device="cpu",
-                                 options=ExperimentOptions(n_boot=2, models_dir=Path(models)))
+        run = train_in_process(db, get_task("drug_rec"), model, seed, {**overrides, "epochs": epochs, "n_boot": 2},
+                               dataset=dataset, device="cpu", models_dir=Path(models))
     shutil.rmtree(models, ignore_errors=True)
     with open_warehouse(db, read_only=True) as con:
         epoch_seconds = con.sql("SELECT sum(s) FROM (SELECT any_value(seconds) s FROM ml.epochs WHERE run_id = ? "

@@ -12,8 +12,8 @@ it where importing those raises), so it runs on a GPU machine whose image lacks 
     python -m medtx.worker PACKAGE --runs runs.json --out results/      # [{"model", "seed", "overrides"}, ...]
 
 The pipeline's own workers (its thread, its training processes, Dask workers) call `train_run`, the function
-`main` calls for each run. Every task trains here: the EHR tasks (medtx.training.ehr_run), the note
-classification tasks and the FAQ (medtx.text.run), each from the tables of its training step's package.
+`main` calls for each run. Every task trains here, from the tables of its training step's package, through the
+runner of its model's family (medtx.training.runners: EHR, text classification, FAQ).
 """
 
 from __future__ import annotations
@@ -36,21 +36,17 @@ EXIT_BAD_INPUT = 2
 
 
 def supports(task: str) -> bool:
-    """Whether the worker trains this task's runs from a package alone: the EHR family (medtx.training.ehr_run)
-    and the text family, notes and FAQ (medtx.text.run)."""
+    """Whether a runner trains this task's runs from a package alone (medtx.training.runners)."""
     from medtx.tasks import get_task
+    from medtx.training.runners import trains
 
-    return get_task(task).family in ("ehr", "text")
+    return trains(get_task(task))
 
 
-def _code_parts(task: Any) -> tuple[str, ...]:
-    """The medtx subpackages whose source is a run's code_version: the whole package for EHR runs, the text
-    runner's parts for text runs (medtx.text.run.code_parts, as medtx.text.experiment records them)."""
-    if task.family == "text":
-        from medtx.text.run import code_parts
-
-        return code_parts(task)
-    return ()
+def data_fingerprint(manifest: dict[str, Any]) -> str:
+    """A run's ml.runs.data_fingerprint: its task's samples and split as the flow fingerprinted them when it
+    exported the package (what an imported run records too); an older package's key where it has none."""
+    return manifest.get("samples_fingerprint") or f"package {manifest.get('key')}"
 
 
 def run_name(spec: dict[str, Any]) -> str:
@@ -61,7 +57,8 @@ def run_name(spec: dict[str, Any]) -> str:
 
 def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str, *, device: str = "auto",
               pipeline_run_id: str | None = None, torch_threads: int | None = None,
-              package_digest: str | None = None) -> dict[str, Any]:
+              package_digest: str | None = None, cache_dir: Path | str | None = None,
+              run_id: str | None = None) -> dict[str, Any]:
     """Train one run (`spec`: {"dataset", "task", "params": {"model", "seed", "overrides"}}) from the training
     package and publish its result package at `result_dir` — also when the training failed, so the failed run
     reaches the warehouse; the error is raised after. Returns {"run_ids", "result"}.
@@ -69,20 +66,19 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
     `package_digest`: the package's content digest as the flow recorded it when it handed the package out
     (ml.dispatches), given out of band; a package whose files, tables or scope differ is a PackageError before
     anything trains (a table rewritten with its manifest hash recomputed). Whatever was given, the digest of what
-    was read goes into the result package (`trained_on`), which the flow checks against its dispatch."""
+    was read goes into the result package (`trained_on`), which the flow checks against its dispatch.
+    `cache_dir`: where caches that a task's runs share live (a text model's MLM encoder, note vectors); default
+    the run's own temporary folder (nothing shared). `run_id`: the run's id (default: a fresh one)."""
     import torch
 
-    from medtx.training.packages import now, read_training_package, run_tables, write_result_package
     from medtx.store.hashing import code_version
-    from medtx.training.ehr_run import (ExperimentOptions, ehr_samples_from_tables, is_synthetic_tables,
-                                        train_config, train_ehr)
-    from medtx.training.results import epoch_rows, new_run_id
-    from medtx.training.trainer import resolve_device
-
     from medtx.tasks import get_task
-
-    from medtx.training.integrity import manifest_digest
-    from medtx.training.packages import PackageError, replaceable_result
+    from medtx.training.integrity import manifest_digest, safe_name
+    from medtx.training.packages import (PackageError, is_synthetic_tables, now, read_training_package,
+                                         replaceable_result, run_tables, write_result_package)
+    from medtx.training.results import epoch_rows, new_run_id
+    from medtx.training.runners import runner_for, trains
+    from medtx.training.trainer import resolve_device
 
     if not replaceable_result(Path(result_dir)):
         raise PackageError(f"{result_dir}: exists and is not a result package; a worker never replaces it")
@@ -94,17 +90,19 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
     dataset, task_name, p = spec["dataset"], spec["task"], spec["params"]
     model, seed, overrides = p["model"], int(p["seed"]), dict(p.get("overrides") or {})
     task = get_task(task_name)  # the stored name, resolved once: the Task travels from here
-    if not supports(task_name):
-        raise ValueError(f"task {task_name!r} ({task.family}): the worker trains EHR and text tasks from packages")
+    if not trains(task):
+        raise ValueError(f"task {task_name!r} ({task.family}, {task.kind}): no runner trains it from a package")
     scope = manifest.get("scope", {})
     if scope.get("dataset") not in (None, dataset):
         raise ValueError(f"{package}: the package holds dataset {scope.get('dataset')!r}, the run asks for {dataset!r}")
     if torch_threads:
         torch.set_num_threads(torch_threads)
-    run_id = new_run_id(task_name, model, dataset, seed)
+    runner = runner_for(task, model)  # the runner of the model's family (medtx.training.runners)
+    run_id = run_id or new_run_id(task_name, model, dataset, seed)
+    safe_name(run_id, "run id")  # a result folder and checkpoint folder are named by it
     run = {"run_id": run_id, "task": task_name, "model": model, "status": "running", "seed": seed,
-           "config": json.dumps({"overrides": overrides}), "data_fingerprint": f"package {manifest.get('key')}",
-           "code_version": code_version(*_code_parts(task)), "dataset": dataset,
+           "config": json.dumps({"overrides": overrides}), "data_fingerprint": data_fingerprint(manifest),
+           "code_version": code_version(*runner.code_parts), "dataset": dataset,
            "is_synthetic": is_synthetic_tables(tables, dataset), "started_at": now(), "pipeline_run_id": pipeline_run_id}
     epochs: list[tuple] = []
     error: BaseException | None = None
@@ -117,19 +115,10 @@ def train_run(package: Path | str, spec: dict[str, Any], result_dir: Path | str,
             def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
                 epochs.extend(epoch_rows(run_id, epoch, metrics))
 
-            if task.family == "text":  # notes or the FAQ (medtx.text.run), configured like the pipeline's text step
-                from medtx.text.run import text_run
-
-                recipe = text_run(task, model, seed, {"device": device, **overrides})
-                samples = recipe.samples_from_tables(tables, dataset)
-                run["config"] = json.dumps(recipe.describe(samples), default=str)  # as the text runner records it
-                results = recipe.train(samples, models_root / run_id, on_epoch)
-            else:
-                cfg, model_overrides = train_config(task, model, seed, overrides, device=device)
-                opts = ExperimentOptions(models_dir=models_root, pipeline_run_id=pipeline_run_id, run_id=run_id)
-                data = ehr_samples_from_tables(tables, dataset, task, model)
-                results = train_ehr(task, model, seed, cfg, model_overrides, opts, data, models_root / run_id,
-                                    on_epoch)
+            prepared = runner.prepare(task, model, seed, overrides, device=device)
+            samples = prepared.samples(tables, dataset)
+            run["config"] = json.dumps(prepared.describe(samples), default=str)
+            results = prepared.train(samples, models_root / run_id, on_epoch, Path(cache_dir) if cache_dir else None)
             run.update(status="completed", finished_at=now())
         except Exception as exc:  # published as the failed run, then raised
             error = exc
@@ -248,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest, _ = read_training_package(args.package)
         specs = _scoped(specs, args, manifest.get("scope", {}))
         if not supports(specs[0]["task"]):
-            raise ValueError(f"{args.package}: task {specs[0]['task']!r}: the worker trains EHR and text tasks")
+            raise ValueError(f"{args.package}: task {specs[0]['task']!r}: no runner trains it (medtx.training.runners)")
     except (PackageError, ValueError, OSError) as exc:
         print(f"medtx.worker: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

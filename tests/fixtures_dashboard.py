@@ -50,8 +50,7 @@ def _build(folder: Path) -> tuple[Path, Path]:
     from medtx.pipeline.runs import finish_pipeline_run, start_pipeline_run
     from medtx.publish.snapshot import publish_snapshot
     from medtx.tasks.build import build_samples
-    from medtx.text.experiment import run_text_experiment
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
     from medtx.tasks import get_task
 
     db = folder / "warehouse.duckdb"
@@ -65,12 +64,13 @@ def _build(folder: Path) -> tuple[Path, Path]:
         build_samples(con, DATA, tasks=["drug_rec", "specialty"], datasets=[DATASET])
     finally:
         con.close()
-    options = ExperimentOptions(models_dir=folder / "models", n_showcase=3, max_attention_tokens=24)
-    run_ehr_experiment(db, DATASET, get_task("drug_rec"), "logreg", seed=0, options=options)
-    run_ehr_experiment(db, DATASET, get_task("drug_rec"), "transformer", seed=0, epochs=1,
-                       overrides={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, options=options)
-    run_text_experiment(db, get_task("specialty"), "tfidf_logreg", seed=0)
-    run_text_experiment(db, get_task("specialty"), "bert_scratch", seed=0, overrides=TINY_BERT)
+    shown = {"n_showcase": 3, "max_attention_tokens": 24}  # run options (medtx.training.runners.ehr.RUN_KEYS)
+    train_in_process(db, get_task("drug_rec"), "logreg", 0, shown, dataset=DATASET, models_dir=folder / "models")
+    train_in_process(db, get_task("drug_rec"), "transformer", 0,
+                     {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "epochs": 1, **shown},
+                     dataset=DATASET, models_dir=folder / "models")
+    train_in_process(db, get_task("specialty"), "tfidf_logreg", 0)
+    train_in_process(db, get_task("specialty"), "bert_scratch", 0, TINY_BERT)
     finish_pipeline_run(db, "test-pipeline-1", failed=[])
     snapshot = snapshot_path(db)
     publish_snapshot(db, snapshot)

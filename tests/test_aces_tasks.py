@@ -31,7 +31,7 @@ from medtx.tasks import get_task, task_names
 from medtx.aces.task import AcesSpec, declare, declared
 from medtx.tasks.build import build_samples
 from medtx.tasks.leakage import require_pass, run_gate
-from medtx.training.experiment import run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from tests.conftest import DATA, REPO_ROOT
 from tests.test_meds_tools import _run, _tools_venv
 
@@ -199,8 +199,8 @@ def test_logreg_and_gru_train_on_aces_tasks(warehouse):
     from medtx.evaluation.card import build_card
 
     db, _, _ = warehouse
-    runs = {(name, model): run_ehr_experiment(db, SYNTH if name == "medsdev_readmission" else DEMO, get_task(name),
-                                              model, seed=0, epochs=1 if model == "gru" else None)
+    runs = {(name, model): train_in_process(db, get_task(name), model, 0, {"epochs": 1} if model == "gru" else None,
+                                            dataset=SYNTH if name == "medsdev_readmission" else DEMO)
             for name in ("medsdev_readmission", "discharged_within_7d") for model in ("logreg", "gru")}
     con = duckdb.connect(str(db), read_only=True)
     try:

@@ -6,7 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from medtx.models.baselines import CopyLast, LogReg, MostFrequent, Oracle, build_baseline, label_matrix
+from medtx.models.baselines import build_baseline, label_matrix
+from medtx.models.copy_last import CopyLast
+from medtx.models.logreg import LogReg
+from medtx.models.most_frequent import MostFrequent
+from medtx.models.oracle import Oracle
 from medtx.models.ehr_data import LabelSpace
 from medtx.tasks import get_task
 

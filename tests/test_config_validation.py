@@ -313,7 +313,7 @@ def test_config_fuzz_every_mutation_fails_with_one_line_or_validates(tmp_path: P
     ("oracle", {}, []),
 ])
 def test_baseline_overrides_are_checked_against_the_config_their_model_file_registers(model, overrides, expected):
-    """The EHR baselines' settable overrides are declared in their own file (medtx/models/baselines.py's
+    """The EHR baselines' settable overrides are declared in their own file (medtx/models/logreg.py's
     LogRegConfig on logreg's registry entry; none registered: no overrides), checked like every model config:
     one line per bad key, naming what is allowed; medtx/pipeline/checks.py names no model."""
     from medtx.pipeline.checks import override_problems

@@ -179,7 +179,7 @@ def test_leaderboard_shows_intervals_patients_and_a_verdict_badge(dash_duo, snap
 
 def test_a_snapshot_published_while_serving_appears(dash_duo, live):
     from medtx.publish.snapshot import publish_snapshot
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
     from medtx.tasks import get_task
 
     live_db, snapshot = live
@@ -188,7 +188,7 @@ def test_a_snapshot_published_while_serving_appears(dash_duo, live):
     dash_duo.wait_for_element("#leaderboard-grid .ag-row", timeout=30)
     assert "most_frequent" not in dash_duo.find_element("#leaderboard-grid").text
     # A flow writes the live warehouse while the app keeps serving the old snapshot, then publishes.
-    run_ehr_experiment(live_db, DATASET, get_task("drug_rec"), "most_frequent", seed=0)
+    train_in_process(live_db, get_task("drug_rec"), "most_frequent", 0, dataset=DATASET)
     dash_duo.wait_for_element("#leaderboard-grid .ag-row")  # still serving
     publish_snapshot(live_db, snapshot)
     dash_duo.wait_for_contains_text("#leaderboard-grid", "most_frequent", timeout=30)

@@ -37,7 +37,7 @@ def published(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     from medtx.store.db import connect
     from medtx.synth import generate_mimic3
     from medtx.synth.shift import RiskShift
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
     from medtx.tasks import get_task
 
     root = tmp_path_factory.mktemp("trust")
@@ -50,8 +50,7 @@ def published(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         build_samples(con, DATA, ["readmission"], ["synth_trust"])
     finally:
         con.close()
-    options = ExperimentOptions(models_dir=root / "models")
-    runs = {m: run_ehr_experiment(db, "synth_trust", get_task("readmission"), m, options=options)
+    runs = {m: train_in_process(db, get_task("readmission"), m, dataset="synth_trust", models_dir=root / "models")
             for m in ("logreg", "lightgbm")}
     return publish_snapshot(db, root / "warehouse.snapshot.duckdb").path, runs
 

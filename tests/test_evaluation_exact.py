@@ -25,7 +25,7 @@ from medtx.evaluation.uncertainty import load_run_data
 from medtx.metrics import intervals as iv
 from medtx.store.db import connect, open_warehouse
 from medtx.tasks import get_task
-from medtx.training.experiment import run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from tests.fixtures_samples import DEMO, demo_copy, demo_db  # noqa: F401 (fixtures)
 
 N_CHECKED = 60  # resamples checked one by one against the references
@@ -91,8 +91,8 @@ def demo_runs(demo_db: Path, tmp_path_factory) -> tuple[Path, dict[str, str]]:  
     db = tmp_path_factory.mktemp("exact") / "demo.duckdb"
     shutil.copy(demo_db, db)
     task = get_task("mortality")
-    runs = {"gru": run_ehr_experiment(db, DEMO, task, "gru", epochs=1, device="cpu")}
-    runs |= {m: run_ehr_experiment(db, DEMO, task, m) for m in ("most_frequent", "logreg")}
+    runs = {"gru": train_in_process(db, task, "gru", 0, {"epochs": 1}, dataset=DEMO, device="cpu")}
+    runs |= {m: train_in_process(db, task, m, dataset=DEMO) for m in ("most_frequent", "logreg")}
     return db, runs
 
 

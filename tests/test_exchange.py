@@ -83,7 +83,7 @@ def test_a_worker_that_dies_before_publishing_leaves_nothing(demo_copy: Path, tm
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # not an Exception: stands for a kill; nothing may be published
 
-    monkeypatch.setattr("medtx.training.ehr_run.train_ehr", killed)
+    monkeypatch.setattr("medtx.training.runners.ehr.train_ehr", killed)
     with pytest.raises(KeyboardInterrupt):
         run_train_from_package(_spec("logreg"), str(package), str(result_dir), pipeline_run_id="p3", device="cpu")
     assert not result_dir.exists()
@@ -104,7 +104,7 @@ def test_a_result_folder_removed_while_training_is_made_again(demo_copy: Path, t
         shutil.rmtree(result_dir.parent)  # what exchange._remove_result does after another step's recording
         raise ValueError("training failed after its folder vanished")
 
-    monkeypatch.setattr("medtx.training.ehr_run.train_ehr", removed_meanwhile)
+    monkeypatch.setattr("medtx.training.runners.ehr.train_ehr", removed_meanwhile)
     with pytest.raises(ValueError, match="folder vanished"):
         run_train_from_package(_spec("logreg"), str(package), str(result_dir), pipeline_run_id="p9", device="cpu")
     assert json.loads((result_dir / "manifest.json").read_text())["error"].startswith("ValueError")

@@ -44,10 +44,10 @@ def test_lightgbm_is_a_binary_baseline_and_a_reference_candidate():
 
 
 def test_lightgbm_is_tuned_on_validation_deterministic_and_joins_the_reference_choice(synth_db: Path):
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
-    runs = [run_ehr_experiment(synth_db, "synth_gbm", get_task("readmission"), "lightgbm", seed=1) for _ in range(2)]
-    logreg = run_ehr_experiment(synth_db, "synth_gbm", get_task("readmission"), "logreg", seed=1)
+    runs = [train_in_process(synth_db, get_task("readmission"), "lightgbm", 1, dataset="synth_gbm") for _ in range(2)]
+    logreg = train_in_process(synth_db, get_task("readmission"), "logreg", 1, dataset="synth_gbm")
     con = connect(synth_db)
     try:
         status, config = con.execute("SELECT status, config FROM ml.runs WHERE run_id = ?", [runs[0]]).fetchall()[0]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from medtx.tasks import get_task
-from medtx.training.experiment import run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
 
 TASK = "mortality"
@@ -30,7 +30,7 @@ def exported(demo_db, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("import-predictions")
     db = folder / "warehouse.duckdb"
     shutil.copy(demo_db, db)
-    run_id = run_ehr_experiment(db, DEMO, get_task(TASK), "logreg", seed=0)
+    run_id = train_in_process(db, get_task(TASK), "logreg", 0, dataset=DEMO)
     preds = folder / "logreg.parquet"
     r = CliRunner().invoke(app, ["export", "predictions", "--run", run_id, "--out", str(preds), "--db", str(db)])
     assert r.exit_code == 0, r.output

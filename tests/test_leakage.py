@@ -112,12 +112,12 @@ def test_a_builder_that_reads_discharge_codes_is_blocked_and_training_refused(le
     with pytest.raises(LeakageError, match=f"^leakage gate BLOCKED mortality/{DATASET}"):
         require_pass(leaky, get_task("mortality"), DATASET)
     # the real training entry point refuses before fitting anything, and records the run as failed
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     db = leaky_copy
     leaky.close()
     with pytest.raises(LeakageError, match="BLOCKED mortality"):
-        run_ehr_experiment(db, DATASET, get_task("mortality"), "logreg", 0)
+        train_in_process(db, get_task("mortality"), "logreg", 0, dataset=DATASET)
     con = connect(db)
     try:
         runs = con.execute("SELECT status, error FROM ml.runs WHERE task = 'mortality'").fetchall()

@@ -342,7 +342,7 @@ def test_a_stored_note_time_the_notes_do_not_give_is_blocked(wh):
 def test_training_refuses_samples_other_than_those_the_gate_judged(built, tmp_path):
     """The gate record carries the fingerprint of the samples and split it judged; a sample changed after the
     gate ran (here one admission's static tokens) is refused by require_pass and by the training entry point."""
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     db, dataset = built
     copy = tmp_path / "w.duckdb"
@@ -361,4 +361,4 @@ def test_training_refuses_samples_other_than_those_the_gate_judged(built, tmp_pa
     finally:
         con.close()
     with pytest.raises(LeakageError, match="are not those the gate judged"):
-        run_ehr_experiment(copy, dataset, get_task("mortality"), "logreg", 0)
+        train_in_process(copy, get_task("mortality"), "logreg", 0, dataset=dataset)

@@ -15,7 +15,7 @@ import pytest
 from medtx.store.db import open_warehouse
 from medtx.pipeline.config import load_config
 from medtx.pipeline.plan import Step, build_plan
-from medtx.pipeline.steps import run_train
+from medtx.pipeline.steps import train_here
 from medtx.models.registry import models_for
 from medtx.tasks import all_tasks
 from tests.conftest import DATA
@@ -75,7 +75,7 @@ def _isolate(db: Path, step: Step) -> list[str]:
 def _run(step: Step, db: Path, tmp: Path) -> dict:
     paths = {"db": str(db), "cache_dir": str(tmp / "cache"), "data_dir": str(DATA), "models_dir": str(tmp / "models")}
     if step.kind.name == "train":
-        return run_train(step.spec(), paths, pipeline_run_id=None, device="cpu")
+        return {"run_ids": train_here(db, step, tmp / "exchange", tmp / "models", device="cpu")}
     return step.kind.run(step.spec(), paths)
 
 
@@ -123,6 +123,6 @@ def test_code_keys_come_from_the_import_closure(plan):
     # so the torch-only worker reads vocabularies without DuckDB); no model file enters a samples key
     assert {m for m in mortality if m.startswith("models/")} <= {"models/__init__", "models/vocab"}
     train = plan["train.mortality.mimic3_demo.logreg.s42"].code
-    assert {"models/baselines", "training/experiment", "tasks/mortality"} <= set(train)
-    assert "text/experiment" in plan["train.specialty.mtsamples.majority.s42"].code
+    assert {"models/logreg", "training/runners/ehr", "tasks/mortality"} <= set(train)
+    assert "training/runners/text" in plan["train.specialty.mtsamples.majority.s42"].code
     assert not any(m.startswith(("ingest/", "synth/")) for m in plan["codes.mimic3_demo"].code)

@@ -200,7 +200,7 @@ def _write_foreign(root: Path, n_subjects: int = 240) -> Path:
 
 
 def test_import_of_a_foreign_meds_dataset_trains_logreg(tmp_path):
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     source = _write_foreign(tmp_path / "mimic4_style")
     db = tmp_path / "warehouse.duckdb"
@@ -235,7 +235,7 @@ def test_import_of_a_foreign_meds_dataset_trains_logreg(tmp_path):
                             for s, v in used.items())
     finally:
         con.close()
-    run_id = run_ehr_experiment(db, "mimic4_style", get_task("readmission"), "logreg", seed=0)
+    run_id = train_in_process(db, get_task("readmission"), "logreg", 0, dataset="mimic4_style")
     con = connect(db, read_only=True)
     try:
         status = con.execute("SELECT status FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0][0]

@@ -247,10 +247,10 @@ def test_overwrite_replaces_only_a_previous_medtx_export(exported, tmp_path):
 # ---- predictions in the meds-evaluation schema ----------------------------------------------------------------
 
 def test_export_predictions_writes_the_meds_evaluation_schema_and_refuses_bad_input(exported, tmp_path):
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     db, result = exported
-    run_id = run_ehr_experiment(db, DEMO, get_task("mortality"), "logreg", seed=0)
+    run_id = train_in_process(db, get_task("mortality"), "logreg", 0, dataset=DEMO)
     out = tmp_path / "preds" / "mortality.parquet"
     cli = CliRunner()
     r = cli.invoke(app, ["export", "predictions", "--run", run_id, "--out", str(out), "--db", str(db)])

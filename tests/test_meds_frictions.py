@@ -16,7 +16,7 @@ from medtx.codes import map_codes
 from medtx.store.db import connect
 from medtx.tasks import get_task
 from medtx.tasks.build import EmptyCohortError, build_samples
-from medtx.training.experiment import run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from tests.conftest import DATA
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
 
@@ -60,7 +60,7 @@ def test_status_lists_procedures(demo):
 
 def test_train_log_line_prints_the_stored_point_estimate(demo, caplog):
     with caplog.at_level(logging.INFO, logger="medtx.training"):
-        run_id = run_ehr_experiment(demo, DEMO, get_task("readmission"), "logreg", seed=0)
+        run_id = train_in_process(demo, get_task("readmission"), "logreg", 0, dataset=DEMO)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("readmission logreg seed 0")]
     assert logged, [r.getMessage() for r in caplog.records]
     shown = float(re.search(r"auroc=([0-9.]+)", logged[-1])[1])

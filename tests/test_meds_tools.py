@@ -33,7 +33,7 @@ from medtx.meds import export_meds
 from medtx.tasks.build import build_samples
 from medtx.store.db import connect
 from medtx.synth import generate_mimic3
-from medtx.training.experiment import run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from medtx.tasks import get_task
 from tests.conftest import DATA, REPO_ROOT
 from tests.fixtures_samples import DEMO, demo_db  # noqa: F401  (session fixture)
@@ -97,7 +97,7 @@ def cohorts(demo_db, tmp_path_factory):  # noqa: F811
         build_samples(con, DATA, list(TASKS), [SYNTH])
     finally:
         con.close()
-    runs = {(d, t): run_ehr_experiment(db, d, get_task(t), "logreg", seed=0) for d in (DEMO, SYNTH) for t in TASKS}
+    runs = {(d, t): train_in_process(db, get_task(t), "logreg", 0, dataset=d) for d in (DEMO, SYNTH) for t in TASKS}
     exports = {}
     con = connect(db)
     try:

@@ -10,7 +10,7 @@ import torch
 
 from medtx.models.registry import build_ehr_model, ehr_models_for, get_spec
 from medtx.models.recurrent import reverse_index
-from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from medtx.tasks import get_task
 from tests.test_models import CONDS, DRUGS, FEATURE_TOKENS, drug_rec_frame, readmission_frame, vocab
 from tests.test_training_experiment import DATASET, _q, tiny_db  # noqa: F401  (fixture: tiny learnable drug_rec)
@@ -77,11 +77,12 @@ def test_code_weights_follow_the_exact_contributions():
 
 def test_retain_run_beats_the_label_prior_and_stores_both_attention_levels(tiny_db: Path, tmp_path: Path):  # noqa: F811
     """Trained by the EHR runner on a tiny learnable cohort (drug D<k> exactly when condition C<k>)."""
-    opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=3)
+    models = tmp_path / "models"
     train = {"d_model": 16, "hidden": 16, "batch_size": 16, "lr": 1e-2, "num_threads": 1, "patience": 20}
-    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "retain", seed=0, overrides=train, epochs=25,
-                                device="cpu", options=opts)
-    prior = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "most_frequent", seed=0, options=opts)
+    run_id = train_in_process(tiny_db, get_task("drug_rec"), "retain", 0, {**train, "epochs": 25, "n_showcase": 3},
+                              dataset=DATASET, device="cpu", models_dir=models)
+    prior = train_in_process(tiny_db, get_task("drug_rec"), "most_frequent", 0, {"n_showcase": 3}, dataset=DATASET,
+                             models_dir=models)
 
     def test_pr_auc(run: str) -> float:
         return _q(tiny_db, "SELECT value FROM ml.metrics WHERE run_id = ? AND split = 'test' "
@@ -102,9 +103,8 @@ def test_patient_explorer_draws_both_retain_attention_levels(tiny_db: Path, tmp_
     from dashboard.pages.patient import MEAN_HEAD, attention_view, single_heatmap
     from medtx.publish.snapshot import publish_snapshot
 
-    opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=2)
-    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "retain", seed=0, overrides=TINY, epochs=1,
-                                device="cpu", options=opts)
+    run_id = train_in_process(tiny_db, get_task("drug_rec"), "retain", 0, {**TINY, "epochs": 1, "n_showcase": 2},
+                              dataset=DATASET, device="cpu", models_dir=tmp_path / "models")
     snapshot = tmp_path / "warehouse.snapshot.duckdb"
     publish_snapshot(tiny_db, snapshot)
     sample = _q(tiny_db, "SELECT min(sample_id) FROM ml.attention WHERE run_id = ?", [run_id])[0][0]

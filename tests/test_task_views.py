@@ -38,7 +38,7 @@ def test_one_patient_split_and_bootstrap_units():
 
 
 def test_copy_last_and_oracle_read_the_task():
-    from medtx.models.baselines import CopyLast
+    from medtx.models.copy_last import CopyLast
     from medtx.models.ehr_data import LabelSpace
 
     labels = LabelSpace.from_vocab(None, True, "readmission_30d")

@@ -228,13 +228,15 @@ def test_mortality_without_any_flag_fails_naming_the_dataset(cohort):
 
 
 def test_logreg_trains_on_mortality_end_to_end_and_the_dashboard_shows_it(demo_db, tmp_path):  # noqa: F811
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     db = tmp_path / "demo.duckdb"
     shutil.copy(demo_db, db)
-    options = ExperimentOptions(n_boot=3, models_dir=tmp_path / "models")
-    run_id = run_ehr_experiment(db, "mimic3_demo", get_task("mortality"), "logreg", 42, options=options)
-    gru = run_ehr_experiment(db, "mimic3_demo", get_task("mortality"), "gru", 42, epochs=1, options=options)
+    models = tmp_path / "models"
+    run_id = train_in_process(db, get_task("mortality"), "logreg", 42, {"n_boot": 3}, dataset="mimic3_demo",
+                              models_dir=models)
+    gru = train_in_process(db, get_task("mortality"), "gru", 42, {"epochs": 1, "n_boot": 3}, dataset="mimic3_demo",
+                           models_dir=models)
     with open_warehouse(db, read_only=True) as con:
         status, task = con.execute("SELECT status, task FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
         metrics = dict(con.execute("SELECT metric, value FROM ml.metrics WHERE run_id = ? AND split = 'test'",
@@ -275,14 +277,15 @@ def _dashboard_shows(db: Path, snap: Path, run_id: str, other: str) -> None:
 
 
 def test_text_task_defaults_come_from_the_task():
-    from medtx.text.experiment import TextConfig, run_text_experiment, text_config
+    from medtx.training.text_config import TextConfig
+    from medtx.training.runners.text import text_config, text_run
 
     # the text runner's classification tasks are read off each Task (`classifies_text`; the FAQ has its own runner)
     text_tasks = {t.name for t in all_tasks() if t.classifies_text}
     assert text_tasks == {t.name for t in tasks_of_family("text") if t.kind != "generation"}
     with pytest.raises(ValueError, match="unknown text task 'drug_rec'; choose one of .*specialty"):
         # refused before any warehouse is read
-        run_text_experiment("no-warehouse.duckdb", get_task("drug_rec"), "majority")
+        text_run(get_task("drug_rec"), "majority")
     assert text_config("bilstm", task=get_task("readmission_notes")).pooling == "clinicalbert"
     assert text_config("bilstm", {"pooling": "max"}, task=get_task("readmission_notes")).pooling == "max"  # overrides win
     assert text_config("bilstm", task=get_task("specialty")).pooling == TextConfig.pooling

@@ -129,7 +129,8 @@ def test_chunk_collate_groups_chunks_by_note(tokenizer, notes):
 
 
 def test_mlm_pretraining_loss_falls(tokenizer, notes, tmp_path):
-    from medtx.text.mlm import MLMConfig, pretrain_mlm
+    from medtx.text.mlm import MLMConfig
+    from medtx.training.pretrain import pretrain_text_mlm as pretrain_mlm
 
     texts = notes["text"].to_list()
     config = scratch_config(len(tokenizer), hidden=32, layers=1, heads=2, max_len=64)
@@ -298,10 +299,10 @@ def _runs(db):
 
 
 def test_majority_run_is_recorded_and_flagged_collapsed(specialty_db, tmp_path, monkeypatch):
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
-    run_id = run_text_experiment(specialty_db, get_task("specialty"), "majority", seed=0)
+    run_id = train_in_process(specialty_db, get_task("specialty"), "majority", 0)
     runs = _runs(specialty_db)
     row = runs.filter(pl.col("run_id") == run_id).row(0, named=True)
     assert row["status"] == "completed" and row["collapsed"] is True and "100.0%" in row["collapse_reason"]
@@ -314,12 +315,12 @@ def test_majority_run_is_recorded_and_flagged_collapsed(specialty_db, tmp_path, 
 
 
 def test_tfidf_and_bilstm_runs_write_metrics_predictions_and_attention(specialty_db, tmp_path, monkeypatch):
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
-    tfidf = run_text_experiment(specialty_db, get_task("specialty"), "tfidf_logreg", seed=0)
+    tfidf = train_in_process(specialty_db, get_task("specialty"), "tfidf_logreg", 0)
     small = {"epochs": 2, "embed_dim": 16, "hidden_dim": 16, "vocab_size": 500, "bilstm_max_len": 64, "n_showcase": 2}
-    bilstm = run_text_experiment(specialty_db, get_task("specialty"), "bilstm", seed=1, overrides=small)
+    bilstm = train_in_process(specialty_db, get_task("specialty"), "bilstm", 1, small)
     con = connect(specialty_db, read_only=True)
     try:
         for run_id in (tfidf, bilstm):
@@ -338,12 +339,12 @@ def test_tfidf_and_bilstm_runs_write_metrics_predictions_and_attention(specialty
 
 
 def test_bert_scratch_run_pretrains_then_fine_tunes(specialty_db, tmp_path, monkeypatch):
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
     tiny = {"epochs": 1, "mlm_epochs": 1, "hidden": 16, "layers": 1, "heads": 2, "max_len": 32, "stride": 8,
             "max_chunks": 2, "vocab_size": 400, "n_showcase": 1, "attention_max_tokens": 8}
-    run_id = run_text_experiment(specialty_db, get_task("specialty"), "bert_scratch", seed=0, overrides=tiny)
+    run_id = train_in_process(specialty_db, get_task("specialty"), "bert_scratch", 0, tiny)
     con = connect(specialty_db, read_only=True)
     try:
         assert con.sql(f"SELECT status FROM ml.runs WHERE run_id = '{run_id}'").fetchall() == [("completed",)]
@@ -362,22 +363,23 @@ def test_bert_scratch_run_pretrains_then_fine_tunes(specialty_db, tmp_path, monk
 
 
 def test_bad_inputs_fail_clearly(specialty_db, tmp_path, monkeypatch):
-    from medtx.text.experiment import run_text_experiment, text_config
+    from medtx.pipeline.steps import train_in_process
+    from medtx.training.runners.text import text_config
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
     with pytest.raises(ValueError, match="unknown text config keys"):
         text_config("bilstm", {"epoch": 3})
     with pytest.raises(ValueError, match="unknown text model"):
-        run_text_experiment(specialty_db, get_task("specialty"), "gpt")
+        train_in_process(specialty_db, get_task("specialty"), "gpt")
     with pytest.raises(ValueError, match="needs bert_path"):
-        run_text_experiment(specialty_db, get_task("specialty"), "bert")
+        train_in_process(specialty_db, get_task("specialty"), "bert")
     failed = _runs(specialty_db).filter(pl.col("model") == "bert").row(0, named=True)
     assert failed["status"] == "failed" and "bert_path" in failed["error"]
 
 
 def test_frozen_encoder_trains_a_head_on_cached_note_vectors(specialty_db, tokenizer, tmp_path, monkeypatch):
     """freeze_encoder: note vectors computed once per (encoder, notes, chunking), reused by the next seed."""
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     folder = tmp_path / "tiny_bert"
     _tiny_bert(tokenizer).encoder.save_pretrained(folder)
@@ -385,7 +387,7 @@ def test_frozen_encoder_trains_a_head_on_cached_note_vectors(specialty_db, token
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
     cfg = {"bert_path": str(folder), "freeze_encoder": True, "epochs": 3, "max_len": 64, "stride": 8,
            "max_chunks": 2, "n_showcase": 1, "attention_max_tokens": 8}
-    runs = [run_text_experiment(specialty_db, get_task("specialty"), "bert", seed=s, overrides=cfg) for s in (0, 1)]
+    runs = [train_in_process(specialty_db, get_task("specialty"), "bert", s, cfg) for s in (0, 1)]
     assert len(list((tmp_path / "models" / "feature_cache").glob("*.npz"))) == 1
     # the showcase attention comes from the (frozen) encoder: 1 layer x 2 heads x 8 x 8
     _assert_runs_recorded(specialty_db, runs, predictions=6 * 3, attention=128)
@@ -406,7 +408,7 @@ def _saved_tiny_bert(tokenizer, folder, layers: int = 3):
 def test_cached_lower_states_give_the_live_logits(tokenizer, notes, tmp_path, dtype, atol):
     """Top-1-of-3 fine-tuning: logits from cached lower-layer states equal the live encoder's on 2 notes."""
     from medtx.text.data import CachedStateCollate
-    from medtx.text.fitting import _lower_state_tensors, _split_items
+    from medtx.training.text_fitting import _lower_state_tensors, _split_items
 
     torch.manual_seed(0)
     encoder = _saved_tiny_bert(tokenizer, tmp_path / "tiny")
@@ -436,7 +438,7 @@ def test_partial_finetuning_run_caches_lower_states_and_trains_only_the_top(spec
     """finetune_layers=1 of 2 with LP-FT: one cache entry shared by two seeds, lower layers unchanged."""
     from safetensors.torch import load_file
 
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     folder = tmp_path / "tiny_bert"
     before = {k: v.clone() for k, v in _saved_tiny_bert(tokenizer, folder, layers=2).state_dict().items()}
@@ -444,7 +446,7 @@ def test_partial_finetuning_run_caches_lower_states_and_trains_only_the_top(spec
     cfg = {"bert_path": str(folder), "finetune_layers": 1, "chunk_vector": "mean", "probe_init_epochs": 2,
            "epochs": 2, "lr": 1e-3, "max_len": 64, "stride": 8, "max_chunks": 2, "n_showcase": 1,
            "attention_max_tokens": 8}
-    runs = [run_text_experiment(specialty_db, get_task("specialty"), "bert", seed=s, overrides=cfg) for s in (0, 1)]
+    runs = [train_in_process(specialty_db, get_task("specialty"), "bert", s, cfg) for s in (0, 1)]
     assert len(list((tmp_path / "models" / "feature_cache").glob("*.safetensors"))) == 1
     best = load_file(tmp_path / "models" / runs[0] / "best" / "model.safetensors")
     for name in ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.weight"):

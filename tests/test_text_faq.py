@@ -7,7 +7,7 @@ import pytest
 
 from medtx.store.db import connect
 from medtx.tasks import get_task
-from medtx.text.faq import exact_match, token_f1
+from medtx.training.runners.faq import exact_match, token_f1
 from tests.conftest import DATA
 
 
@@ -30,12 +30,12 @@ def faq_db(tmp_db):
 
 
 def test_retrieval_and_seq2seq_runs(faq_db, tmp_path, monkeypatch):
-    from medtx.text.experiment import run_text_experiment
+    from medtx.pipeline.steps import train_in_process
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models"))
-    retrieval = run_text_experiment(faq_db, get_task("faq"), "retrieval", seed=0)
-    seq2seq = run_text_experiment(faq_db, get_task("faq"), "seq2seq", seed=0,
-                                  overrides={"epochs": 1, "d_model": 16, "n_heads": 2, "layers": 1, "max_answer": 8})
+    retrieval = train_in_process(faq_db, get_task("faq"), "retrieval", 0)
+    seq2seq = train_in_process(faq_db, get_task("faq"), "seq2seq", 0,
+                               {"epochs": 1, "d_model": 16, "n_heads": 2, "layers": 1, "max_answer": 8})
     con = connect(faq_db, read_only=True)
     try:
         m = {(r, k): v for r, k, v in con.sql("SELECT run_id, metric, value FROM ml.metrics").fetchall()}
@@ -52,9 +52,9 @@ def test_retrieval_and_seq2seq_runs(faq_db, tmp_path, monkeypatch):
 
 
 def test_faq_unknown_model_and_keys(faq_db):
-    from medtx.text.experiment import run_faq_experiment
+    from medtx.pipeline.steps import train_in_process
 
     with pytest.raises(ValueError, match="unknown FAQ model"):
-        run_faq_experiment(faq_db, "gpt")
+        train_in_process(faq_db, get_task("faq"), "gpt")
     with pytest.raises(ValueError, match="unknown FAQ config keys"):
-        run_faq_experiment(faq_db, "retrieval", overrides={"epoch": 1})
+        train_in_process(faq_db, get_task("faq"), "retrieval", 0, {"epoch": 1})

@@ -14,11 +14,11 @@ from sklearn.dummy import DummyClassifier
 
 from medtx.models import registry
 from medtx.models.bounds import Width
-from medtx.models.registry import ModelSpec, TextContext, merge_settings, register_model, specs
+from medtx.models.registry import ModelSpec, ModelContext, merge_settings, register_model, specs
 from medtx.tasks import get_task
-from medtx.text.base import TextConfig, TextData, TextReportConfig, TextTrainerConfig, TokenizerConfig
-from medtx.text.experiment import text_config
-from medtx.text.fitting import fit_text_model
+from medtx.training.text_config import TextConfig, TextData, TextReportConfig, TextTrainerConfig, TokenizerConfig
+from medtx.training.runners.text import text_config
+from medtx.training.text_fitting import fit_text_model
 
 MEDTX = Path(__file__).resolve().parents[1] / "medtx"
 TEXT_FAMILIES = ("text", "text_baseline")
@@ -36,7 +36,7 @@ def test_every_text_model_registers_a_build_and_declares_its_settings():
     # a model reads its own part: the bilstm's settings from the flat keys it was given
     cfg = text_config("bilstm", {"bilstm_max_len": 64, "mlm_epochs": 1}, task=get_task("specialty"))
     bilstm = next(s for s in specs("text") if s.name == "bilstm")
-    ctx = TextContext(settings=cfg, train_texts=[], val_texts=[], n_outputs=2, binary=True, class_weights=None, seed=0)
+    ctx = ModelContext(settings=cfg, train_texts=[], val_texts=[], n_outputs=2, binary=True, class_weights=None, seed=0)
     assert ctx.config(bilstm.settings[0]).bilstm_max_len == 64
     assert cfg.lr == 2e-3 and cfg.mlm_epochs == 1  # the model's registered default; any text key still accepted
 
@@ -71,7 +71,7 @@ ALLOWED = {("medtx/models/text_baselines.py", "minilm")}
 
 
 def test_every_faq_model_registers_a_build_and_the_faq_settings_are_theirs():
-    from medtx.text.faq import FAQConfig, FAQReportConfig, FAQTrainerConfig
+    from medtx.training.runners.faq import FAQConfig, FAQReportConfig, FAQTrainerConfig
 
     parts = [FAQTrainerConfig, FAQReportConfig, *(cls for s in specs("faq") for cls in s.settings)]
     assert all(s.build is not None and s.settings for s in specs("faq"))
@@ -106,7 +106,7 @@ def test_a_new_text_model_trains_through_the_runner_from_its_registration_alone(
     """What a new text model file does (register a ModelSpec with a build) is all the runner needs."""
     seen = {}
 
-    def build(ctx: TextContext) -> DummyClassifier:
+    def build(ctx: ModelContext) -> DummyClassifier:
         seen["ctx"] = ctx
         return DummyClassifier(strategy="stratified", random_state=ctx.seed)
 

@@ -1,4 +1,5 @@
-"""run_ehr_experiment end to end on a tiny real DuckDB warehouse: every ml.* table filled, failures recorded.
+"""One EHR run end to end (train_in_process: package -> worker -> recorded) on a tiny real DuckDB warehouse:
+every ml.* table filled, failures recorded.
 
 The sample tables are written with the samples stage's own schema (migration 0004) and vocab writer; the
 cohort is small and learnable (drug D<k> is given exactly when condition C<k> is diagnosed in the visit).
@@ -14,7 +15,7 @@ import polars as pl
 import pytest
 
 from medtx.store.db import connect, open_warehouse
-from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from medtx.tasks import get_task
 
 DATASET = "tiny"
@@ -84,7 +85,7 @@ def _q(db: Path, sql: str, params=()) -> list[tuple]:
 
 @pytest.mark.parametrize("model", ["logreg", "most_frequent", "copy_last"])
 def test_baseline_runs_fill_ml_tables(tiny_db: Path, model: str):
-    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), model, seed=0)
+    run_id = train_in_process(tiny_db, get_task("drug_rec"), model, 0, dataset=DATASET)
     status, threshold, source, synthetic = _q(
         tiny_db, "SELECT status, threshold, threshold_source, is_synthetic FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert status == "completed" and not synthetic
@@ -112,21 +113,23 @@ def test_baseline_runs_fill_ml_tables(tiny_db: Path, model: str):
         assert metrics[("jaccard_samples", "visit")][0] > 0.8
 
 
-def test_rerun_is_idempotent(tiny_db: Path):
-    opts = ExperimentOptions(run_id="fixed-run")
-    run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "most_frequent", options=opts)
+def test_a_rerun_under_a_recorded_run_id_is_refused_and_leaves_the_run_as_it_was(tiny_db: Path):
+    from medtx.pipeline.exchange import ResultRefused
+
+    train_in_process(tiny_db, get_task("drug_rec"), "most_frequent", dataset=DATASET, run_id="fixed-run")
     first = _q(tiny_db, "SELECT count(*) FROM ml.predictions WHERE run_id = 'fixed-run'")[0][0]
-    run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "most_frequent", options=opts)
-    assert _q(tiny_db, "SELECT count(*) FROM ml.predictions WHERE run_id = 'fixed-run'")[0][0] == first
+    with pytest.raises(ResultRefused, match="run fixed-run is already in the warehouse"):
+        train_in_process(tiny_db, get_task("drug_rec"), "most_frequent", dataset=DATASET, run_id="fixed-run")
+    assert _q(tiny_db, "SELECT count(*) FROM ml.predictions WHERE run_id = 'fixed-run'")[0][0] == first > 0
     assert _q(tiny_db, "SELECT count(*) FROM ml.runs WHERE run_id = 'fixed-run'")[0][0] == 1
 
 
 def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path, tmp_path: Path):
     overrides = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "batch_size": 16, "lr": 5e-3,
                  "num_threads": 1}
-    opts = ExperimentOptions(models_dir=tmp_path / "models", n_showcase=3)
-    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "transformer", seed=1, overrides=overrides,
-                                epochs=3, device="cpu", options=opts)
+    run_id = train_in_process(tiny_db, get_task("drug_rec"), "transformer", 1,
+                              {**overrides, "epochs": 3, "n_showcase": 3}, dataset=DATASET, device="cpu",
+                              models_dir=tmp_path / "models")
     status, device, best_epoch, n_params, config = _q(
         tiny_db, "SELECT status, device, best_epoch, n_params, config FROM ml.runs WHERE run_id = ?", [run_id])[0]
     assert status == "completed" and device == "cpu" and 1 <= best_epoch <= 3 and n_params > 0
@@ -147,9 +150,9 @@ def test_transformer_run_records_epochs_checkpoints_and_attention(tiny_db: Path,
 
 def test_a_runs_overrides_win_over_the_tasks_trainer_defaults(tiny_db: Path, tmp_path: Path):
     overrides = {"d_model": 16, "n_heads": 1, "d_ff": 32, "batch_size": 16, "num_threads": 1, "length_buckets": 0}
-    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "transformer", seed=1, overrides=overrides,
-                                epochs=1, device="cpu",
-                                options=ExperimentOptions(models_dir=tmp_path / "models", n_showcase=1))
+    run_id = train_in_process(tiny_db, get_task("drug_rec"), "transformer", 1,
+                              {**overrides, "epochs": 1, "n_showcase": 1}, dataset=DATASET, device="cpu",
+                              models_dir=tmp_path / "models")
     config = json.loads(_q(tiny_db, "SELECT config FROM ml.runs WHERE run_id = ?", [run_id])[0][0])
     assert config["train"]["length_buckets"] == 0
 
@@ -158,7 +161,7 @@ def test_a_tasks_trainer_default_that_is_no_trainer_field_is_named():
     import dataclasses
 
     from medtx.tasks import get_task
-    from medtx.training import ehr_run
+    from medtx.training.runners import ehr as ehr_run
 
     typo = dataclasses.replace(get_task("drug_rec"), train_defaults={"transformer": {"length_bucket": 16}})
     with pytest.raises(ValueError, match=r"task 'drug_rec': train_defaults for 'transformer' name \['length_bucket'\]"):
@@ -167,7 +170,7 @@ def test_a_tasks_trainer_default_that_is_no_trainer_field_is_named():
 
 def test_failure_is_recorded(tiny_db: Path):
     with pytest.raises(ValueError, match="nothing to train on"):
-        run_ehr_experiment(tiny_db, "absent", get_task("drug_rec"), "logreg")
+        train_in_process(tiny_db, get_task("drug_rec"), "logreg", dataset="absent")
     status, error = _q(tiny_db, "SELECT status, error FROM ml.runs WHERE dataset = 'absent'")[0]
     assert status == "failed" and "nothing to train on" in error
 
@@ -192,15 +195,15 @@ def test_cli_train_prints_run_and_metrics(tiny_db: Path):
     assert bad.exit_code == 1 and "nope" in bad.output
 
 
-def test_ehr_runs_follow_the_one_skeleton_and_checkpoint_rule(tiny_db: Path, monkeypatch: pytest.MonkeyPatch):
+def test_ehr_runs_follow_the_one_checkpoint_rule(tiny_db: Path, monkeypatch: pytest.MonkeyPatch):
     """Without models_dir an EHR run's checkpoints go where a text run's go (`runs.settings_run_folder`: here
     MEDTX_MODELS_DIR, not the warehouse's folder), and BEHRT's pre-trained checkpoint is recorded with the run's
     other results (one transaction, at the end)."""
     from medtx.training.runs import settings_run_folder
 
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tiny_db.parent / "checkpoints"))
-    run_id = run_ehr_experiment(tiny_db, DATASET, get_task("drug_rec"), "behrt", seed=0, epochs=1,
-                                overrides={"d_model": 16, "n_layers": 1, "n_heads": 2}, device="cpu")
+    run_id = train_in_process(tiny_db, get_task("drug_rec"), "behrt", 0,
+                              {"d_model": 16, "n_layers": 1, "n_heads": 2, "epochs": 1}, dataset=DATASET, device="cpu")
     rows = dict((k, (p, m)) for k, p, m in _q(tiny_db, "SELECT kind, path, metric FROM ml.models WHERE run_id = ?",
                                                [run_id]))
     assert set(rows) == {"pretrained", "best", "last"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.results import collect, render, run_id_for, write_results
-from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from medtx.tasks import get_task
 from tests.test_training_experiment import DATASET, tiny_db  # noqa: F401  (fixture)
 
@@ -15,8 +15,8 @@ DRUG_REC = get_task("drug_rec")
 def test_results_section_rendered_and_other_sections_kept(tiny_db: Path, tmp_path: Path):  # noqa: F811
     for seed in (0, 1):
         for model in ("most_frequent", "logreg", "copy_last"):
-            run_ehr_experiment(tiny_db, DATASET, DRUG_REC, model, seed, {"C": 0.3} if model == "logreg" else None,
-                               options=ExperimentOptions(run_id=run_id_for("drug_rec", model, DATASET, seed)))
+            train_in_process(tiny_db, DRUG_REC, model, seed, {"C": 0.3} if model == "logreg" else None,
+                             dataset=DATASET, run_id=run_id_for("drug_rec", model, DATASET, seed))
     cells = collect(tiny_db, DATASET)
     assert cells[("drug_rec", "logreg")]["runs"] == 2
     body = render(cells, DATASET, [0, 1])
@@ -52,8 +52,8 @@ def test_paired_check_compares_two_runs_on_the_same_test_visits(tiny_db: Path): 
     runs = {}
     for model in ("logreg", "copy_last"):
         runs[model] = run_id_for("drug_rec", model, DATASET, 0)
-        run_ehr_experiment(tiny_db, DATASET, DRUG_REC, model, 0, {"C": 0.3} if model == "logreg" else None,
-                           options=ExperimentOptions(run_id=runs[model]))
+        train_in_process(tiny_db, DRUG_REC, model, 0, {"C": 0.3} if model == "logreg" else None, dataset=DATASET,
+                         run_id=runs[model])
     ids, logreg = per_visit_scores(tiny_db, runs["logreg"])
     ids_copy, copy_last = per_visit_scores(tiny_db, runs["copy_last"])
     assert np.array_equal(ids, ids_copy) and len(ids) == len(logreg["pr_auc_samples"]) > 0
@@ -82,8 +82,8 @@ def test_results_cite_paired_verdicts_and_intervals_regenerate(tiny_db: Path):  
     from medtx.store.db import connect
 
     for model in ("logreg", "copy_last"):
-        run_ehr_experiment(tiny_db, DATASET, DRUG_REC, model, 0, {"C": 0.3} if model == "logreg" else None,
-                           options=ExperimentOptions(run_id=run_id_for("drug_rec", model, DATASET, 0)))
+        train_in_process(tiny_db, DRUG_REC, model, 0, {"C": 0.3} if model == "logreg" else None, dataset=DATASET,
+                         run_id=run_id_for("drug_rec", model, DATASET, 0))
     con = connect(tiny_db)
     try:  # as a warehouse recorded before issue 14
         con.execute("UPDATE ml.metrics SET ci_low = NULL, ci_high = NULL")

@@ -441,7 +441,7 @@ def test_a_shift_planted_in_a_synthetic_cohort_is_found_where_it_was_planted(tmp
     from medtx.synth import generate_mimic3
     from medtx.synth.oracle import load_oracle
     from medtx.synth.shift import RiskShift
-    from medtx.training.experiment import run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
     from tests.conftest import DATA
 
     src, db = tmp_path / "synth", tmp_path / "w.duckdb"
@@ -461,7 +461,7 @@ def test_a_shift_planted_in_a_synthetic_cohort_is_found_where_it_was_planted(tmp
         assert women > 1.4 * men
     finally:
         con.close()
-    runs = {m: run_ehr_experiment(db, "synth_shift", get_task("readmission"), m) for m in ("logreg", "oracle")}
+    runs = {m: train_in_process(db, get_task("readmission"), m, dataset="synth_shift") for m in ("logreg", "oracle")}
     con = connect(db, read_only=True)
     try:
         gaps = {(m, a, metric): (hi, lo, detected) for m, run in runs.items()

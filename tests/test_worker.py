@@ -10,13 +10,10 @@ import sys
 from pathlib import Path
 
 import duckdb
-import polars as pl
 import pytest
 
 from medtx.pipeline.exchange import export_training_package, record_result_package
-from medtx.training.packages import read_training_package
-from medtx.training.ehr_run import ehr_samples_from_tables
-from medtx.training.experiment import ExperimentOptions, load_ehr_samples, run_ehr_experiment
+from medtx.pipeline.steps import train_in_process
 from medtx.tasks import get_task
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
@@ -106,31 +103,19 @@ def test_worker_trains_without_polars_duckdb_prefect_dash_and_the_flow_records_i
 
 
 def test_worker_run_equals_the_same_run_in_process(demo_copy: Path, tmp_path: Path) -> None:
-    """Same package, seed and threads: the worker's test figures equal `medtx train`'s in-process run's."""
+    """Same package, seed and threads: the worker command's test figures (where only torch lives) equal those of
+    the same run trained in this process (`train_in_process`: `medtx train`'s path, package -> worker -> record)."""
     package = export_training_package(demo_copy, READS, SCOPE, tmp_path / "exchange", "k2")
     done = _worker(_blocked_env(tmp_path), str(package), "--run", "gru:3", "--overrides", json.dumps(GRU),
                    "--out", str(tmp_path / "out"), "--device", "cpu", "--threads", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     (worker_run,) = record_result_package(demo_copy, line["result"], tmp_path / "models")
-    here = run_ehr_experiment(demo_copy, "mimic3_demo", get_task("drug_rec"), "gru", 3, GRU, device="cpu",
-                              options=ExperimentOptions(models_dir=tmp_path / "models_here"))
+    here = train_in_process(demo_copy, get_task("drug_rec"), "gru", 3, GRU, dataset="mimic3_demo", device="cpu",
+                            models_dir=tmp_path / "models_here")
     theirs, ours = _metrics(demo_copy, worker_run), _metrics(demo_copy, here)
     assert theirs.keys() == ours.keys() and len(ours) > 10
     assert {k: v[0] for k, v in theirs.items()} == {k: v[0] for k, v in ours.items()}
-
-
-def test_package_loader_equals_the_warehouse_loader(demo_copy: Path, tmp_path: Path) -> None:
-    package = export_training_package(demo_copy, READS, SCOPE, tmp_path / "exchange", "k3")
-    _, tables = read_training_package(package)
-    with duckdb.connect(str(demo_copy), read_only=True) as con:
-        for model in ("transformer", "logreg"):
-            a = ehr_samples_from_tables(tables, "mimic3_demo", get_task("drug_rec"), model)
-            b = load_ehr_samples(con, "mimic3_demo", get_task("drug_rec"), model)
-            for split in ("train", "val", "test"):
-                assert pl.from_arrow(a.parts[split]).equals(pl.from_arrow(b.parts[split]))
-            assert {f: v.tokens for f, v in a.vocabs.items()} == {f: v.tokens for f, v in b.vocabs.items()}
-            assert a.labels.names == b.labels.names and sorted(a.ddi_pairs) == sorted(b.ddi_pairs)
 
 
 def test_bad_input_is_one_line_and_exit_2(demo_copy: Path, tmp_path: Path) -> None:

@@ -14,8 +14,7 @@ from medtx import worker
 from medtx.pipeline.exchange import export_training_package, record_result_package
 from medtx.pipeline.kinds.train import train_step
 from medtx.tasks import get_task
-from medtx.text.experiment import load_text_data, run_text_experiment
-from medtx.text.run import text_run
+from medtx.pipeline.steps import train_in_process
 from medtx.training.packages import read_training_package
 from tests.fixtures_dashboard import TINY_BERT
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
@@ -109,8 +108,8 @@ def test_a_text_run_from_the_worker_equals_the_same_run_in_process(specialty_db:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the worker trained (--threads 1)
     try:
-        ours = [run_text_experiment(specialty_db, get_task("specialty"), r["model"], r["seed"],
-                                    {"device": "cpu", **r.get("overrides", {})}) for r in runs]
+        ours = [train_in_process(specialty_db, get_task("specialty"), r["model"], r["seed"], r.get("overrides"),
+                                 device="cpu") for r in runs]
     finally:
         torch.set_num_threads(threads)
     for a, b in zip(theirs, ours, strict=True):
@@ -140,21 +139,6 @@ def notes_copy(demo_copy: Path) -> Path:  # noqa: F811
     return demo_copy
 
 
-def test_the_package_reads_a_note_task_as_the_warehouse_does(notes_copy: Path, tmp_path: Path) -> None:
-    """readmission_notes (split by patient from the readmission samples) and specialty (split by text group): the
-    notes, labels, splits, units and their order read from a package equal those read from the warehouse."""
-    for task, dataset in (("readmission_notes", "mimic3_demo"), ("specialty", "mtsamples")):
-        spec = get_task(task)
-        _, tables = read_training_package(_package(notes_copy, task, dataset, tmp_path, f"r-{task}"))
-        packaged = text_run(spec, "tfidf_logreg").samples_from_tables(tables, dataset)
-        with duckdb.connect(str(notes_copy), read_only=True) as con:
-            stored = load_text_data(con, spec, dataset)
-        assert packaged.frame.to_pylist() == stored.frame.to_pylist() and packaged.frame.num_rows > 20
-        assert (packaged.classes, packaged.binary) == (stored.classes, stored.binary)
-    texts = packaged.frame.column("text").to_pylist()
-    assert all(t.strip() for t in texts)
-
-
 def test_a_patient_split_note_run_from_the_worker_equals_the_run_in_process(notes_copy: Path, tmp_path: Path,
                                                                            monkeypatch) -> None:
     monkeypatch.setenv("MEDTX_MODELS_DIR", str(tmp_path / "models_here"))
@@ -163,8 +147,8 @@ def test_a_patient_split_note_run_from_the_worker_equals_the_run_in_process(note
             "params": {"model": "tfidf_logreg", "seed": 0, "overrides": {}}}
     out = worker.train_run(package, spec, tmp_path / "out" / "r1", device="cpu", torch_threads=1)
     (theirs,) = record_result_package(notes_copy, out["result"], tmp_path / "models")
-    ours = run_text_experiment(notes_copy, get_task("readmission_notes"), "tfidf_logreg", 0, {"device": "cpu"},
-                               dataset="mimic3_demo")
+    ours = train_in_process(notes_copy, get_task("readmission_notes"), "tfidf_logreg", 0, dataset="mimic3_demo",
+                            device="cpu")
     a, b = _stored(notes_copy, theirs), _stored(notes_copy, ours)
     assert a == b and len(a["predictions"]) >= 10
     assert all(r[1] is not None and r[2] is not None for r in a["predictions"])  # subject and admission ids kept
@@ -211,7 +195,7 @@ def test_the_faq_trains_in_the_worker_and_equals_the_run_in_process(demo_copy: P
     package = _package(demo_copy, "faq", "mental_health_faq", tmp_path, "f1")
     (line,) = _train(_blocked_env(tmp_path), package, [{"model": "retrieval", "seed": 0}], tmp_path / "out")
     (theirs,) = record_result_package(demo_copy, line["result"], tmp_path / "models")
-    ours = run_text_experiment(demo_copy, get_task("faq"), "retrieval", 0, {"device": "cpu"})
+    ours = train_in_process(demo_copy, get_task("faq"), "retrieval", 0, device="cpu")
     a, b = _stored(demo_copy, theirs), _stored(demo_copy, ours)
     with duckdb.connect(str(demo_copy), read_only=True) as con:
         n_para = con.execute("SELECT count(*) FROM samples.faq WHERE paraphrase IS NOT NULL").fetchall()[0][0]

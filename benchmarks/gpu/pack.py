@@ -178,7 +178,7 @@ def worker_distributions() -> dict[str, str]:
 
     graph = grimp.build_graph("medtx", include_external_packages=True, exclude_type_checking_imports=True,
                               cache_dir=None)
-    roots = {"medtx.worker", "medtx.training.ehr_run", *(m for m in graph.modules if m.startswith("medtx.models."))}
+    roots = {"medtx.worker", "medtx.training.runners.ehr", *(m for m in graph.modules if m.startswith("medtx.models."))}
     modules = set().union(*(graph.find_upstream_modules(r) for r in roots)) | roots
     top = {m.split(".")[0] for m in modules if not m.startswith("medtx")} - set(sys.stdlib_module_names)
     by_module = md.packages_distributions()

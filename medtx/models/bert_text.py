@@ -42,7 +42,7 @@ from medtx.models.base import ModelOutput
 from medtx.models.layers import Dropout, classification_loss, fused_attention_kernels
 from medtx.models.bounds import (BatchSize, Count, DropoutRate, FieldProblem, Heads, Layers, LearningRate, Length,
                                  Positive, Width, check_heads)
-from medtx.models.registry import ModelSpec, TextContext, TextModelBundle, register_model
+from medtx.models.registry import ModelSpec, ModelContext, TextModelBundle, register_model
 
 if TYPE_CHECKING:  # transformers is imported where a text model is built (it takes seconds; EHR runs never need it)
     from transformers import BertConfig, PreTrainedModel
@@ -354,7 +354,7 @@ class ScratchMLMConfig:
         check_heads(self.hidden, self.heads, "hidden", "heads")
 
 
-def _classifier(ctx: TextContext, tokenizer, encoder: PreTrainedModel,
+def _classifier(ctx: ModelContext, tokenizer, encoder: PreTrainedModel,
                 checkpoints: dict[str, Path] | None = None) -> TextModelBundle:
     """The chunked classifier around an encoder, with its chunking collate."""
     cfg = ctx.config(BertTextSettings)
@@ -374,7 +374,7 @@ def _classifier(ctx: TextContext, tokenizer, encoder: PreTrainedModel,
     return TextModelBundle(tokenizer, net, make_collate, dict(checkpoints or {}))
 
 
-def build_bert(ctx: TextContext) -> TextModelBundle:
+def build_bert(ctx: ModelContext) -> TextModelBundle:
     """A local checkpoint folder (e.g. Bio_ClinicalBERT) or a Hub id, from `bert_path`."""
     path = ctx.config(BertTextSettings).bert_path
     if path is None:
@@ -388,7 +388,7 @@ def build_bert(ctx: TextContext) -> TextModelBundle:
 MINILM_COMPACT_ENV = "MEDTX_MINILM_COMPACT"
 
 
-def build_minilm(ctx: TextContext) -> TextModelBundle:
+def build_minilm(ctx: ModelContext) -> TextModelBundle:
     """all-MiniLM-L6-v2 from the optional package (`minilm_dir`), or from its compact copy when the environment
     names one (`MINILM_COMPACT_ENV`: bf16 matrices, the packed notes' embedding rows; loaded back to fp32)."""
     compact = os.environ.get(MINILM_COMPACT_ENV)
@@ -401,7 +401,7 @@ def build_minilm(ctx: TextContext) -> TextModelBundle:
     return _classifier(ctx, ctx.tools.load_tokenizer(path), load_encoder("local", path))
 
 
-def pretrained_scratch_encoder(ctx: TextContext) -> tuple[object, Path]:
+def pretrained_scratch_encoder(ctx: ModelContext) -> tuple[object, Path]:
     """WordPiece + MLM pre-training on the training notes, cached by (training texts, config): fine-tuning
     seeds share one pre-trained encoder, as they would share a downloaded checkpoint."""
     from medtx.store.hashing import text_hash
@@ -423,7 +423,7 @@ def pretrained_scratch_encoder(ctx: TextContext) -> tuple[object, Path]:
     return tokenizer, encoder_dir
 
 
-def build_bert_scratch(ctx: TextContext) -> TextModelBundle:
+def build_bert_scratch(ctx: ModelContext) -> TextModelBundle:
     """A small BERT MLM-pre-trained here on the training notes (`pretrained_scratch_encoder`), then fine-tuned."""
     tokenizer, encoder_dir = pretrained_scratch_encoder(ctx)
     return _classifier(ctx, tokenizer, load_encoder("local", encoder_dir), {"pretrained": encoder_dir})

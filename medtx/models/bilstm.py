@@ -18,7 +18,7 @@ from medtx.models.base import ModelOutput
 from medtx.models.bounds import DropoutRate, Length, Width
 from medtx.models.layers import Dropout, classification_loss
 from medtx.models.recurrent import run_recurrent
-from medtx.models.registry import ModelSpec, TextContext, TextModelBundle, register_model
+from medtx.models.registry import ModelSpec, ModelContext, TextModelBundle, register_model
 
 
 @dataclass
@@ -97,7 +97,7 @@ class BiLSTMTextConfig:
     dropout: DropoutRate = 0.3
 
 
-def build(ctx: TextContext) -> TextModelBundle:
+def build(ctx: ModelContext) -> TextModelBundle:
     """A WordPiece tokenizer trained on the training notes, and the BiLSTM over its ids."""
     cfg = ctx.config(BiLSTMTextConfig)
     tokenizer = ctx.tools.train_tokenizer(ctx.train_texts)

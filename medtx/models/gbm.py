@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from medtx.models.baselines import BaselineContext, bag_of_codes, label_matrix
+from medtx.models.baselines import bag_of_codes, label_matrix
 from medtx.models.ehr_data import LabelSpace
 from medtx.models.frames import Frame, height
-from medtx.models.registry import ModelSpec, register_model
+from medtx.models.registry import ModelContext, ModelSpec, register_model
 from medtx.tasks import Task
 
 MAX_TREES = 400
@@ -88,7 +88,7 @@ class LightGBM:
         return np.asarray(p, dtype=np.float64)[:, None]
 
 
-def _build(ctx: BaselineContext) -> LightGBM:
+def _build(ctx: ModelContext) -> LightGBM:
     overrides = dict(ctx.overrides)
     grid = overrides.pop("grid", GRID)
     if overrides:

@@ -73,19 +73,8 @@ class EHRModelBundle:
         return sum(p.numel() for p in self.model.parameters())
 
 
-@dataclass(frozen=True)
-class ModelContext:
-    """What a neural EHR model's `build` gets: the task (its record: features, kind, ...), its training
-    vocabularies and label space."""
-
-    task: Task
-    vocabs: dict[str, Any]
-    labels: LabelSpace
-    overrides: dict[str, Any]  # the model's defaults for this task, then the caller's overrides
-
-
 class TextTools(Protocol):
-    """The text layer's pieces a text model's `build` may use (medtx.text.fitting provides them), handed down
+    """The text layer's pieces a text model's `build` may use (medtx.training.text_fitting provides them), handed down
     so that models never import medtx.text or medtx.training. The tokenizer settings (vocab size) are bound."""
 
     tokenizer_key: tuple[Any, ...]  # the tokenizer settings, for cache keys
@@ -104,26 +93,6 @@ class TextTools(Protocol):
                      max_windows: int | None) -> Path: ...  # MLM pre-training (loss on val_texts): encoder folder
 
 
-@dataclass(frozen=True)
-class TextContext:
-    """What a text model's `build` gets: the run's settings, the training notes, the output shape and the
-    text layer's tools. `config(Cls)` cuts the model's own config (a `ModelSpec.settings` class) out of the
-    run's flat settings, whose keys are the YAML/CLI override keys."""
-
-    settings: Any  # the run's flat text settings (medtx.text.base.TextConfig)
-    train_texts: list[str]
-    val_texts: list[str]
-    n_outputs: int  # classes, or 1 (binary)
-    binary: bool
-    class_weights: Tensor | None  # CE loss weights (multi-class), from the runner's class_weighting
-    seed: int
-    cache: Path | None = None  # a folder shared by the runs of one models folder (pre-trained encoders)
-    tools: TextTools | None = None  # the text layer's pieces (None for the scikit-learn baselines)
-
-    def config(self, cls: type) -> Any:
-        return cls(**{f.name: getattr(self.settings, f.name) for f in dataclasses.fields(cls)})
-
-
 @dataclass
 class TextModelBundle:
     """A neural text model as its `build` returns it; the text runner trains it with the shared trainer."""
@@ -135,7 +104,7 @@ class TextModelBundle:
 
 
 class FAQTools(Protocol):
-    """The text layer's pieces an FAQ model's `build` may use (medtx.text.faq provides them)."""
+    """The text layer's pieces an FAQ model's `build` may use (medtx.training.runners.faq provides them)."""
 
     device: str  # where the run's models train and decode (the trainer's resolved device)
 
@@ -148,19 +117,6 @@ class FAQTools(Protocol):
     def sentence_embedder(self) -> Callable[[list[str]], Any]: ...  # MiniLM mean-pooled sentence embeddings
 
 
-@dataclass(frozen=True)
-class FAQContext:
-    """What an FAQ model's `build` gets: the run's flat settings (`config(Cls)` cuts the model's own), its
-    seed and the text layer's tools."""
-
-    settings: Any  # the run's flat FAQ settings (medtx.text.faq.FAQConfig)
-    seed: int
-    tools: FAQTools
-
-    def config(self, cls: type) -> Any:
-        return cls(**{f.name: getattr(self.settings, f.name) for f in dataclasses.fields(cls)})
-
-
 @dataclass
 class FAQAnswerer:
     """An FAQ model as its `build` returns it: `answer(fold, questions, answers, queries, folder, on_epoch)`
@@ -169,6 +125,42 @@ class FAQAnswerer:
 
     answer: Callable[..., list[str]]
     info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What every model's `build` gets (ModelSpec.build: the one build contract); each family's runner fills the
+    fields its models read and leaves the rest at their defaults.
+
+    - neural EHR models: `task`, `vocabs` (its training vocabularies), `labels`, `overrides` (the model's defaults
+      for this task, then the run's overrides) -> EHRModelBundle;
+    - EHR baselines: `task`, `labels`, `overrides` (the run's), `seed`, `oracle_rows` (the oracle's) -> a baseline
+      (`fit`, `predict_proba`, `fixed_threshold`, `config`);
+    - text models and text baselines: `task`, `settings` (the run's flat text settings), the training and validation
+      notes, `n_outputs`, `binary`, `class_weights`, `seed`, `cache`, `tools` (TextTools; None for the
+      scikit-learn baselines) -> TextModelBundle, or an unfitted scikit-learn classifier;
+    - FAQ models: `settings` (the run's flat FAQ settings), `seed`, `tools` (FAQTools) -> FAQAnswerer.
+
+    `config(Cls)` cuts a model's own config (a `ModelSpec.settings` class) out of the run's flat settings, whose
+    keys are the YAML/CLI override keys."""
+
+    task: Task | None = None
+    seed: int = 0
+    overrides: dict[str, Any] = field(default_factory=dict)
+    vocabs: dict[str, Any] = field(default_factory=dict)
+    labels: LabelSpace | None = None
+    oracle_rows: Frame | None = None  # the generator's rows (raw.synth_oracle_<task>) for the oracle baseline
+    settings: Any = None  # text: medtx.training.text_config.TextConfig; FAQ: medtx.training.runners.faq.FAQConfig
+    train_texts: list[str] = field(default_factory=list)
+    val_texts: list[str] = field(default_factory=list)
+    n_outputs: int = 0  # classes, or 1 (binary)
+    binary: bool = False
+    class_weights: Tensor | None = None  # CE loss weights (multi-class), from the runner's class_weighting
+    cache: Path | None = None  # a folder shared by the runs of one models folder (pre-trained encoders)
+    tools: Any = None  # TextTools or FAQTools: the text runner's pieces, handed down (models import no runner)
+
+    def config(self, cls: type) -> Any:
+        return cls(**{f.name: getattr(self.settings, f.name) for f in dataclasses.fields(cls)})
 
 
 def merge_settings(name: str, parts: Sequence[type], module: str) -> type:
@@ -204,9 +196,7 @@ class ModelSpec:
     # the config dataclass (None: the family's own, e.g. text models' TextConfig; an EHR baseline registering none
     # takes no overrides)
     config: type | None = None
-    # neural EHR: ModelContext -> EHRModelBundle; neural text: TextContext -> TextModelBundle; text baselines:
-    # TextContext -> an unfitted scikit-learn classifier (fit, predict_proba, classes_); FAQ: FAQContext ->
-    # FAQAnswerer
+    # ModelContext -> the model (the one build contract; see ModelContext for what each family gets and returns)
     build: Callable[[Any], Any] | None = None
     # text and FAQ models: the config dataclasses holding the settings the model reads (flat keys, bounds
     # declared on the fields); a run's settings are its runner's and every model of the family's, merged
@@ -292,6 +282,14 @@ def model_families(task: Task) -> tuple[str, ...]:
 def models_for(task: Task) -> tuple[str, ...]:
     """Every model (of any family that trains the task's family) that applies to the task."""
     return tuple(s.name for f in model_families(task) for s in specs(f) if s.serves(task))
+
+
+def model_modules(model: str, task: Task) -> tuple[str, ...]:
+    """The modules that define the model of that name serving the task (its build and config): its own file,
+    which the registry imports by discovery, so no import names it (a training step's cache key adds it)."""
+    found = {getattr(part, "__module__", None) for s in specs() if s.name == model and s.serves(task)
+             for part in (s.build, s.config)}
+    return tuple(sorted(m for m in found if m and m.startswith("medtx.models.")))
 
 
 def model_defaults(model: str, task: Task, family: str = "ehr") -> dict[str, Any]:
@@ -380,7 +378,7 @@ def build_ehr_model(name: str, task: Task, vocabs: dict[str, Any], label_vocab: 
     spec = _check(name, task)
     labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
     merged = {**model_defaults(name, task), **(overrides or {})}
-    return spec.build(ModelContext(task, vocabs, labels, merged))
+    return spec.build(ModelContext(task=task, vocabs=vocabs, labels=labels, overrides=merged))
 
 
 def load_ehr_model(name: str, task: Task, vocabs: dict[str, Any], label_vocab: Any, folder: Path,

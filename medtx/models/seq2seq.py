@@ -31,7 +31,7 @@ from medtx.models.base import ModelOutput
 from medtx.models.bounds import BatchSize, DropoutRate, FFWidth, Heads, Layers, Length, Width, check_heads
 from medtx.models.ehr_data import N_TARGET_SPECIALS, SEQ2SEQ_SOURCE, seq2seq_codec
 from medtx.models.layers import Dropout, Encoder, FeedForward, MultiHeadAttention, SinusoidalPositions
-from medtx.models.registry import (EHRModelBundle, FAQAnswerer, FAQContext, ModelContext, ModelSpec, make_config,
+from medtx.models.registry import (EHRModelBundle, FAQAnswerer, ModelContext, ModelSpec, make_config,
                                    register_model, sigmoid_proba)
 
 
@@ -302,7 +302,7 @@ def _faq_collate(items: list[dict]) -> dict:
             "labels": torch.zeros(len(items))}
 
 
-def build_faq(ctx: FAQContext) -> FAQAnswerer:
+def build_faq(ctx: ModelContext) -> FAQAnswerer:
     """One word-level encoder-decoder per fold, trained on the fold's pairs, greedy-decoding the answers.
     Word ids 0..3 are <pad> <bos> <eos> <unk> (the Seq2SeqConfig defaults; `FAQTools.word_vocab`)."""
     cfg = ctx.config(Seq2SeqFAQConfig)
@@ -334,6 +334,6 @@ def build_faq(ctx: FAQContext) -> FAQAnswerer:
 # A multi-label task whose samples hold the visit's diagnoses and procedures (the source sequence).
 register_model(ModelSpec(name="seq2seq", family="ehr", kinds=("multilabel",), config=Seq2SeqConfig, build=build,
                          source_features=SEQ2SEQ_SOURCE, rank=70))
-# The same encoder-decoder word-level for FAQ answering (trained by medtx.text.faq).
+# The same encoder-decoder word-level for FAQ answering (trained by medtx.training.runners.faq).
 register_model(ModelSpec(name="seq2seq", family="faq", kinds=("generation",), config=Seq2SeqConfig, rank=10,
                          build=build_faq, settings=(Seq2SeqFAQConfig,)))

@@ -16,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from medtx.models.bounds import Positive, PositiveFloat
-from medtx.models.registry import FAQAnswerer, FAQContext, ModelSpec, TextContext, register_model
+from medtx.models.registry import FAQAnswerer, ModelContext, ModelSpec, register_model
 
 
 def majority_classifier() -> DummyClassifier:
@@ -80,11 +80,11 @@ class TfidfConfig:
     tfidf_max_features: Positive = 50_000
 
 
-def build_majority(ctx: TextContext) -> DummyClassifier:
+def build_majority(ctx: ModelContext) -> DummyClassifier:
     return majority_classifier()
 
 
-def build_tfidf_logreg(ctx: TextContext) -> Pipeline:
+def build_tfidf_logreg(ctx: ModelContext) -> Pipeline:
     """Class-balanced unless the run's class_weighting is none."""
     cfg = ctx.config(TfidfConfig)
     return tfidf_logreg(C=cfg.tfidf_C, max_features=cfg.tfidf_max_features,
@@ -99,7 +99,7 @@ class RetrievalConfig:
     embedding: Literal["tfidf", "minilm"] = "tfidf"  # TF-IDF vectors or MiniLM sentence embeddings
 
 
-def build_retrieval(ctx: FAQContext) -> FAQAnswerer:
+def build_retrieval(ctx: ModelContext) -> FAQAnswerer:
     """Answer each held-out question with the answer of the most similar question of the fold."""
     cfg = ctx.config(RetrievalConfig)
     embed = ctx.tools.sentence_embedder() if cfg.embedding == "minilm" else None

@@ -40,28 +40,17 @@ def _settable(cls: type) -> list[str]:
 
 
 def config_classes(task: Task, model: str) -> list[tuple[type, dict[str, Any]]]:
-    """(config dataclass, its defaults for this task) for each config a (task, model) run's overrides go to:
-    the model's registered config and the trainer's for neural EHR models, the baseline's registered config (none
-    for a baseline that registers none: it takes no overrides), else the family's run config."""
-    from medtx.models.registry import model_defaults, specs
+    """(config dataclass, its defaults for this task) for each config a (task, model) run's overrides go to, as
+    the runner of the model's family says (medtx.training.runners): the model's registered config and the
+    trainer's for neural EHR models, the baseline's registered config (none for a baseline that registers none: it
+    takes no overrides), a text or FAQ run's flat run config."""
+    from medtx.models.registry import specs
+    from medtx.training.runners import runner_for
 
     spec = next((s for s in specs() if s.name == model and s.serves(task)), None)
     if spec is None:
         return []
-    if spec.family == "ehr_baseline":
-        return [(spec.config, model_defaults(model, task, spec.family))] if spec.config else []
-    if spec.family == "ehr":
-        from medtx.training.trainer import TrainConfig
-
-        return [(spec.config, model_defaults(model, task)), (TrainConfig, task.train_defaults_for(model))]
-    # text and FAQ runs take their overrides on the family's run config (which holds the model's settings)
-    if spec.family == "faq":
-        from medtx.text.faq import FAQConfig
-
-        return [(FAQConfig, {})]
-    from medtx.text.base import TextConfig
-
-    return [(TextConfig, model_defaults(model, task, spec.family))]
+    return runner_for(task, model).config_classes(spec, task)
 
 
 @functools.cache

@@ -39,7 +39,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +85,12 @@ PER_TASK_RECORDS = ("samples.leakage_gate", "samples.leakage_shortcuts")
 
 
 def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping[str, Any], exchange: Path | str,
-                            key: str) -> Path:
+                            key: str, samples: Sequence[str] = ()) -> Path:
     """Write the tables a training step reads (rows of its dataset/task where the table has those columns)
     to `<exchange>/packages/<key>/`; reuse the folder when it already exists and every file matches its
-    manifest's hashes, else discard it (logged) and write it again."""
+    manifest's hashes, else discard it (logged) and write it again. `samples`: the tables whose fingerprint is a
+    run's `ml.runs.data_fingerprint` (the task's samples and split, `samples_fingerprint` in the manifest: the
+    rule an imported run's fingerprint follows too, medtx.meds.import_predictions)."""
     dest = Path(exchange) / "packages" / key
     if dest.exists() or dest.is_symlink():
         try:
@@ -120,8 +122,9 @@ def export_training_package(db: Path | str, reads: Iterable[str], scope: Mapping
         # what the rows are, as this warehouse fingerprints them: whoever records a result trained on the package
         # elsewhere checks it against its own warehouse (benchmarks/gpu/record.py), not the dataset's name alone
         data_fingerprint = package_fingerprint(con, reads, scope)
+        samples_fingerprint = tables_fingerprint(con, list(samples), dict(scope)) if samples else None
     manifest = {"key": key, "tables": tables, "scope": dict(scope), "data_fingerprint": data_fingerprint,
-                "files": file_digests(tmp)}
+                "samples_fingerprint": samples_fingerprint, "files": file_digests(tmp)}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return _publish_dir(tmp, dest)
 

@@ -39,6 +39,7 @@ import duckdb
 from medtx.pipeline import order as training_order
 from medtx.pipeline import progress, runs
 from medtx.pipeline.exchange import dispatch_training, export_training_package, package_key, record_result_package
+from medtx.pipeline.kinds import train as train_kind
 from medtx.training.integrity import PackageDamaged
 from medtx.pipeline.plan import Plan, Step
 from medtx.publish.snapshot import publish_snapshot
@@ -98,7 +99,8 @@ class Reused:
 
 # torch._dynamo: torch imports it at a process's first optimizer (AdamW's add_param_group is wrapped in
 # torch._disable_dynamo), about 1 s; imported by the pool's workers it overlaps the data stages instead.
-TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.training.experiment", "medtx.text.experiment", "torch._dynamo")
+TRAINING_MODULES = ("medtx.pipeline.steps", "medtx.worker", "medtx.training.runners.ehr", "medtx.training.runners.text",
+                    "torch._dynamo")
 
 
 @contextmanager
@@ -202,7 +204,8 @@ class Executor:
             return self.backend.submit(step, args)
         exchange = Path(self.settings.exchange_dir)
         key = package_key(step.reads, step.scope, prints)
-        package = export_training_package(self.db, step.reads, step.scope, exchange, key)
+        package = export_training_package(self.db, step.reads, step.scope, exchange, key,
+                                          samples=train_kind.samples_read(step))
         # recorded before any worker sees the package: what it must train on, and the one result awaited
         digest = dispatch_training(self.db, self.dispatch_id(step), step, package, key, prints, self.run_id)
         args = dict(name=step.name, spec=step.spec(), package=str(package), result_dir=str(self.result_dir(step)),

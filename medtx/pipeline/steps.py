@@ -1,65 +1,45 @@
 """Running steps: `call_step` (what every backend calls: the step's kind runs it, medtx/pipeline/kinds/),
-`train_here` (`medtx train`: the pipeline's training path in this process), and the in-process `run_train` that
-tests/test_lineage.py uses. No Prefect here: flows/pipeline.py wraps `call_step` in its one Prefect task.
+`train_here` (`medtx train`: the pipeline's training path in this process) and `train_in_process` (the same path
+for one run named by task, model and seed: what tests and benchmarks call). No Prefect here: flows/pipeline.py
+wraps `call_step` in its one Prefect task.
 """
 
 from __future__ import annotations
 
-import logging
-import traceback
 from pathlib import Path
 from typing import Any
 
-from medtx.store.db import open_warehouse
 
-log = logging.getLogger("medtx.pipeline")
+def train_in_process(db: Path | str, task: Any, model: str, seed: int = 0, overrides: dict[str, Any] | None = None,
+                     *, dataset: str | None = None, device: str = "auto", models_dir: Path | str | None = None,
+                     exchange_dir: Path | str | None = None, run_id: str | None = None,
+                     torch_threads: int | None = None) -> str:
+    """One run of `task` (the Task record) in this process, on the one training path: the step `medtx train` and
+    the pipeline plan (medtx.pipeline.kinds.train.train_step), its training package, its dispatch record, the
+    worker's `train_run` and the recording of its result package (`train_here`). What tests and benchmarks call.
 
-Spec = dict[str, Any]
-Paths = dict[str, str]
+    `dataset` defaults to the task's own corpus (MTSamples, the FAQ); the exchange and models folders to the
+    warehouse's settings. Run options (n_boot, n_showcase, ...) go in `overrides` (medtx.training.runners.ehr.RUN_KEYS).
+    `run_id` names the run (default: a fresh one); a run id the warehouse holds is refused, never replaced.
+    Returns the run id; a failed training is recorded (status 'failed', error text), then raised."""
+    from medtx.pipeline.kinds.train import train_step
+    from medtx.settings import get_settings
 
-
-def run_train(
-    spec: Spec, paths: Paths, *, pipeline_run_id: str | None, device: str, torch_threads: int | None = None
-) -> dict[str, Any]:
-    """Train and evaluate one (dataset, task, model, seed) against the warehouse itself (the in-process
-    experiments, no package; the pipeline trains from packages: medtx.pipeline.kinds.train.run); returns the run ids it
-    wrote to ml.runs.
-
-    A failure is recorded in ml.runs (status 'failed', error text) and re-raised, so Prefect marks the task
-    failed while the flow carries on with the other models. `torch_threads` caps torch's CPU threads (the
-    setting is per process; trainings in one process run one after another unless train_concurrency > 1).
-    """
-    if torch_threads:
-        import torch
-
-        torch.set_num_threads(torch_threads)
-    from medtx.text.experiment import run_text_experiment
-    from medtx.tasks import get_task
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
-
-    p, db = spec["params"], Path(paths["db"])
-    try:
-        task = get_task(spec["task"])  # the step's task name, resolved once: the Task travels from here
-        if task.family != "ehr":  # text runner (notes, FAQ)
-            overrides = {"device": device, **p["overrides"]}
-            run_id = run_text_experiment(db, task, p["model"], p["seed"], overrides,
-                                         dataset=spec["dataset"], pipeline_run_id=pipeline_run_id,
-                                         models_dir=Path(paths["models_dir"]))
-        else:
-            options = ExperimentOptions(models_dir=Path(paths["models_dir"]), pipeline_run_id=pipeline_run_id)
-            run_id = run_ehr_experiment(db, spec["dataset"], task, p["model"], p["seed"], p["overrides"],
-                                        device=device, options=options)
-    except Exception as exc:
-        record_failure(db, spec, pipeline_run_id, device, exc)
-        raise
-    return {"run_ids": [run_id]}
+    dataset = dataset or task.dataset
+    if dataset is None:
+        raise ValueError(f"{task.name} needs a dataset (the EHR cohort it trains on)")
+    settings = get_settings(db=Path(db))
+    step = train_step(task, dataset, model, overrides=overrides, seed=seed, device=device)
+    return train_here(db, step, exchange_dir or settings.exchange_dir, models_dir or settings.models_dir,
+                      device=device, torch_threads=torch_threads, run_id=run_id)[0]
 
 
 def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: Path | str, *, device: str,
-               torch_threads: int | None = None) -> list[str]:
+               torch_threads: int | None = None, run_id: str | None = None) -> list[str]:
     """`medtx train`: the pipeline's training path, in this process. Export the step's training package,
     train from it (the worker's entry point), then record the result package in one transaction — the only write
-    to the warehouse. A failed training is recorded too (its failed run), then the error is raised."""
+    to the warehouse. A failed training is recorded too (its failed run), then the error is raised. Caches a task's
+    runs share (a text model's MLM encoder, note vectors) live under `models_dir`."""
     import uuid
 
     from medtx.pipeline import runs
@@ -69,43 +49,19 @@ def train_here(db: Path | str, step: Any, exchange_dir: Path | str, models_dir: 
 
     prints = runs.input_fingerprints(db, step)
     key = package_key(step.reads, step.scope, prints)
-    package = export_training_package(db, step.reads, step.scope, exchange_dir, key)
+    package = export_training_package(db, step.reads, step.scope, exchange_dir, key,
+                                      samples=train_kind.samples_read(step))
     call = f"cli-{uuid.uuid4().hex[:12]}"
     dispatch_id = f"{call}/{step.name}"
     digest = dispatch_training(db, dispatch_id, step, package, key, prints, None)
     result_dir = Path(exchange_dir) / "results" / call / step.name
     try:
         return train_kind.run(step.spec(), str(package), str(result_dir), pipeline_run_id=None, device=device,
-                              torch_threads=torch_threads, package_digest=digest)["run_ids"]
+                              torch_threads=torch_threads, package_digest=digest, cache_dir=str(models_dir),
+                              run_id=run_id)["run_ids"]
     finally:
         if (result_dir / "manifest.json").exists():
             record_result_package(db, result_dir, models_dir, dispatch_id=dispatch_id)
-
-
-def record_failure(db: Path | str, spec: Spec, pipeline_run_id: str | None, device: str, exc: BaseException) -> None:
-    """Make sure a failed training shows up in ml.runs: the experiment records its own failures once it has
-    started a run; this covers a failure before that (bad config, missing samples)."""
-    from medtx.training import records
-    from medtx.training.runs import is_synthetic
-
-    p = spec["params"]
-    with open_warehouse(db) as con:
-        already = con.execute(
-            "SELECT count(*) FROM ml.runs WHERE pipeline_run_id IS NOT DISTINCT FROM ? AND task = ?"
-            " AND model = ? AND dataset = ? AND seed = ? AND status = 'failed'",
-            [pipeline_run_id, spec["task"], p["model"], spec["dataset"], p["seed"]],
-        ).fetchall()[0][0]
-        if already:
-            return
-        run_id = records.new_run_id(spec["task"], p["model"], spec["dataset"], p["seed"])
-        records.start_run(
-            con, run_id, task=spec["task"], model=p["model"], dataset=spec["dataset"], seed=p["seed"],
-            config={"overrides": p["overrides"]}, device=device, pipeline_run_id=pipeline_run_id,
-            is_synthetic=is_synthetic(con, spec["dataset"]),
-        )
-        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        records.fail_run(con, run_id, error)
-    log.warning("%s/%s/%s failed before recording a run: %s", spec["task"], spec["dataset"], p["model"], error)
 
 
 def call_step(kind: str, parameters: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
-"""Pre-train a small BERT with masked-language modelling on the *training* notes only, through the shared trainer.
+"""Masked-language modelling of notes, the text tools: the windows a small BERT is pre-trained on and the model
+the trainer runs (medtx.training.pretrain.pretrain_text_mlm trains it on the *training* notes only).
 
 Notes are cut into non-overlapping windows of `max_len` tokens; 15% of tokens are masked (80% [MASK],
-10% random, 10% kept — `transformers.DataCollatorForLanguageModeling`). Validation notes give the validation
-MLM loss the trainer selects on (`monitor="loss"`); they are never trained on. The encoder is saved as a
+10% random, 10% kept — `transformers.DataCollatorForLanguageModeling`). The encoder is saved as a
 `save_pretrained` folder that `medtx.models.bert_text.load_encoder("local", folder)` loads for fine-tuning.
 """
 
@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, PreTrainedTokenizerBase
+from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerBase
 
 from medtx.models.base import ModelOutput
 from medtx.models.layers import fused_attention_kernels
 from medtx.text.chunking import chunk_ids
-from medtx.training.trainer import FitResult, TrainConfig, fit
 
 log = logging.getLogger("medtx.text")
 
@@ -73,41 +72,6 @@ def mlm_windows(
     return windows
 
 
-def pretrain_mlm(
-    bert_config: BertConfig,
-    tokenizer: PreTrainedTokenizerBase,
-    train_texts: Sequence[str],
-    val_texts: Sequence[str],
-    train_cfg: TrainConfig,
-    out_dir: Path,
-    mlm_cfg: MLMConfig | None = None,
-) -> tuple[Path, FitResult]:
-    """Train BertForMaskedLM on train_texts (val_texts only for the validation loss); returns the encoder
-    folder (`out_dir/encoder`, with the tokenizer saved beside the weights) and the trainer's result."""
-    mlm_cfg = mlm_cfg or MLMConfig()
-    if train_cfg.monitor != "loss":
-        raise ValueError("MLM pre-training selects on the validation MLM loss: use monitor='loss'")
-    # Pad every batch to max_len: the trainer stacks labels across batches, so widths must agree.
-    collate_mlm = DataCollatorForLanguageModeling(
-        tokenizer, mlm_probability=mlm_cfg.mlm_probability, pad_to_multiple_of=mlm_cfg.max_len
-    )
-    model = MaskedLM(bert_config)
-    result = fit(
-        model,
-        mlm_windows(tokenizer, train_texts, mlm_cfg),
-        mlm_windows(tokenizer, val_texts, mlm_cfg),
-        collate_mlm,
-        train_cfg,
-        Path(out_dir) / "mlm",
-    )
-    encoder_dir = Path(out_dir) / "encoder"
-    model.mlm.save_pretrained(encoder_dir)
-    tokenizer.save_pretrained(encoder_dir)
-    first, best = result.history[0]["val_loss"], result.best_value
-    log.info("MLM pre-training: val loss %.3f -> %.3f (best epoch %d)", first, best, result.best_epoch)
-    return encoder_dir, result
-
-
 def load_pretrained_encoder(encoder_dir: Path) -> nn.Module:
     """The BertModel part of a pre-trained MLM folder (drops the MLM head)."""
     from medtx.models.bert_text import load_encoder
@@ -115,4 +79,4 @@ def load_pretrained_encoder(encoder_dir: Path) -> nn.Module:
     return load_encoder("local", encoder_dir)
 
 
-__all__ = ["MLMConfig", "MaskedLM", "mlm_windows", "pretrain_mlm", "load_pretrained_encoder"]
+__all__ = ["MLMConfig", "MaskedLM", "mlm_windows", "load_pretrained_encoder"]

@@ -1,7 +1,7 @@
 """Evaluation of one EHR run, pure: validation scores for the trainer, the decision threshold (tuned on
 validation only), test metrics with the 10 x 80% patient subsample sd (SafeDrug's convention; the 95% patient
 bootstrap intervals are added when the run is recorded, medtx.evaluation.uncertainty), per-label scores, long-form
-predictions, and the `RunResults` that the run skeleton records.
+predictions, and the `RunResults` that the EHR runner returns.
 
 Protocol (stated in ml.runs / ml.metrics and RESULTS.md):
 - The decision threshold is tuned on validation (grid 0.05..0.95, maximising visit-averaged Jaccard for

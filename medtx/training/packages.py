@@ -121,6 +121,43 @@ class PackageTables(Mapping[str, pa.Table]):
         return len(self._rows)
 
 
+class MissingTable(LookupError):
+    """A table the run reads is not among those it was given (a training package that does not declare it)."""
+
+
+ORACLE_PREFIX = "raw.synth_oracle_"  # the synthetic generator's oracle tables (medtx.synth.oracle)
+
+
+def package_table(tables: Mapping[str, pa.Table], name: str) -> pa.Table:
+    """One table of a run's package; one the package does not hold is MissingTable naming what it holds."""
+    from medtx.models import frames
+
+    if name not in tables:
+        raise MissingTable(f"the run reads {name}, which its training package does not hold "
+                           f"(it holds {sorted(tables)}): declare it in the task's train_reads")
+    return frames.arrow(tables[name])
+
+
+def rows_where(table: pa.Table, **equal: Any) -> pa.Table:
+    """The rows where each given column equals its value (a column the table lacks is skipped)."""
+    from medtx.models import frames
+
+    for column, value in equal.items():
+        if column in table.column_names:
+            table = frames.where(table, column, value)
+    return table
+
+
+def is_synthetic_tables(tables: Mapping[str, pa.Table], dataset: str) -> bool:
+    """medtx.training.runs.is_synthetic on a package: the name says so, or an oracle table has rows for it."""
+    from medtx.models import frames
+
+    if dataset.startswith("synth"):
+        return True
+    return any(rows_where(frames.arrow(t), dataset=dataset).num_rows > 0
+               for name, t in tables.items() if name.startswith(ORACLE_PREFIX))
+
+
 def read_training_package(package: Path | str) -> tuple[dict[str, Any], PackageTables]:
     """(manifest, {table: rows}) of a training package; a missing manifest or table file, or a table file whose
     row count differs from the manifest's, is a PackageError. Every file is checked here (its sha256, its row count

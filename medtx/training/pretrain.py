@@ -1,4 +1,5 @@
-"""Masked-LM pre-training of an EHR model's encoder (BEHRT) on training patients, through the shared trainer.
+"""Masked-LM pre-training through the shared trainer: an EHR model's encoder (BEHRT) on training patients
+(`pretrain_mlm`), and a small BERT on training notes (`pretrain_text_mlm`, masking by medtx.text.mlm).
 
 The model offers what to pre-train (`medtx.models.registry.MaskedLM`: the MLM head over its encoder, its
 collate and masking settings); this module masks and trains. It lives in the training layer because it runs
@@ -7,6 +8,7 @@ collate and masking settings); this module masks and trains. It lives in the tra
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from medtx.models.behrt import IGNORE, BehrtConfig
 from medtx.models.encoded import EncodedSet
 from medtx.models.registry import MaskedLM
 from medtx.training.trainer import FitResult, TrainConfig, fit
+
+log = logging.getLogger("medtx.training")
 
 
 def mask_tokens(input_ids: Tensor, config: BehrtConfig, generator: torch.Generator | None = None
@@ -97,3 +101,43 @@ def pretrain_mlm(mlm: MaskedLM, train_items: Sequence[dict] | EncodedSet, val_it
     train = encoded.with_transform(MLMMasking(mlm.config))
     return fit(mlm.make_model(), train, fixed_masks(val_items, mlm.config, cfg.seed),
                MLMCollator(mlm.collate, mlm.config), cfg, Path(out_dir))
+
+
+def pretrain_text_mlm(
+    bert_config: Any,  # transformers.BertConfig
+    tokenizer: Any,  # its PreTrainedTokenizerBase
+    train_texts: Sequence[str],
+    val_texts: Sequence[str],
+    train_cfg: TrainConfig,
+    out_dir: Path,
+    mlm_cfg: Any = None,  # medtx.text.mlm.MLMConfig
+) -> tuple[Path, FitResult]:
+    """Train BertForMaskedLM on train_texts (val_texts only for the validation loss); returns the encoder
+    folder (`out_dir/encoder`, with the tokenizer saved beside the weights) and the trainer's result."""
+    from transformers import DataCollatorForLanguageModeling
+
+    from medtx.text.mlm import MaskedLM as NoteMaskedLM
+    from medtx.text.mlm import MLMConfig, mlm_windows
+
+    mlm_cfg = mlm_cfg or MLMConfig()
+    if train_cfg.monitor != "loss":
+        raise ValueError("MLM pre-training selects on the validation MLM loss: use monitor='loss'")
+    # Pad every batch to max_len: the trainer stacks labels across batches, so widths must agree.
+    collate_mlm = DataCollatorForLanguageModeling(
+        tokenizer, mlm_probability=mlm_cfg.mlm_probability, pad_to_multiple_of=mlm_cfg.max_len
+    )
+    model = NoteMaskedLM(bert_config)
+    result = fit(
+        model,
+        mlm_windows(tokenizer, train_texts, mlm_cfg),
+        mlm_windows(tokenizer, val_texts, mlm_cfg),
+        collate_mlm,
+        train_cfg,
+        Path(out_dir) / "mlm",
+    )
+    encoder_dir = Path(out_dir) / "encoder"
+    model.mlm.save_pretrained(encoder_dir)
+    tokenizer.save_pretrained(encoder_dir)
+    first, best = result.history[0]["val_loss"], result.best_value
+    log.info("MLM pre-training: val loss %.3f -> %.3f (best epoch %d)", first, best, result.best_epoch)
+    return encoder_dir, result

@@ -1,8 +1,8 @@
 """What a finished run leaves to record, with no warehouse in sight: `RunResults` (metrics, predictions,
 attention, checkpoints, summary) and the long-form attention rule (`attention_frame`).
 
-Pure data (numpy, pyarrow): the run skeleton records a `RunResults` into the warehouse (medtx.training.records);
-the worker (medtx.worker) writes the same rows as Parquet into a result package instead.
+Pure data (numpy, pyarrow): a runner returns a `RunResults`; the worker (medtx.worker) writes its rows as Parquet
+into a result package, which the flow records into the warehouse (medtx.pipeline.exchange, medtx.training.records).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from medtx.evaluation.groups import READS as TRUST_READS
+from medtx.evaluation.trust import applies as trust_applies
 from medtx.pipeline.config import ModelEntry, PipelineConfig, resolve_devices
 from medtx.pipeline.kinds import PlanContext, Spec, StepKind
 from medtx.pipeline.kinds.samples import step_name as sample_step_name
@@ -39,11 +40,17 @@ def train_step(task: Task, dataset: str, model: str, *, label: str | None = None
         # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
         # a binary/multi-label EHR run's evaluation reads its test admissions' demographics (its subgroups)
         reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE,
-               *(TRUST_READS if task.family == "ehr" and task.kind in ("binary", "multilabel") else ())),
+               *(TRUST_READS if trust_applies(task) else ())),
         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
         device=device,
         scope={"dataset": dataset, "task": task.samples_task},
     )
+
+
+def samples_read(step: Step) -> tuple[str, str]:
+    """The tables whose fingerprint is a training run's data fingerprint: its task's samples and their split."""
+    assert step.task is not None
+    return (step.task.sample_table, "samples.splits")
 
 
 def runs_on(spec: ModelEntry, dataset: str, cfg: PipelineConfig) -> bool:
@@ -74,7 +81,8 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
 
 
 def run(spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | None, device: str,
-        torch_threads: int | None = None, package_digest: str | None = None) -> dict[str, Any]:
+        torch_threads: int | None = None, package_digest: str | None = None,
+        cache_dir: str | None = None, run_id: str | None = None) -> dict[str, Any]:
     """Worker side of a training step: train from a training package alone and publish a result package at
     `result_dir`. Runs anywhere that mounts the exchange folder: the flow's process, a local Dask worker,
     another machine. Every run, EHR, notes or FAQ, goes through `medtx.worker.train_run` (no DuckDB, no polars).
@@ -83,17 +91,21 @@ def run(spec: Spec, package: str, result_dir: str, *, pipeline_run_id: str | Non
     from medtx import worker
 
     return worker.train_run(package, spec, result_dir, device=device, pipeline_run_id=pipeline_run_id,
-                            torch_threads=torch_threads, package_digest=package_digest)
+                            torch_threads=torch_threads, package_digest=package_digest, cache_dir=cache_dir,
+                            run_id=run_id)
 
 
 def code(step: Step) -> tuple[str, ...]:
-    """The package format and the runner of the task's family (not the whole worker, whose closure holds every
-    family: an edit to the text runner does not retrain the EHR models), and the task's own module(s)."""
+    """The package format, the runner of the model's family (medtx.training.runners; not the whole worker, whose
+    closure holds every runner: an edit to the text runner does not retrain the EHR models), the model's own files
+    (the registry finds them by name, so no import names them) and the task's own module(s)."""
+    from medtx.models.registry import model_modules
+    from medtx.training.runners import runner_for
+
     task = step.task
     assert task is not None
-    runner = (("medtx.training.experiment", "medtx.training.ehr_run") if task.family == "ehr"
-              else ("medtx.text.experiment", "medtx.text.run"))
-    return ("medtx.training.packages", *runner, task.module,
+    model = step.params["model"]
+    return ("medtx.training.packages", *runner_for(task, model).modules, *model_modules(model, task), task.module,
             *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
 
 

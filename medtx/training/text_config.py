@@ -60,7 +60,7 @@ def _model_settings() -> tuple[type, ...]:
 
 # Everything a text run is configured by, as one flat dataclass whose fields are the YAML/CLI override keys:
 # the trainer's, the tokenizer's, each text model's (declared in its file) and the report's settings.
-# `overrides` replace any field; a model reads its own part (`TextContext.config`). Defaults fit 2 CPU cores.
+# `overrides` replace any field; a model reads its own part (`ModelContext.config`). Defaults fit 2 CPU cores.
 TextConfig = merge_settings("TextConfig", (TextTrainerConfig, TokenizerConfig, *_model_settings(), TextReportConfig),
                             module=__name__)
 

@@ -1,10 +1,10 @@
-"""One text run (a note classification task, or the FAQ) from its samples, with no warehouse: what `medtx train`,
-the pipeline's workers and `python -m medtx.worker` share for the text family, as medtx.training.ehr_run is for
-the EHR family. medtx.text.experiment reads the samples from the warehouse and records the results there; the worker
-reads them from a training package (`TextRun.samples_from_tables`) and writes a result package instead.
+"""The text classification runner (medtx.training.runners): the runs of the text models and text baselines on a
+note task, from the tables of their training package, with no warehouse. Fitting lives in
+medtx.training.text_fitting, evaluation in medtx.training.text_evaluation; the text tools (tokenisers, chunking,
+collates, MLM masking) in medtx.text.
 
-- `text_run(task, model, seed, overrides)`: the run's recipe (`TextRun`): its checked config, how its samples are
-  read from a training package's tables and described in ml.runs.config, and how it is trained and evaluated;
+- `text_run(task, model, seed, overrides)`: the run (`TextRun`): its checked config, how its samples are read from
+  a training package's tables and described in ml.runs.config, and how it is trained and evaluated;
 - `group_split_data` / `patient_split_data`: a note task's samples (`TextData`) from its sample rows.
 
 Imports numpy, pyarrow, torch, scikit-learn and transformers, never polars or DuckDB (the import contract of
@@ -14,7 +14,7 @@ medtx.worker in pyproject.toml).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,11 @@ import pyarrow.compute as pc
 
 from medtx.models import frames
 from medtx.tasks import Task, all_tasks
-from medtx.text.base import TextConfig, TextData
+from medtx.training.packages import package_table
 from medtx.training.results import RunResults
+from medtx.training.runners import OnEpoch
+from medtx.training.text_config import TextConfig, TextData
 
-OnEpoch = Callable[[int, Mapping[str, float]], None]  # medtx.training.skeleton.OnEpoch
 GATE = "samples.leakage_gate"
 
 
@@ -55,15 +56,12 @@ def text_config(model: str, overrides: dict[str, Any] | None = None, *, task: Ta
     return TextConfig(**values)
 
 
-def text_task(task: Task, *, generation: bool = False) -> Task:
-    """The task of a text run: a text classification task (`Task.classifies_text`), or also the FAQ's generation
-    task where the caller hands that to its runner; anything else is an error naming them."""
-    def takes(t: Task) -> bool:
-        return t.classifies_text or (generation and t.family == "text")
-
-    if not takes(task):
+def text_task(task: Task) -> Task:
+    """The task of a text run: a text classification task (`Task.classifies_text`); anything else is an error
+    naming them."""
+    if not task.classifies_text:
         raise ValueError(f"unknown text task {task.name!r}; "
-                         f"choose one of {tuple(t.name for t in all_tasks() if takes(t))}")
+                         f"choose one of {tuple(t.name for t in all_tasks() if t.classifies_text)}")
     return task
 
 
@@ -123,27 +121,18 @@ def patient_split_data(frame: Any, task: Task) -> TextData:
     return TextData(out, [f"no_{task.label_name}", task.label_name], binary=True)
 
 
-def _table(tables: Mapping[str, pa.Table], name: str) -> pa.Table:
-    from medtx.training.ehr_run import MissingTable
-
-    if name not in tables:
-        raise MissingTable(f"the run reads {name}, which its training package does not hold "
-                           f"(it holds {sorted(tables)}): declare it in the task's train_reads")
-    return frames.arrow(tables[name])
-
-
 def note_rows_from_tables(tables: Mapping[str, pa.Table], task: Task, dataset: str) -> pa.Table:
     """A note task's sample rows from a training package's tables, as the warehouse loader reads them
-    (medtx.text.experiment.load_text_data): split by text group, (note_id, text, label, group_id, split) in note_id
+    (the sample table and its split): split by text group, (note_id, text, label, group_id, split) in note_id
     order; split by patient, (subject_id, hadm_id, text, label, split) of the dataset's admissions whose patient has
     a split of the task's samples, in (subject_id, hadm_id) order. The leakage gate is checked first (its rows)."""
     from medtx.tasks.verdict import check_gate_rows, gated, samples_fingerprint
 
     gate_rows = frames.arrow(tables[GATE]).to_pylist() if GATE in tables else []
     check_gate_rows(gate_rows, task, dataset)
-    samples = _table(tables, task.sample_table)
+    samples = package_table(tables, task.sample_table)
     if gated(task):  # the samples must be those the gate judged (their fingerprint is in its record)
-        check_gate_rows(gate_rows, task, dataset, samples_fingerprint(samples, _table(tables, "samples.splits"),
+        check_gate_rows(gate_rows, task, dataset, samples_fingerprint(samples, package_table(tables, "samples.splits"),
                                                                       task, dataset))
     if task.split_unit == "text_group":
         if samples.num_rows == 0:
@@ -152,7 +141,7 @@ def note_rows_from_tables(tables: Mapping[str, pa.Table], task: Task, dataset: s
         rows = samples.select(["note_id", "text", "label", "group_id", "split"])
         return rows.sort_by("note_id")
     samples = frames.where(samples, "dataset", dataset).select(["subject_id", "hadm_id", "text", "label"])
-    splits = frames.where(frames.where(_table(tables, "samples.splits"), "dataset", dataset),
+    splits = frames.where(frames.where(package_table(tables, "samples.splits"), "dataset", dataset),
                           "task", task.samples_task)
     subjects = splits.column("subject_id").combine_chunks()
     if len(pc.unique(subjects)) != len(subjects):
@@ -179,12 +168,12 @@ def own_copy(folder: Path, kind: str, path: Path) -> Path:
 
 
 def fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, folder: Path,
-                     on_epoch: OnEpoch) -> RunResults:
+                     on_epoch: OnEpoch, cache: Path | None = None) -> RunResults:
     """Fit (and predict the test notes: fit_text_model), evaluate, and say what to record."""
-    from medtx.text.evaluation import evaluate_text
-    from medtx.text.fitting import fit_text_model
+    from medtx.training.text_evaluation import evaluate_text
+    from medtx.training.text_fitting import fit_text_model
 
-    fitted = fit_text_model(data, model, cfg, seed, folder, on_epoch=on_epoch)
+    fitted = fit_text_model(data, model, cfg, seed, folder, on_epoch=on_epoch, cache=cache)
     evaluation = evaluate_text(data, fitted.probs, n_boot=cfg.n_boot, seed=seed)
     return RunResults(
         metrics={"test": evaluation.metrics}, label_metrics={"test": evaluation.label_metrics},
@@ -200,58 +189,56 @@ def fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, fol
 
 @dataclass(frozen=True)
 class TextRun:
-    """One text run's recipe, its task, model, seed and overrides checked: how its samples are read from a training
-    package (`samples_from_tables`), described in ml.runs.config (`describe`) and trained (`train`). `samples` are
-    a `TextData` (note tasks) or the FAQ's pairs (a pyarrow Table)."""
+    """One text classification run, its task, model, seed and config checked (medtx.training.runners.Run):
+    `samples` are a `TextData`."""
 
     task: Task
     model: str
     seed: int
-    cfg: Any  # TextConfig, or medtx.text.faq.FAQConfig
-    code_parts: tuple[str, ...]  # the medtx subpackages in the run's code_version
+    cfg: TextConfig
 
-    @property
-    def generation(self) -> bool:
-        return self.task.kind == "generation"
-
-    def samples_from_tables(self, tables: Mapping[str, pa.Table], dataset: str) -> Any:
-        if self.generation:
-            from medtx.text.faq import faq_pairs
-
-            return faq_pairs(_table(tables, self.task.sample_table), self.task)
+    def samples(self, tables: Mapping[str, pa.Table], dataset: str) -> TextData:
         rows = note_rows_from_tables(tables, self.task, dataset)
         if self.task.split_unit == "text_group":
             return group_split_data(rows, dedupe=self.cfg.dedupe)
         return patient_split_data(rows, self.task)
 
-    def describe(self, samples: Any) -> dict[str, Any]:
-        if self.generation:
-            return {"faq": dataclasses.asdict(self.cfg), "protocol": "kfold_paraphrase"}
+    def describe(self, samples: TextData) -> dict[str, Any]:
         return {"text": dataclasses.asdict(self.cfg), "n_classes": len(samples.classes),
                 "n_notes": {s: samples.split(s).num_rows for s in ("train", "val", "test")}}
 
-    def train(self, samples: Any, folder: Path, on_epoch: OnEpoch) -> RunResults:
-        if self.generation:
-            from medtx.text.faq import answer_and_score, faq_model
-
-            return answer_and_score(samples, faq_model(self.model), self.cfg, self.seed, folder, on_epoch)
-        return fit_and_evaluate(samples, self.model, self.cfg, self.seed, folder, on_epoch)
-
-
-def code_parts(task: Task) -> tuple[str, ...]:
-    """The medtx subpackages whose source is a text run's code_version (ml.runs.code_version)."""
-    return ("text", "models", "training") if task.kind == "generation" else ("text", "models", "training", "metrics")
+    def train(self, samples: TextData, folder: Path, on_epoch: OnEpoch, cache: Path | None = None) -> RunResults:
+        return fit_and_evaluate(samples, self.model, self.cfg, self.seed, folder, on_epoch, cache)
 
 
 def text_run(task: Task, model: str, seed: int = 0, overrides: dict[str, Any] | None = None) -> TextRun:
-    """The recipe of one text run (note classification or the FAQ); an unknown task, model or config key is an
-    error naming the known ones."""
-    spec = text_task(task, generation=True)
-    if spec.kind == "generation":
-        from medtx.text.faq import faq_config, faq_model
-
-        faq_model(model)
-        return TextRun(spec, model, seed, faq_config(overrides), code_parts(spec))
+    """The run of one note classification task; an unknown task, model or config key is an error naming the
+    known ones."""
+    spec = text_task(task)
     if model not in text_models():
         raise ValueError(f"unknown text model {model!r} for {spec.name}; choose one of {text_models()}")
-    return TextRun(spec, model, seed, text_config(model, overrides, task=spec), code_parts(spec))
+    return TextRun(spec, model, seed, text_config(model, overrides, task=spec))
+
+
+class TextRunner:
+    """The text models and text baselines on note classification tasks (medtx.training.runners.Runner)."""
+
+    model_families = ("text_baseline", "text")
+    modules = ("medtx.training.runners.text",)
+    code_parts = ("text", "models", "training", "metrics")
+
+    def serves(self, task: Task) -> bool:
+        return task.classifies_text
+
+    def prepare(self, task: Task, model: str, seed: int, overrides: Mapping[str, Any], *,
+                device: str = "auto") -> TextRun:
+        return text_run(task, model, seed, {"device": device, **overrides})  # the run's overrides win
+
+    def config_classes(self, spec: Any, task: Task) -> list[tuple[type, dict[str, Any]]]:
+        """A text run's overrides go to its flat TextConfig (which holds every text model's settings)."""
+        from medtx.models.registry import model_defaults
+
+        return [(TextConfig, model_defaults(spec.name, task, spec.family))]
+
+
+RUNNER = TextRunner()

@@ -15,7 +15,7 @@ from medtx.metrics.bootstrap import N_BOOT, bootstrap
 from medtx.metrics.classification import classification_metrics, confusion_counts, per_class_f1
 from medtx.metrics.collapse import is_collapsed
 from medtx.models import frames
-from medtx.text.base import TextData
+from medtx.training.text_config import TextData
 
 log = logging.getLogger("medtx.text")
 

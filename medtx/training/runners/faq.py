@@ -1,4 +1,5 @@
-"""FAQ question answering on the Mental Health FAQ (98 pairs): seq2seq generation vs nearest-question retrieval.
+"""The FAQ runner (medtx.training.runners): question answering on the Mental Health FAQ (98 pairs), seq2seq
+generation vs nearest-question retrieval.
 
 Protocol (k-fold over held-out paraphrases, k = the folds of `samples.faq`): for fold k the model trains on all
 98 original questions -> answers plus the paraphrases of the other folds, and is tested on the paraphrases of
@@ -6,14 +7,14 @@ fold k, whose wording it has never seen. Predictions of all folds are pooled; me
 bag-of-words overlap on lower-cased word tokens) and exact match, mean ± sd over resamples of 80% of pairs.
 A question answered by memorising answers scores well here only if it maps the new wording to the right pair.
 
-Models: the registry's FAQ family, each registering its build (FAQContext -> FAQAnswerer) and settings in its
+Models: the registry's FAQ family, each registering its build (ModelContext -> FAQAnswerer) and settings in its
 own file: `seq2seq` (medtx/models/seq2seq.py) — `Seq2SeqTransformer` over word tokens, greedy decoding, trained
 with the shared trainer; `retrieval` (medtx/models/text_baselines.py) — the answer of the most similar indexed
 question (TF-IDF cosine, or MiniLM sentence embeddings with `embedding=minilm`). This runner hands them the
 text layer's pieces (`_FAQTools`: word vocabulary, trainer, sentence embedder) and never names a model.
 
 No warehouse here (pairs are a pyarrow Table; no polars, no DuckDB): the worker trains FAQ runs from a training
-package (medtx.text.run); medtx.text.experiment.run_faq_experiment reads the pairs from the warehouse and records.
+package (`FaqRunner`, `RUNNER`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from medtx.models import frames
 from medtx.models.bounds import BatchSize, Device, Epochs, LearningRate, Patience, Positive
 from medtx.models.registry import merge_settings
 from medtx.tasks import Task, tasks_of_kind
+from medtx.training.packages import package_table
 from medtx.training.results import RunResults
+from medtx.training.runners import OnEpoch
 
 log = logging.getLogger("medtx.text")
 
@@ -183,9 +186,9 @@ def answer_questions(faq: pa.Table, spec, cfg: Any, seed: int, folder: Path,
                      on_epoch=None) -> tuple[list[tuple[int, str]], dict]:
     """(pair_id, answer) for every held-out paraphrase: the model (its registered build) learns each fold's
     pairs and answers the fold's paraphrases; and what it reports (n_params, best_epochs, train_seconds)."""
-    from medtx.models.registry import FAQContext
+    from medtx.models.registry import ModelContext
 
-    answerer = spec.build(FAQContext(cfg, seed, _FAQTools(cfg, seed)))
+    answerer = spec.build(ModelContext(settings=cfg, seed=seed, tools=_FAQTools(cfg, seed)))
     out = []
     for k, (questions, answers, test) in enumerate(fold_splits(faq)):
         given = answerer.answer(k, questions, answers, frames.values(test, "paraphrase"), folder / f"fold{k}",
@@ -261,3 +264,45 @@ def answer_and_score(faq: pa.Table, spec, cfg: Any, seed: int, folder: Path, on_
         summary={"collapsed": collapsed, "collapse_reason": reason, "n_params": info.get("n_params"),
                  "train_seconds": info.get("train_seconds"), "best_epoch": (info.get("best_epochs") or [None])[0]},
     )
+
+
+# ----------------------------------------------------------------------------------------------- the runner
+
+
+@dataclass(frozen=True)
+class FaqRun:
+    """One FAQ run, its model and config checked (medtx.training.runners.Run): `samples` are the pairs."""
+
+    task: Task
+    spec: Any  # the FAQ model's ModelSpec
+    seed: int
+    cfg: Any  # FAQConfig
+
+    def samples(self, tables: Any, dataset: str) -> pa.Table:
+        return faq_pairs(package_table(tables, self.task.sample_table), self.task)
+
+    def describe(self, samples: pa.Table) -> dict[str, Any]:
+        return {"faq": dataclasses.asdict(self.cfg), "protocol": "kfold_paraphrase"}
+
+    def train(self, samples: pa.Table, folder: Path, on_epoch: OnEpoch, cache: Path | None = None) -> RunResults:
+        return answer_and_score(samples, self.spec, self.cfg, self.seed, folder, on_epoch)
+
+
+class FaqRunner:
+    """The FAQ models on the generation task (medtx.training.runners.Runner)."""
+
+    model_families = (MODEL_FAMILY,)
+    modules = ("medtx.training.runners.faq",)
+    code_parts = ("text", "models", "training")
+
+    def serves(self, task: Task) -> bool:
+        return task.kind == "generation"
+
+    def prepare(self, task: Task, model: str, seed: int, overrides: Any, *, device: str = "auto") -> FaqRun:
+        return FaqRun(task, faq_model(model), seed, faq_config({"device": device, **overrides}))
+
+    def config_classes(self, spec: Any, task: Task) -> list[tuple[type, dict[str, Any]]]:
+        return [(FAQConfig, {})]
+
+
+RUNNER = FaqRunner()

@@ -1,11 +1,11 @@
-"""One EHR run's training and evaluation from its samples, with no warehouse: what `medtx train`, the pipeline's
-workers and `python -m medtx.worker` share (medtx.training.experiment reads the samples from the warehouse and
-records the results there; the worker reads them from a training package and writes a result package).
+"""The EHR runner (medtx.training.runners): the runs of the neural EHR models and the EHR baselines, from the
+tables of their training package, with no warehouse.
 
 - `ehr_samples_from_tables`: the run's samples from the tables a training step reads (`samples.<table>`,
   `samples.splits`, `samples.vocab`, the task's `train_reads`, the oracle tables), each an Arrow table already
   restricted to the step's dataset and task: joined with the patient split, in (subject, hadm) order;
-- `train_ehr`: fit (or train) the model, predict validation and test, evaluate: a `RunResults`.
+- `train_ehr`: fit (or train) the model, predict validation and test, evaluate: a `RunResults`;
+- `EhrRunner` / `EhrRun`: the runner protocol over them (`RUNNER`).
 
 Imports numpy, pyarrow, torch and scikit-learn, never polars or DuckDB (the import contract in pyproject.toml).
 """
@@ -16,7 +16,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,34 +39,28 @@ from medtx.training.ehr_evaluation import (
     showcase_items,
     validation_score,
 )
+from medtx.training.packages import ORACLE_PREFIX, package_table, rows_where
 from medtx.training.results import RunResults, attention_frame
+from medtx.training.runners import OnEpoch
 from medtx.training.trainer import TrainConfig, fit, predict, resolve_device, set_seed
 
-OnEpoch = Any  # Callable[[int, Mapping[str, float]], None] (medtx.training.skeleton.OnEpoch)
-
-# Views of the task registry (medtx/tasks/).
-ORACLE_PREFIX = "raw.synth_oracle_"
 
 
 @dataclass
-class ExperimentOptions:
-    """Knobs of one run that are not model hyper-parameters."""
+class RunOptions:
+    """Knobs of one run that are not model hyper-parameters; a run's overrides may set them (RUN_KEYS)."""
 
     n_boot: int = N_BOOT
     threshold: float | None = None  # None = tune on validation (or the model's own rule)
     n_showcase: int = 5  # test samples whose attention weights are stored
     max_attention_tokens: int = 48  # bound on stored query/key positions per module
-    models_dir: Path | None = None  # checkpoints go to <models_dir>/<run_id>/ (default: settings models_dir)
     pretrain_epochs: int | None = None  # BEHRT MLM epochs (default: the fine-tuning epochs)
-    pipeline_run_id: str | None = None
-    run_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class EhrSamples:
     """Everything a run reads: its sample rows per split (Arrow), vocabularies, label space, DDI pairs and oracle
-    rows; from the warehouse (medtx.training.experiment) or from a training package (`ehr_samples_from_tables`)."""
+    rows, from a training package (`ehr_samples_from_tables`)."""
 
     parts: dict[str, Frame]  # train / val / test sample rows
     vocabs: dict[str, Vocab]
@@ -80,34 +74,16 @@ class EhrSamples:
 # ----------------------------------------------------------------------------------------------- loading
 
 
-class MissingTable(LookupError):
-    """A table the run reads is not among those it was given (a training package that does not declare it)."""
-
-
-def _table(tables: Mapping[str, pa.Table], name: str) -> pa.Table:
-    if name not in tables:
-        raise MissingTable(f"the run reads {name}, which its training package does not hold "
-                           f"(it holds {sorted(tables)}): declare it in the task's train_reads")
-    return frames.arrow(tables[name])
-
-
-def _where(table: pa.Table, **equal: Any) -> pa.Table:
-    for column, value in equal.items():
-        if column in table.column_names:
-            table = frames.where(table, column, value)
-    return table
-
-
 def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: Task) -> dict[str, pa.Table]:
     """The task's sample rows with their stored patient split, per split, in (subject, hadm) order (the rows of
     `samples.<table>` whose subject has a `samples.splits` row for the task; a shared table's `task` column is
     filtered on and dropped)."""
     tname = task.name
-    samples = _table(tables, f"samples.{task.table}")
-    samples = _where(samples, dataset=dataset, **({"task": tname} if task.shared_table else {}))
+    samples = package_table(tables, f"samples.{task.table}")
+    samples = rows_where(samples, dataset=dataset, **({"task": tname} if task.shared_table else {}))
     if task.shared_table and "task" in samples.column_names:
         samples = samples.drop_columns(["task"])
-    splits = _where(_table(tables, "samples.splits"), dataset=dataset, task=tname)
+    splits = rows_where(package_table(tables, "samples.splits"), dataset=dataset, task=tname)
     subjects = splits.column("subject_id").combine_chunks()
     if len(pc.unique(subjects)) != len(subjects):
         raise ValueError(f"dataset {dataset!r}, task {tname!r}: samples.splits holds a patient twice")
@@ -131,7 +107,7 @@ def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: Task) -> d
 
 def vocab_from_table(vocab: pa.Table, dataset: str, task: Task, feature: str) -> Vocab:
     """One stored vocabulary (rows of samples.vocab), in index order."""
-    rows = _where(vocab, dataset=dataset, task=task.name, feature=feature).sort_by("idx")
+    rows = rows_where(vocab, dataset=dataset, task=task.name, feature=feature).sort_by("idx")
     if rows.num_rows == 0:
         raise LookupError(f"no vocabulary for dataset={dataset!r} task={task.name!r} feature={feature!r}: "
                           f"run `medtx build-samples --task {task.name}` first")
@@ -147,45 +123,44 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
     from medtx.tasks.verdict import check_gate_rows, samples_fingerprint
 
     parts = split_samples(tables, dataset, task)  # no samples at all: "nothing to train on", with the commands
-    gate_rows = _table(tables, "samples.leakage_gate").to_pylist()
+    gate_rows = package_table(tables, "samples.leakage_gate").to_pylist()
     check_gate_rows(gate_rows, task, dataset)  # before any model exists
     # ... and the samples must be those the gate judged (their fingerprint is in its record)
-    check_gate_rows(gate_rows, task, dataset, samples_fingerprint(_table(tables, f"samples.{task.table}"),
-                                                                  _table(tables, "samples.splits"), task, dataset))
-    vocab = _table(tables, "samples.vocab")
+    check_gate_rows(gate_rows, task, dataset, samples_fingerprint(package_table(tables, f"samples.{task.table}"),
+                                                                  package_table(tables, "samples.splits"), task, dataset))
+    vocab = package_table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
     label = task.label_feature
     label_vocab = vocab_from_table(vocab, dataset, task, label) if label else None
     ddi_pairs: list = []
     if "ref.ddi_atc3" in task.train_reads:
-        ddi = _table(tables, "ref.ddi_atc3")
+        ddi = package_table(tables, "ref.ddi_atc3")
         ddi_pairs = list(zip(ddi.column("atc3_a").to_pylist(), ddi.column("atc3_b").to_pylist(), strict=True))
     oracle_rows = None
     if reads_generator(model):
         name = f"{ORACLE_PREFIX}{task.name}"
-        oracle_rows = _where(frames.arrow(tables[name]), dataset=dataset) if name in tables else pa.table({})
+        oracle_rows = rows_where(frames.arrow(tables[name]), dataset=dataset) if name in tables else pa.table({})
     labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
     return EhrSamples(parts, vocabs, label_vocab, labels, ddi_pairs, oracle_rows)
-
-
-def is_synthetic_tables(tables: Mapping[str, pa.Table], dataset: str) -> bool:
-    """medtx.training.runs.is_synthetic on a package: the name says so, or an oracle table has rows for it."""
-    if dataset.startswith("synth"):
-        return True
-    return any(_where(frames.arrow(t), dataset=dataset).num_rows > 0
-               for name, t in tables.items() if name.startswith(ORACLE_PREFIX))
 
 
 # ----------------------------------------------------------------------------------------------- running
 
 
 TRAIN_KEYS = frozenset(f.name for f in dataclasses.fields(TrainConfig))  # the trainer's keys (epochs, lr, ...)
+# The run's own knobs a run's overrides may set (RunOptions): how much it stores and how it is evaluated.
+RUN_KEYS = frozenset(f.name for f in dataclasses.fields(RunOptions))
+
+
+def run_options(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The run-option keys of a run's overrides (RUN_KEYS: n_boot, n_showcase ...), RunOptions fields."""
+    return {k: v for k, v in (overrides or {}).items() if k in RUN_KEYS}
 
 
 def _split_overrides(overrides: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Trainer keys (epochs, lr, batch_size, ...) vs model keys (d_model, n_layers, ...)."""
-    overrides = dict(overrides or {})
+    """Trainer keys (epochs, lr, batch_size, ...) vs model keys (d_model, n_layers, ...); run options apart."""
+    overrides = {k: v for k, v in (overrides or {}).items() if k not in RUN_KEYS}
     return ({k: v for k, v in overrides.items() if k in TRAIN_KEYS},
             {k: v for k, v in overrides.items() if k not in TRAIN_KEYS})
 
@@ -208,7 +183,7 @@ def _run_baseline(task: Task, model: str, data: EhrSamples, overrides: dict[str,
 
 
 def _run_neural(task: Task, model: str, data: EhrSamples, cfg: TrainConfig, model_overrides: dict[str, Any],
-                opts: ExperimentOptions, out_dir: Path, on_epoch: OnEpoch) -> Outcome:
+                opts: RunOptions, out_dir: Path, on_epoch: OnEpoch) -> Outcome:
     from medtx.models.registry import (  # imported late to keep baselines light
         build_ehr_model,
         sigmoid_proba,
@@ -275,7 +250,7 @@ def train_config(task: Task, model: str, seed: int, overrides: dict[str, Any] | 
 
 
 def train_ehr(task: Task, model: str, seed: int, cfg: TrainConfig, model_overrides: dict[str, Any],
-              opts: ExperimentOptions, data: EhrSamples, folder: Path, on_epoch: OnEpoch) -> RunResults:
+              opts: RunOptions, data: EhrSamples, folder: Path, on_epoch: OnEpoch) -> RunResults:
     """Fit or train one model on the run's samples, predict validation and test, evaluate: its `RunResults`."""
     started = time.perf_counter()
     if cfg.num_threads:
@@ -286,3 +261,57 @@ def train_ehr(task: Task, model: str, seed: int, cfg: TrainConfig, model_overrid
         outcome = _run_neural(task, model, data, cfg, model_overrides, opts, folder, on_epoch)
     return evaluate(task, model, seed, data.parts, data.labels, data.ddi_pairs, outcome, opts.n_boot,
                     opts.threshold, time.perf_counter() - started)
+
+
+# ----------------------------------------------------------------------------------------------- the runner
+
+
+@dataclass(frozen=True)
+class EhrRun:
+    """One EHR run, its settings checked (medtx.training.runners.Run)."""
+
+    task: Task
+    model: str
+    seed: int
+    cfg: TrainConfig
+    model_overrides: dict[str, Any]
+    opts: RunOptions
+    overrides: dict[str, Any]  # as given: what ml.runs.config records until the model's own config replaces it
+
+    def samples(self, tables: Mapping[str, pa.Table], dataset: str) -> EhrSamples:
+        return ehr_samples_from_tables(tables, dataset, self.task, self.model)
+
+    def describe(self, samples: EhrSamples) -> dict[str, Any]:
+        return {"overrides": self.overrides}
+
+    def train(self, samples: EhrSamples, folder: Path, on_epoch: OnEpoch, cache: Path | None = None) -> RunResults:
+        return train_ehr(self.task, self.model, self.seed, self.cfg, self.model_overrides, self.opts, samples, folder,
+                         on_epoch)
+
+
+class EhrRunner:
+    """The neural EHR models and the EHR baselines (medtx.training.runners.Runner)."""
+
+    model_families = ("ehr", "ehr_baseline")
+    modules = ("medtx.training.runners.ehr",)
+    code_parts: tuple[str, ...] = ()  # the whole medtx package
+
+    def serves(self, task: Task) -> bool:
+        return task.family == "ehr"
+
+    def prepare(self, task: Task, model: str, seed: int, overrides: Mapping[str, Any], *,
+                device: str = "auto") -> EhrRun:
+        cfg, model_overrides = train_config(task, model, seed, dict(overrides), device=device)
+        return EhrRun(task, model, seed, cfg, model_overrides, RunOptions(**run_options(dict(overrides))),
+                      dict(overrides))
+
+    def config_classes(self, spec: Any, task: Task) -> list[tuple[type, dict[str, Any]]]:
+        """A baseline's registered config (none: it takes no overrides); a neural model's and the trainer's."""
+        from medtx.models.registry import model_defaults
+
+        if spec.family == "ehr_baseline":
+            return [(spec.config, model_defaults(spec.name, task, spec.family))] if spec.config else []
+        return [(spec.config, model_defaults(spec.name, task)), (TrainConfig, task.train_defaults_for(spec.name))]
+
+
+RUNNER = EhrRunner()

@@ -3,7 +3,7 @@
 (frozen note vectors, cached lower layers, LP-FT head start). Returns the test probabilities (`TextFit`).
 
 Which model is built is the model's own business: its file registers a `build` (medtx.models.registry) that
-gets a `TextContext` (the notes, the run's settings and `_Tools`, the text layer's tokenizer, collate and MLM
+gets a `ModelContext` (the notes, the run's settings and `_Tools`, the text layer's tokenizer, collate and MLM
 pieces) and returns a scikit-learn classifier (text baselines) or a `TextModelBundle` (neural text models).
 """
 
@@ -21,9 +21,9 @@ import torch
 from medtx.metrics.binary import binary_metrics
 from medtx.metrics.classification import classification_metrics
 from medtx.models import frames
-from medtx.models.registry import ModelSpec, TextContext, TextTools
+from medtx.models.registry import ModelSpec, ModelContext, TextTools
 from medtx.store.hashing import text_hash
-from medtx.text.base import TextConfig, TextData
+from medtx.training.text_config import TextConfig, TextData
 from medtx.training.results import attention_frame
 from medtx.training.trainer import TrainConfig, fit, predict, set_seed
 
@@ -82,14 +82,14 @@ def _score_fn(binary: bool, n_classes: int):
     return score
 
 
-def _context(data: TextData, cfg: TextConfig, seed: int, cache: Path | None, tools: TextTools | None) -> TextContext:
-    """What a text model's build gets (medtx.models.registry.TextContext)."""
+def _context(data: TextData, cfg: TextConfig, seed: int, cache: Path | None, tools: TextTools | None) -> ModelContext:
+    """What a text model's build gets (medtx.models.registry.ModelContext)."""
     train = data.split("train")
     n_out = 1 if data.binary else len(data.classes)
     weights = None if data.binary else class_weights(frames.numbers(train, "y"), n_out, cfg.class_weighting)
-    return TextContext(settings=cfg, train_texts=frames.values(train, "text"),
-                       val_texts=frames.values(data.split("val"), "text"), n_outputs=n_out, binary=data.binary,
-                       class_weights=weights, seed=seed, cache=cache, tools=tools)
+    return ModelContext(settings=cfg, train_texts=frames.values(train, "text"),
+                        val_texts=frames.values(data.split("val"), "text"), n_outputs=n_out, binary=data.binary,
+                        class_weights=weights, seed=seed, cache=cache, tools=tools)
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,12 @@ class _Tools:
     def pretrain_mlm(self, bert_config, tokenizer, train_texts: list[str], val_texts: list[str], folder: Path, *,
                      epochs: int, batch_size: int, lr: float, seed: int, max_len: int, max_windows: int | None) -> Path:
         """MLM pre-training on the training notes (selected on the validation notes' loss): the encoder folder."""
-        from medtx.text.mlm import MLMConfig, pretrain_mlm
+        from medtx.text.mlm import MLMConfig
+        from medtx.training.pretrain import pretrain_text_mlm
 
         train_cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=epochs, monitor="loss",
                                 seed=seed, device=self.cfg.device, num_threads=self.cfg.num_threads)
-        encoder_dir, _ = pretrain_mlm(bert_config, tokenizer, train_texts, val_texts, train_cfg,
+        encoder_dir, _ = pretrain_text_mlm(bert_config, tokenizer, train_texts, val_texts, train_cfg,
                                       folder, MLMConfig(max_len=max_len, max_windows_per_note=max_windows))
         return encoder_dir
 
@@ -270,13 +271,15 @@ def _init_head_from_probe(net, fit_items: dict[str, list[dict]], collate, cfg: T
     net.head.load_state_dict(probe.head.state_dict())
 
 
-def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
+def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None,
+                cache: Path | None = None) -> TextFit:
     from medtx.models.bert_text import NoteVectorClassifier
     from medtx.text.data import VectorCollate
 
     model = spec.name
+    cache = cache or out_dir.parent  # caches that seeds share (MLM encoders, note vectors): beside the run's folder
     set_seed(seed)  # initial weights (head, BiLSTM) from the run's seed alone, not from what this process drew before
-    bundle = spec.build(_context(data, cfg, seed, out_dir.parent, _Tools(cfg, data.binary)))
+    bundle = spec.build(_context(data, cfg, seed, cache, _Tools(cfg, data.binary)))
     tokenizer, net, make_collate, extra = bundle.tokenizer, bundle.model, bundle.make_collate, bundle.checkpoints
     items = {s: _encode(tokenizer, data.split(s)) for s in ("train", "val", "test")}
     train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, patience=cfg.patience,
@@ -290,7 +293,7 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
     if getattr(net, "n_frozen", 0) > 0:
         from medtx.text.data import CachedStateCollate
 
-        fit_items = _cached_lower_items(net, items, make_collate, model, cfg, out_dir.parent / "feature_cache")
+        fit_items = _cached_lower_items(net, items, make_collate, model, cfg, cache / "feature_cache")
         collate = CachedStateCollate(binary=data.binary)
         log.info("fine-tuning the top %d of %d layers: %d of %d parameters trainable", cfg.finetune_layers,
                  net.n_frozen + cfg.finetune_layers, sum(p.numel() for p in net.parameters() if p.requires_grad),
@@ -300,7 +303,7 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
     if cfg.freeze_encoder:
         if not hasattr(net, "encoder"):
             raise ValueError(f"freeze_encoder applies to the BERT models, not {model!r}")
-        fit_items = _frozen_items(net, items, make_collate, model, cfg, out_dir.parent / "feature_cache")
+        fit_items = _frozen_items(net, items, make_collate, model, cfg, cache / "feature_cache")
         trained = NoteVectorClassifier(net.encoder.config.hidden_size, net.config.n_outputs, dropout=cfg.dropout,
                                        binary=data.binary, class_weights=net.class_weights)
         collate = VectorCollate(binary=data.binary)
@@ -328,8 +331,10 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
     )
 
 
-def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None) -> TextFit:
-    """Train `model` on the training split (selecting on validation) and return its test probabilities."""
+def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None,
+                   cache: Path | None = None) -> TextFit:
+    """Train `model` on the training split (selecting on validation) and return its test probabilities. `cache`:
+    the folder of caches that seeds share (default: the run folder's parent)."""
     for split in ("train", "val", "test"):
         if data.split(split).num_rows == 0:
             raise ValueError(f"text task has no {split} notes; check samples.* splits")
@@ -341,4 +346,4 @@ def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_d
         raise ValueError(f"unknown text model {model!r}; choose one of {known}")
     if spec.family == "text_baseline":  # a scikit-learn classifier: fitted once, no trainer
         return _fit_sklearn(data, spec, cfg, seed)
-    return _fit_neural(data, spec, cfg, seed, out_dir, on_epoch)
+    return _fit_neural(data, spec, cfg, seed, out_dir, on_epoch, cache)
