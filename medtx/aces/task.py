@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -149,9 +150,6 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
     """Run ACES on the dataset and rewrite this task's rows of samples.admission_outcome (+ samples.aces_labels,
     splits, vocab, summary). Needs `_samples_visits` of the dataset (medtx.tasks.build makes it)."""
     from medtx.aces.run import AcesError, labels_sql, run_aces, write_events
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
     from medtx.store.db import transaction
 
     with tempfile.TemporaryDirectory(prefix=f"medtx-aces-{spec.name}-") as work:
@@ -204,28 +202,16 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
     if no_stay:
         log.warning("%s [%s]: %d of %d ACES rows fall before the subject's first admission: no stay to build "
                     "features on, counted as excluded_no_stay", spec.name, ctx.dataset, no_stay, rows)
-    stats = visit_stats(con)
-    from medtx.store.db import quote_ident, sql_literal
+    from medtx.store.db import sql_literal
 
-    create_history(con, ctx.dataset, clock_sql(spec.name),
-                   f"SELECT subject_id, stay_hadm_id AS hadm_id FROM {LABELS_TABLE} WHERE dataset = $dataset "
-                   f"AND task = {sql_literal(spec.name)} AND stay_hadm_id IS NOT NULL")
-    source = f"_samples_{spec.name}"  # the name is checked (check_name) and quoted where it is SQL
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(source)} AS {samples_sql(spec.name)}", key)
-    drop_history(con)
-    n, patients, positives = con.sql(
-        f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM {quote_ident(source)}"
-    ).fetchall()[0]
-    if n == 0:
-        con.execute(f"DROP TABLE IF EXISTS {quote_ident(source)}")
-        raise EmptyCohortError(f"{spec.name}: ACES ({spec.config}) gives dataset {ctx.dataset!r} no sample "
-                               f"({rows} rows, {no_stay} before any admission)")
-    figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-               "aces_rows": rows, "excluded_no_stay": no_stay, **stats, **unknown_code_counts(con)}
-    store_task(con, dataset=ctx.dataset, task=spec.name, source=f"_samples_{spec.name}", target=TABLE,
-               seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-               shared=True)
-    return n
+    index_sql = (f"SELECT subject_id, stay_hadm_id AS hadm_id FROM {LABELS_TABLE} WHERE dataset = $dataset "
+                 f"AND task = {sql_literal(spec.name)} AND stay_hadm_id IS NOT NULL")
+    # the name is checked (check_name) and quoted where it is SQL
+    samples = HistoryRows(task=spec.name, table=TABLE, prediction_time=clock_sql(spec.name), index_sql=index_sql,
+                          rows_sql=samples_sql(spec.name), vocab=VOCAB, figures=BINARY_FIGURES, shared=True)
+    return samples.build(con, ctx, extra_figures={"aces_rows": rows, "excluded_no_stay": no_stay},
+                         empty=lambda stats: (f"{spec.name}: ACES ({spec.config}) gives dataset {ctx.dataset!r} no "
+                                              f"sample ({rows} rows, {no_stay} before any admission)"))
 
 
 def declared() -> tuple[AcesSpec, ...]:

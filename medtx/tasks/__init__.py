@@ -22,7 +22,7 @@ __all__ = [
     "tasks_of_family", "tasks_of_kind",
 ]
 
-_NOT_TASKS = {"audit", "base", "build", "leakage", "verdict", "outcome"}  # library modules of the package, not tasks
+_NOT_TASKS = {"audit", "base", "build", "history", "leakage", "verdict", "outcome"}  # library modules of the package, not tasks
 
 
 @lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -51,52 +52,38 @@ VOCAB = {
 }
 
 
+ROWS = HistoryRows(
+    task=NAME, table=TABLE, prediction_time=PREDICTION_TIME, index_sql=INDEX_SQL, visits_sql=KEPT,
+    rows_sql=DRUG_REC_SQL, vocab=VOCAB,
+    figures={"mean_labels_per_visit": "avg(len(drugs))",
+             "distinct_labels": f"(SELECT count(DISTINCT d) FROM (SELECT unnest(drugs) AS d FROM _samples_{NAME}))"},
+)
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite `samples.drug_rec` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
+    return ROWS.build(con, ctx, empty=lambda stats: _empty_cohort(con, ctx.dataset, stats))
 
-    params = {"dataset": ctx.dataset}
-    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL, visits_sql=KEPT)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {DRUG_REC_SQL}", params)
-    drop_history(con)
-    stats = visit_stats(con)
-    n, patients, mean_labels, distinct_labels = con.sql(
-        f"""SELECT count(*), count(DISTINCT subject_id), avg(len(drugs)),
-                  (SELECT count(DISTINCT d) FROM (SELECT unnest(drugs) AS d FROM _samples_{NAME}))
-           FROM _samples_{NAME}"""
-    ).fetchall()[0]
-    if n == 0:
-        mapped = con.execute(
-            "SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
-        ).fetchall()[0][0]
-        # map-codes writes its coverage rows even when it maps nothing: that is how we know it has run
-        coverage = dict(con.execute(
-            "SELECT route, n_rows FROM core.mapping_coverage WHERE dataset = $dataset AND kind = 'route'", params
-        ).fetchall())
-        if not coverage:
-            hint = f" - run `medtx map-codes --dataset {ctx.dataset}` first"
-        elif not mapped:
-            hint = (f"; map-codes has run and mapped none of its prescriptions ({coverage.get('no_ndc', 0)} rows "
-                    f"without an NDC, {coverage.get('unmapped', 0)} with an NDC no map knows): see the drug routes "
-                    "in docs/MEDS.md")
-        else:
-            hint = ""
-        raise EmptyCohortError(
-            f"drug_rec: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses, procedures and "
-            f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code types; "
-            f"core.prescriptions_atc3 holds {mapped} rows for it{hint})"
-        )
-    figures = {
-        "samples": n, "patients": patients, "mean_labels_per_visit": mean_labels,
-        "distinct_labels": distinct_labels, **stats, **unknown_code_counts(con),
-    }
-    store_task(
-        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
-        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-    )
-    return n
+
+def _empty_cohort(con: duckdb.DuckDBPyConnection, dataset: str | None, stats: dict[str, int]) -> str:
+    """Why the dataset has no sample, with the step to run when the drugs were never mapped."""
+    params = {"dataset": dataset}
+    mapped = con.execute("SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params).fetchall()[0][0]
+    # map-codes writes its coverage rows even when it maps nothing: that is how we know it has run
+    coverage = dict(con.execute(
+        "SELECT route, n_rows FROM core.mapping_coverage WHERE dataset = $dataset AND kind = 'route'", params
+    ).fetchall())
+    if not coverage:
+        hint = f" - run `medtx map-codes --dataset {dataset}` first"
+    elif not mapped:
+        hint = (f"; map-codes has run and mapped none of its prescriptions ({coverage.get('no_ndc', 0)} rows "
+                f"without an NDC, {coverage.get('unmapped', 0)} with an NDC no map knows): see the drug routes "
+                "in docs/MEDS.md")
+    else:
+        hint = ""
+    return (f"drug_rec: no patient of dataset {dataset!r} has 2 or more visits with diagnoses, procedures and "
+            f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code "
+            f"types; core.prescriptions_atc3 holds {mapped} rows for it{hint})")
 
 
 # Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py); the

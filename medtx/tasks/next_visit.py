@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -59,34 +60,19 @@ VOCAB = {
 }
 
 
+ROWS = HistoryRows(
+    task=NAME, table=TABLE, prediction_time=PREDICTION_TIME, index_sql=NEXT_SQL, visits_sql=HAS_DX,
+    rows_sql=NEXT_VISIT_SQL, vocab=VOCAB, specials={"codes": (CLS, SEP, MASK)},
+    figures={"mean_labels_per_visit": "avg(len(label))", "mean_history_visits": "avg(len(visits))"},
+)
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite `samples.next_visit` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
-
-    create_history(con, ctx.dataset, PREDICTION_TIME, NEXT_SQL, visits_sql=HAS_DX)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {NEXT_VISIT_SQL}", {"dataset": ctx.dataset})
-    drop_history(con)
-    stats = visit_stats(con)
-    n, patients, mean_labels, mean_visits = con.sql(
-        f"SELECT count(*), count(DISTINCT subject_id), avg(len(label)), avg(len(visits)) FROM _samples_{NAME}"
-    ).fetchall()[0]
-    if n == 0:
-        raise EmptyCohortError(
-            f"next_visit: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses "
-            f"({stats['cohort_visits']} admissions of {stats['cohort_patients']} patients, {stats['visits_with_conditions']} with diagnoses)"
-        )
-    figures = {
-        "samples": n, "patients": patients, "mean_labels_per_visit": mean_labels,
-        "mean_history_visits": mean_visits, **stats, **unknown_code_counts(con),
-    }
-    store_task(
-        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
-        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-        specials={"codes": (CLS, SEP, MASK)},
-    )
-    return n
+    return ROWS.build(con, ctx, empty=lambda stats: (
+        f"next_visit: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses "
+        f"({stats['cohort_visits']} admissions of {stats['cohort_patients']} patients, "
+        f"{stats['visits_with_conditions']} with diagnoses)"))
 
 
 TASK = Task(

@@ -31,6 +31,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -115,30 +116,13 @@ class OutcomeSQL:
 def build_outcome(sql: OutcomeSQL, con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite one admission-level task's rows of samples.admission_outcome (+ splits, vocab, summary) for a
     dataset, from `_samples_visits` (medtx.tasks.build fills it)."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
-
     excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({sql.cohort_sql()}) GROUP BY 1").fetchall())
-    stats = visit_stats(con)
-    from medtx.store.db import quote_ident
-
-    create_history(con, ctx.dataset, sql.prediction_time, sql.index_sql())
-    source = f"_samples_{sql.name}"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(source)} AS {sql.samples_sql()}",
-                {"dataset": ctx.dataset, "task": sql.name})
-    drop_history(con)
-    n, patients, positives = con.sql(f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) "
-                                     f"FROM {quote_ident(source)}").fetchall()[0]
     counts = {f"excluded_{reason}": excluded.get(reason, 0) for reason in sql.reasons}
-    if n == 0:
-        raise EmptyCohortError(f"{sql.name}: dataset {ctx.dataset!r} has no {sql.empty_cohort} "
-                               f"({stats['cohort_visits']} admissions; excluded: {counts})")
-    figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-               **counts, **stats, **unknown_code_counts(con)}
-    store_task(con, dataset=ctx.dataset, task=sql.name, source=source, target=TABLE, seed=ctx.seed,
-               fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures, shared=True)
-    return n
+    rows = HistoryRows(task=sql.name, table=TABLE, prediction_time=sql.prediction_time, index_sql=sql.index_sql(),
+                       rows_sql=sql.samples_sql(), vocab=VOCAB, figures=BINARY_FIGURES, shared=True)
+    return rows.build(con, ctx, extra_figures=counts, empty=lambda stats: (
+        f"{sql.name}: dataset {ctx.dataset!r} has no {sql.empty_cohort} "
+        f"({stats['cohort_visits']} admissions; excluded: {counts})"))
 
 
 def admission_outcome(

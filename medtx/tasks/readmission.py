@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -74,32 +75,12 @@ VOCAB = {"conditions": "conditions[-1]", "procedures": "procedures[-1]", "drugs"
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite `samples.readmission` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
-
-    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {readmission_sql()}", {"dataset": ctx.dataset})
-    drop_history(con)
-    stats = visit_stats(con)
-    n, patients, positives, with_text = con.sql(
-        "SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label), count(text) "
-        f"FROM _samples_{NAME}"
-    ).fetchall()[0]
-    if n == 0:
-        raise EmptyCohortError(
-            f"readmission: dataset {ctx.dataset!r} has no admission left after excluding in-hospital deaths and "
-            f"newborns ({stats['cohort_visits']} admissions)"
-        )
-    figures = {
-        "samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-        "samples_with_text": with_text, **stats, **unknown_code_counts(con),
-    }
-    store_task(
-        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
-        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-    )
-    return n
+    rows = HistoryRows(task=NAME, table=TABLE, prediction_time=PREDICTION_TIME, index_sql=INDEX_SQL,
+                       rows_sql=readmission_sql(), vocab=VOCAB,
+                       figures={**BINARY_FIGURES, "samples_with_text": "count(text)"})
+    return rows.build(con, ctx, empty=lambda stats: (
+        f"readmission: dataset {ctx.dataset!r} has no admission left after excluding in-hospital deaths and "
+        f"newborns ({stats['cohort_visits']} admissions)"))
 
 
 TASK = Task(
