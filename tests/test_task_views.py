@@ -46,8 +46,12 @@ def test_copy_last_and_oracle_read_the_task():
     assert CopyLast(get_task("next_visit"), labels).config["source"] == "visits"
     with pytest.raises(ValueError, match="copy_last is defined for"):
         CopyLast(get_task("readmission"), labels)
-    assert get_task("drug_rec").oracle_code_column == "atc3"
-    assert get_task("next_visit").visit_ages == "ages" and get_task("drug_rec").visit_ages is None
+    # the models' facts are the models' entries of the task (Task.model_defaults), not fields of the task
+    assert get_task("drug_rec").defaults_for("oracle") == {"code_column": "atc3"}
+    assert get_task("next_visit").defaults_for("behrt")["visit_ages"] == "ages"
+    assert "visit_ages" not in get_task("drug_rec").defaults_for("behrt")
+    for fact in ("copy_source", "copy_skips_current", "oracle_code_column", "visit_ages"):
+        assert not hasattr(get_task("drug_rec"), fact), fact
 
 
 def test_only_the_oracle_reads_the_generator_and_its_steps_need_a_synthetic_cohort():

@@ -130,7 +130,7 @@ def test_per_task_model_defaults_come_from_the_task():
     assert model_defaults("transformer", get_task("drug_rec")) == fast
     # transformer_rope takes the transformer's per-task defaults (the task lists only "transformer")
     assert model_defaults("transformer_rope", get_task("drug_rec")) == fast
-    assert model_defaults("behrt", get_task("next_visit")) == {"copy_recencies": (0,)}
+    assert model_defaults("behrt", get_task("next_visit")) == {"copy_recencies": (0,), "visit_ages": "ages"}
     assert model_defaults("behrt", get_task("drug_rec")) == {"copy_feature": "drugs_hist", "copy_recencies": (1,)}
     assert model_defaults("transformer", get_task("readmission")) == {}
     assert model_defaults("retain", get_task("drug_rec")) == {}

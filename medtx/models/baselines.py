@@ -92,15 +92,16 @@ class MostFrequent:
 
 
 class CopyLast:
-    """The labels of the last visit of the task's `copy_source` history column (medtx.tasks): the previous
+    """The labels of the last visit of the task's copy_last `source` history column (medtx.tasks): the previous
     visit's drugs (drug_rec) or the current visit's diagnoses (next_visit)."""
 
     def __init__(self, task: Task, labels: LabelSpace) -> None:
-        if task.copy_source is None:
-            defined = sorted(t.name for t in all_tasks() if t.copy_source is not None)
+        copy = task.defaults_for("copy_last")  # the task's {source, skips_current} (Task.model_defaults)
+        if "source" not in copy:
+            defined = sorted(t.name for t in all_tasks() if "source" in t.defaults_for("copy_last"))
             raise ValueError(f"copy_last is defined for {defined}, not {task.name!r}")
         self.task, self.labels = task, labels
-        self.source, self.skips_current = task.copy_source, task.copy_skips_current
+        self.source, self.skips_current = copy["source"], copy.get("skips_current", False)
         self.fixed_threshold: float | None = 0.5
         self.config: dict[str, Any] = {"source": self.source, "tie_break": "train_frequency"}
 
@@ -222,9 +223,9 @@ class Oracle:
     def predict_proba(self, frame: Frame) -> np.ndarray:
         row_of = {h: i for i, h in enumerate(frames.values(frame, "hadm_id"))}
         probs = np.zeros((frames.height(frame), len(self.labels)), dtype=np.float64)
-        code_col = self.task.oracle_code_column  # None: one probability per visit (binary)
+        code_col = self.task.defaults_for("oracle").get("code_column")  # None: one probability per visit (binary)
         if code_col is None and not self.labels.binary:
-            raise ValueError(f"oracle: task {self.task.name!r} declares no oracle_code_column for its labels")
+            raise ValueError(f"oracle: task {self.task.name!r} declares no oracle code_column for its labels")
         hadm = self.rows.column("hadm_id")
         rows = self.rows.filter(pc.is_in(hadm, value_set=pa.array(list(row_of), type=hadm.type)))
         covered = set()

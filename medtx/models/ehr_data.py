@@ -339,9 +339,10 @@ class BehrtCodec:
     index: CodeIndex  # all features' codes + [CLS], [SEP], [MASK]
     labels: LabelSpace
     max_len: int = 128
+    visit_ages: str | None = None  # the task's column of per-visit ages (BehrtConfig.visit_ages; None: no ages)
 
     def _visits(self, row: dict) -> tuple[list[list[tuple[str, str]]], list[int] | None]:
-        if (ages := self.task.visit_ages) is not None:  # one visits column, with per-visit ages
+        if (ages := self.visit_ages) is not None:  # one visits column, with per-visit ages
             column = self.task.features[0]
             return [[(column, c) for c in v] for v in (row[column] or [])], row.get(ages)
         n = max(len(row[f] or []) for f in self.task.features)
@@ -350,7 +351,7 @@ class BehrtCodec:
         return visits, None
 
     def encode(self, frame: frames.Frame) -> list[dict]:
-        extra = tuple(c for c in (self.task.visit_ages,) if c is not None)
+        extra = tuple(c for c in (self.visit_ages,) if c is not None)
         items = []
         for row in _rows(frame, self.task, extra):
             item = _base_item(row, self.labels, self.task)
@@ -383,8 +384,9 @@ class BehrtCodec:
         return _label_widths(batch["labels"]) | {k: w for k in keys if k in batch}
 
 
-def behrt_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_len: int) -> BehrtCodec:
-    return BehrtCodec(task, CodeIndex(vocabs, task.features, extra=(CLS, SEP, MASK)), labels, max_len)
+def behrt_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_len: int,
+                visit_ages: str | None = None) -> BehrtCodec:
+    return BehrtCodec(task, CodeIndex(vocabs, task.features, extra=(CLS, SEP, MASK)), labels, max_len, visit_ages)
 
 
 # ----------------------------------------------------------------------------------------------- seq2seq codec

@@ -80,10 +80,6 @@ class Task:
     # What the paired comparisons against the reference baseline are made on (medtx.evaluation.comparisons): the
     # headline metric first, then the set (thresholded) metric, as (metric, averaging). (): no comparisons.
     compared: tuple[tuple[str, str], ...] = ()
-    copy_source: str | None = None  # copy_last baseline: the history column it copies (None: not defined)
-    copy_skips_current: bool = False  # that column's last visit is the blanked current one: copy the one before
-    oracle_code_column: str | None = None  # raw.synth_oracle_<task> label column (None: one probability per row)
-    visit_ages: str | None = None  # column of per-visit ages the BEHRT codec reads (None: the task has no ages)
     # Models that apply: (): any model serving the task's kind and family (so a new model file applies to
     # every task of its kinds without editing them), less `excluded_models`; a listed set is the only ones.
     models: tuple[str, ...] = ()
@@ -91,7 +87,9 @@ class Task:
     dataset: str | None = None  # fixed warehouse dataset (text corpora); None: every EHR dataset
     shared_table: bool = False  # the sample table holds several tasks' rows, told apart by a `task` column
     files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
-    # model name (or "*" for every model) -> config defaults for this task; overrides win
+    # model name (or "*" for every model) -> what that model reads of this task: its config defaults (a run's
+    # overrides win; e.g. BEHRT's `visit_ages`, the column of per-visit ages), or, for a model without a config,
+    # its settings for the task (copy_last's `source` column and `skips_current`, the oracle's `code_column`)
     model_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # model name (or "*") -> trainer defaults for this task (medtx.training.trainer.TrainConfig fields, e.g.
     # length_buckets); a run's overrides win

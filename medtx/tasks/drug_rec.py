@@ -103,9 +103,6 @@ TASK = Task(
     monitor="pr_auc_samples",
     tune_metric="jaccard_samples",
     compared=(("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
-    copy_source="drugs_hist",
-    copy_skips_current=True,  # drugs_hist[-1] is the blanked current visit
-    oracle_code_column="atc3",
     # models: every EHR model serving a multi-label task (the default)
     build=build,
     reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
@@ -124,6 +121,9 @@ TASK = Task(
         "transformer": {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
                         "n_heads": 1, "joint_sequence": True},
         "behrt": {"copy_feature": "drugs_hist", "copy_recencies": (1,)},
+        # copy_last copies the last drug set of the history; drugs_hist[-1] is the blanked current visit
+        "copy_last": {"source": "drugs_hist", "skips_current": True},
+        "oracle": {"code_column": "atc3"},  # the label column of raw.synth_oracle_drug_rec
     },
     # The transformer trains on length-bucketed batches (TrainConfig.length_buckets: pools of up to 16 batches, at
     # least 8 pools an epoch; issue #18): batches of similar history length, so less of each batch is padding. Same

@@ -92,16 +92,18 @@ TASK = Task(
     tune_metric="f1_samples",
     recall_ks=(10, 20),
     compared=(("pr_auc_samples", "visit"), ("f1_samples", "visit")),
-    copy_source="visits",  # the current visit's diagnoses
-    oracle_code_column="icd9_code",
-    visit_ages="ages",
     # models: every EHR model serving a multi-label task whose features it finds (the default; seq2seq needs
     # the visit's diagnoses and procedures as separate columns)
     build=build,
     reads=EHR_VISIT_READS,
     writes=(TABLE, *EHR_SAMPLE_EXTRAS),
-    # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5).
-    model_defaults={"behrt": {"copy_recencies": (0,)}},
+    model_defaults={
+        # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5); the
+        # per-visit ages of the one visits column feed its age embedding.
+        "behrt": {"copy_recencies": (0,), "visit_ages": "ages"},
+        "copy_last": {"source": "visits"},  # the current visit's diagnoses, as the next visit's
+        "oracle": {"code_column": "icd9_code"},  # the label column of raw.synth_oracle_next_visit
+    },
     prediction_time=PREDICTION_TIME,
     clock="at the discharge of the history's last visit (BEHRT convention)",
     observation_window="every visit with diagnoses up to and including the last one of the history",
