@@ -9,10 +9,10 @@ from medtx.tasks import all_tasks, get_task
 
 
 def test_compared_metrics_are_the_tasks_declarations():
-    # what medtx.evaluation.comparisons compares each task on (`Task.compared`; the dashboard's headline metric)
+    # what medtx.evaluation.comparisons compares each task on (`Task.scoring.compared`; the dashboard's headline metric)
     from dashboard.pages.leaderboard import headline_metric
 
-    compared = {t.name: t.compared for t in all_tasks() if t.compared}
+    compared = {t.name: t.scoring.compared for t in all_tasks() if t.scoring.compared}
     assert compared == {
         "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
         "next_visit": (("pr_auc_samples", "visit"), ("f1_samples", "visit")),
@@ -30,7 +30,7 @@ def test_one_patient_split_and_bootstrap_units():
     from medtx.tasks.base import EHR_SAMPLE_EXTRAS
 
     # every EHR builder rewrites the dataset's one patient split; no task ranks the MEDS split any more
-    assert all("samples.patient_splits" in t.writes for t in all_tasks() if t.family == "ehr" and t.build)
+    assert all("samples.patient_splits" in t.lineage.writes for t in all_tasks() if t.family == "ehr" and t.lineage.build)
     assert "samples.patient_splits" in EHR_SAMPLE_EXTRAS and not hasattr(get_task("readmission"), "meds_split_rank")
     assert get_task("specialty").unit_name == "text groups"
     assert get_task("faq").unit_name == "pairs"

@@ -254,7 +254,7 @@ def build(ctx: ModelContext) -> EHRModelBundle:
              "mask_id": index.special(MASK)}
     config = make_config(BehrtConfig, fixed, ctx.overrides)
     codec = behrt_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_len, config.visit_ages)
-    model = BehrtForMultiLabel(config, copy_targets(ctx.task.features, ctx.vocabs, ctx.labels, codec.index, config)
+    model = BehrtForMultiLabel(config, copy_targets(ctx.task.samples.features, ctx.vocabs, ctx.labels, codec.index, config)
                                if config.copy_recencies else None)
     return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba,
                           mlm=MaskedLM(lambda: BehrtForMaskedLM(model.behrt), codec.collate, config),

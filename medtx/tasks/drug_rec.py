@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import EHR_VISIT_READS, BuildContext, Clock, Samples, Scoring, Task, ehr_lineage
 from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
@@ -68,7 +68,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
 def _empty_cohort(con: duckdb.DuckDBPyConnection, dataset: str | None, stats: dict[str, int]) -> str:
     """Why the dataset has no sample, with the step to run when the drugs were never mapped."""
     params = {"dataset": dataset}
-    mapped = con.execute("SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params).fetchall()[0][0]
+    mapped = con.execute("SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
+                         ).fetchall()[0][0]
     # map-codes writes its coverage rows even when it maps nothing: that is how we know it has run
     coverage = dict(con.execute(
         "SELECT route, n_rows FROM core.mapping_coverage WHERE dataset = $dataset AND kind = 'route'", params
@@ -92,22 +93,36 @@ TASK = Task(
     name=NAME,
     kind="multilabel",
     family="ehr",
-    sample_table=TABLE,
-    sample_columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "prediction_time", "conditions",
-                    "procedures", "drugs_hist", "drugs"),
-    features=("conditions", "procedures", "drugs_hist"),
-    label_column="drugs",
-    label_feature="drugs",
-    split_unit="patient",
-    metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
-    monitor="pr_auc_samples",
-    tune_metric="jaccard_samples",
-    compared=(("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
+    description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
+    order=10,
+    clock=Clock(
+        prediction_time=PREDICTION_TIME,
+        words="at the current visit's discharge (SafeDrug/PyHealth convention)",
+        observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
+        feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),
+        # No bound: the label's drugs are prescribed during the stay, before its discharge (the convention
+        # recommends a stay's drug set in retrospect; docs/TASKS.md).
+        outcome="the ATC-3 drugs prescribed during the current visit",
+    ),
+    samples=Samples(
+        table=TABLE,
+        columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "prediction_time", "conditions",
+                 "procedures", "drugs_hist", "drugs"),
+        features=("conditions", "procedures", "drugs_hist"),
+        label_column="drugs",
+        label_feature="drugs",
+        split_unit="patient",
+    ),
+    lineage=ehr_lineage(TABLE, build,
+                        reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
+                        train_reads=("ref.ddi_atc3",)),  # the DDI rate of predicted drug sets
+    scoring=Scoring(
+        metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
+        monitor="pr_auc_samples",
+        tune_metric="jaccard_samples",
+        compared=(("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
+    ),
     # models: every EHR model serving a multi-label task (the default)
-    build=build,
-    reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
-    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
-    train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={
         # The last 2 visits, 64 codes per feature and no dropout on the attention weights: chosen on synth_10000
         # validation (2026-11-24, 8 epochs, batch 32, seeds 0/1; val PR-AUC 0.7738 / 0.7745 against the generic
@@ -132,13 +147,4 @@ TASK = Task(
     # the plain shuffle. Not transformer_rope: its mean moved -0.0003 (-0.0011 to +0.0005), so it was left alone
     # (benchmarks/README.md, round 5).
     train_defaults={"transformer": {"length_buckets": 16}},
-    prediction_time=PREDICTION_TIME,
-    clock="at the current visit's discharge (SafeDrug/PyHealth convention)",
-    observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
-    feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),
-    # No bound: the label's drugs are prescribed during the stay, before its discharge (the convention recommends
-    # a stay's drug set in retrospect; docs/TASKS.md).
-    outcome="the ATC-3 drugs prescribed during the current visit",
-    order=10,
-    description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
 )

@@ -37,7 +37,7 @@ class HistoryRows:
 
     task: str
     table: str  # schema-qualified target, e.g. "samples.drug_rec"
-    prediction_time: str  # the task's clock (Task.prediction_time)
+    prediction_time: str  # the task's clock (Task.clock.prediction_time)
     index_sql: str  # the samples' index admissions (subject_id, hadm_id) over _samples_visits
     rows_sql: str
     vocab: Mapping[str, str]  # feature -> list expression over a sample row (training patients' rows count)

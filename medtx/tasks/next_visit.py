@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import BuildContext, Clock, Samples, Scoring, Task, ehr_lineage
 from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
@@ -79,24 +79,36 @@ TASK = Task(
     name=NAME,
     kind="multilabel",
     family="ehr",
-    sample_table=TABLE,
-    sample_columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "prediction_time", "visits", "ages", "codes",
-                    "segments",
-                    "ages_flat", "positions", "label"),
-    features=("visits",),
-    label_column="label",
-    label_feature="label",
-    split_unit="patient",
-    metrics=("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20", "f1_samples"),
-    monitor="pr_auc_samples",
-    tune_metric="f1_samples",
-    recall_ks=(10, 20),
-    compared=(("pr_auc_samples", "visit"), ("f1_samples", "visit")),
+    description="diagnoses of the next visit (multi-label) from all visits so far",
+    order=20,
+    clock=Clock(
+        prediction_time=PREDICTION_TIME,
+        words="at the discharge of the history's last visit (BEHRT convention)",
+        observation_window="every visit with diagnoses up to and including the last one of the history",
+        feature_sources=(("visits", "diagnosis"),),
+        # No bound declared: the next visit is not the index admission the gate's clock reads (its diagnoses are
+        # known at its own discharge, after this prediction time by construction).
+        outcome="the next visit's diagnoses",
+    ),
+    samples=Samples(
+        table=TABLE,
+        columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "prediction_time", "visits", "ages", "codes",
+                 "segments", "ages_flat", "positions", "label"),
+        features=("visits",),
+        label_column="label",
+        label_feature="label",
+        split_unit="patient",
+    ),
+    lineage=ehr_lineage(TABLE, build),
+    scoring=Scoring(
+        metrics=("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20", "f1_samples"),
+        monitor="pr_auc_samples",
+        tune_metric="f1_samples",
+        recall_ks=(10, 20),
+        compared=(("pr_auc_samples", "visit"), ("f1_samples", "visit")),
+    ),
     # models: every EHR model serving a multi-label task whose features it finds (the default; seq2seq needs
     # the visit's diagnoses and procedures as separate columns)
-    build=build,
-    reads=EHR_VISIT_READS,
-    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
     model_defaults={
         # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5); the
         # per-visit ages of the one visits column feed its age embedding.
@@ -104,13 +116,4 @@ TASK = Task(
         "copy_last": {"source": "visits"},  # the current visit's diagnoses, as the next visit's
         "oracle": {"code_column": "icd9_code"},  # the label column of raw.synth_oracle_next_visit
     },
-    prediction_time=PREDICTION_TIME,
-    clock="at the discharge of the history's last visit (BEHRT convention)",
-    observation_window="every visit with diagnoses up to and including the last one of the history",
-    feature_sources=(("visits", "diagnosis"),),
-    # No bound declared: the next visit is not the index admission the gate's clock reads (its diagnoses are
-    # known at its own discharge, after this prediction time by construction).
-    outcome="the next visit's diagnoses",
-    order=20,
-    description="diagnoses of the next visit (multi-label) from all visits so far",
 )

@@ -52,16 +52,16 @@ def load_text_data(con, spec: Task, dataset: str, *, dedupe: bool = True) -> Tex
     from medtx.tasks.leakage import require_pass
 
     require_pass(con, spec, dataset)  # a task split by patient trains only past the leakage gate
-    if spec.split_unit == "text_group":
+    if spec.samples.split_unit == "text_group":
         # ORDER BY: a parallel scan returns rows in any order, and the order feeds the tokenizer and batches.
-        frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.sample_table)} "
+        frame = con.sql(f"SELECT note_id, text, label, group_id, split FROM {quote_table(spec.samples.table)} "
                         "ORDER BY note_id").to_arrow_table()
         if frame.num_rows == 0:
-            raise ValueError(f"{spec.sample_table} is empty: run `medtx ingest {spec.dataset}` then "
+            raise ValueError(f"{spec.samples.table} is empty: run `medtx ingest {spec.samples.dataset}` then "
                              f"`medtx build-samples --task {spec.samples_task}`")
         return group_split_data(frame, dedupe=dedupe)
     frame = con.sql(  # DuckDB 2.0: execute(...).pl() is gone; sql(..., params=) returns a relation
-        f"SELECT r.subject_id, r.hadm_id, r.text, r.label, s.split FROM {quote_table(spec.sample_table)} r "
+        f"SELECT r.subject_id, r.hadm_id, r.text, r.label, s.split FROM {quote_table(spec.samples.table)} r "
         "JOIN samples.splits s ON s.dataset = r.dataset AND s.task = ? AND s.subject_id = r.subject_id "
         "WHERE r.dataset = ? ORDER BY r.subject_id, r.hadm_id",  # one order every run (see above)
         params=[spec.samples_task, dataset],
@@ -73,8 +73,8 @@ def load_faq(con, task: Task) -> pa.Table:
     """The FAQ's question-answer pairs with their paraphrases and folds, by pair id (medtx.text.faq.faq_pairs)."""
     from medtx.text.faq import faq_pairs
 
-    columns_sql = ", ".join(map(quote_ident, task.sample_columns))
-    return faq_pairs(con.sql(f"SELECT {columns_sql} FROM {quote_table(task.sample_table)} ORDER BY pair_id")
+    columns_sql = ", ".join(map(quote_ident, task.samples.columns))
+    return faq_pairs(con.sql(f"SELECT {columns_sql} FROM {quote_table(task.samples.table)} ORDER BY pair_id")
                      .to_arrow_table(), task)
 
 
@@ -82,9 +82,9 @@ def load_faq(con, task: Task) -> pa.Table:
 
 
 def _fingerprint(con, spec: Task, dataset: str) -> str:
-    if spec.split_unit in ("text_group", "pair"):  # the split (the FAQ's folds) is a column of the sample table
-        return tables_fingerprint(con, [spec.sample_table])
-    return tables_fingerprint(con, [spec.sample_table, "samples.splits"],
+    if spec.samples.split_unit in ("text_group", "pair"):  # the split (the FAQ's folds) is a column of the sample table
+        return tables_fingerprint(con, [spec.samples.table])
+    return tables_fingerprint(con, [spec.samples.table, "samples.splits"],
                               {"dataset": dataset, "task": spec.samples_task})
 
 
@@ -110,10 +110,10 @@ def run_text_experiment(
     recipe = text_run(task, model, seed, overrides)
     spec = recipe.task
     if recipe.generation:
-        dataset = spec.dataset  # the FAQ's own corpus
+        dataset = spec.samples.dataset  # the FAQ's own corpus
         load = lambda con: load_faq(con, spec)  # noqa: E731
     else:
-        dataset = dataset or spec.dataset
+        dataset = dataset or spec.samples.dataset
         if dataset is None:
             raise ValueError(f"{spec.name} needs --dataset (the EHR cohort whose NOTEEVENTS have text)")
         load = lambda con: load_text_data(con, spec, dataset, dedupe=recipe.cfg.dedupe)  # noqa: E731

@@ -240,9 +240,9 @@ def faq_task() -> Task:
 def faq_pairs(rows: Any, task: Task) -> pa.Table:
     """The question-answer pairs with their paraphrases and folds (the task's sample columns), by pair id; an
     empty table is an error naming the command that builds it."""
-    rows = frames.arrow(rows).select(list(task.sample_columns))
+    rows = frames.arrow(rows).select(list(task.samples.columns))
     if rows.num_rows == 0:
-        raise ValueError(f"{task.sample_table} is empty: run `medtx build-samples --task {task.name}`")
+        raise ValueError(f"{task.samples.table} is empty: run `medtx build-samples --task {task.name}`")
     return rows.sort_by("pair_id")
 
 

@@ -60,12 +60,12 @@ def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, m
 
     name = task.name
     tables = {f"samples.{task.table}": _scoped(con, f"samples.{task.table}", dataset=dataset,
-                                               **({"task": name} if task.shared_table else {})),
+                                               **({"task": name} if task.samples.shared else {})),
               "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=name),
               "samples.vocab": _scoped(con, "samples.vocab", dataset=dataset, task=name),
               # the leakage gate's record: a blocked task is refused before anything trains
               "samples.leakage_gate": _scoped(con, "samples.leakage_gate", dataset=dataset, task=name)}
-    if "ref.ddi_atc3" in task.train_reads:
+    if "ref.ddi_atc3" in task.lineage.train_reads:
         tables["ref.ddi_atc3"] = _scoped(con, "ref.ddi_atc3")
     if reads_generator(model) and oracle_exists(con, f"synth_oracle_{name}"):
         tables[f"raw.synth_oracle_{name}"] = _scoped(con, f"raw.synth_oracle_{name}", dataset=dataset)
@@ -75,7 +75,7 @@ def warehouse_tables(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, m
 def load_split_samples(con: duckdb.DuckDBPyConnection, dataset: str, task: Task) -> dict[str, pa.Table]:
     """The task's sample rows joined with the stored patient split, per split, in (subject, hadm) order."""
     tables = {f"samples.{task.table}": _scoped(con, f"samples.{task.table}", dataset=dataset,
-                                               **({"task": task.name} if task.shared_table else {})),
+                                               **({"task": task.name} if task.samples.shared else {})),
               "samples.splits": _scoped(con, "samples.splits", dataset=dataset, task=task.name)}
     return split_samples(tables, dataset, task)
 
@@ -88,7 +88,7 @@ def load_task_vocabs(con: duckdb.DuckDBPyConnection, dataset: str, task: Task, m
 
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: load_vocab(con, dataset, task.name, f) for f in features}
-    label = task.label_feature
+    label = task.samples.label_feature
     return vocabs, (load_vocab(con, dataset, task.name, label) if label else None)
 
 

@@ -38,7 +38,7 @@ def train_step(task: Task, dataset: str, model: str, *, label: str | None = None
         needs=(sample_step_name(get_task(task.samples_task), dataset),),
         # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
         # a binary/multi-label EHR run's evaluation reads its test admissions' demographics (its subgroups)
-        reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE,
+        reads=(task.samples.table, *TRAIN_READS, *task.lineage.train_reads, *SYNTH_ORACLE,
                *(TRUST_READS if task.family == "ehr" and task.kind in ("binary", "multilabel") else ())),
         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
         device=device,
@@ -93,7 +93,7 @@ def code(step: Step) -> tuple[str, ...]:
     runner = (("medtx.training.experiment", "medtx.training.ehr_run") if task.family == "ehr"
               else ("medtx.text.experiment", "medtx.text.run"))
     return ("medtx.training.packages", *runner, task.module,
-            *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
+            *((f"medtx.tasks.{task.lineage.builds}",) if task.lineage.builds else ()))
 
 
 KIND = StepKind("train", plan, run, code)
