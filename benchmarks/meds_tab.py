@@ -78,10 +78,10 @@ def discharge_labels(db: Path, dataset: str, export: Path, task: str, folder: Pa
         stays = pl.from_arrow(con.execute("SELECT subject_id, hadm_id, dischtime FROM raw.admissions "
                                           "WHERE dataset = ?", [dataset]).to_arrow_table())
         spec = get_task(task)
-        shared_sql = " AND task = $task" if spec.shared_table else ""
+        shared_sql = " AND task = $task" if spec.samples.shared else ""
         samples = con.execute("SELECT subject_id, hadm_id, CAST(prediction_time AS TIMESTAMP) AS prediction_time "
-                              f"FROM {quote_table(spec.sample_table)} WHERE dataset = $dataset{shared_sql}",
-                              {"dataset": dataset, **({"task": task} if spec.shared_table else {})}).to_arrow_table()
+                              f"FROM {quote_table(spec.samples.table)} WHERE dataset = $dataset{shared_sql}",
+                              {"dataset": dataset, **({"task": task} if spec.samples.shared else {})}).to_arrow_table()
         samples = pl.from_arrow(samples)
     moved = samples.join(stays, on=["subject_id", "hadm_id"])
     for path in (export / "labels" / task).rglob("*.parquet"):

@@ -37,7 +37,7 @@ def recompute(db: Path, dataset: str, tasks: list[str]) -> None:
 def comparison_lines(db: Path, dataset: str, task: str) -> list[str]:
     """One line per (model, compared metric): each seed's paired difference vs the reference with its 95%
     interval and verdict, and the claim the seeds support."""
-    if not get_task(task).compared:
+    if not get_task(task).scoring.compared:
         return []
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(

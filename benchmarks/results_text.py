@@ -37,7 +37,7 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 NOTES = Path(__file__).with_name("results_text_notes.md")  # how the recorded runs were made (CPU budget, configs)
 # the text tasks on a bundled corpus (MTSamples specialty, the FAQ), from the task registry; readmission_notes reads
 # an EHR dataset's notes and has its own database (READMISSION_TASKS)
-TEXT_TASKS = tuple(t.name for t in tasks_of_family("text") if t.dataset is not None)
+TEXT_TASKS = tuple(t.name for t in tasks_of_family("text") if t.samples.dataset is not None)
 READMISSION_TASKS = ("readmission", "readmission_notes")
 FAQ_MODELS = (("retrieval", {}), ("retrieval", {"embedding": "minilm"}), ("seq2seq", {}))
 
@@ -56,7 +56,7 @@ def prepare(db: Path) -> None:
         )
         ctx = BuildContext(None, BUNDLED_DATA, seed=42, fractions=(0.7, 0.1, 0.2), min_count=1, k_folds=5)
         for task in TEXT_TASKS:
-            get_task(task).build(con, ctx)
+            get_task(task).lineage.build(con, ctx)
     finally:
         con.close()
 

@@ -119,7 +119,7 @@ def verdict_lines(runs: list[Run], task: str) -> list[str]:
     for group in group_runs(mine):
         if group[0].label == reference.label:  # the reference model's other seeds against its chosen run
             continue
-        for metric, averaging in get_task(task).compared:
+        for metric, averaging in get_task(task).scoring.compared:
             if averaging == "none":
                 lines.append(_verdict_line(group, metric, reference.label, unit))
     return lines
@@ -155,7 +155,7 @@ def per_run_table(groups: list[list[Run]], metrics: tuple[str, ...], lead: list[
                   tail: tuple[str, ...] = (), cells: Callable[[Run], list[str]] | None = None) -> list[str]:
     """One row per run: each metric with its 95% interval, the paired difference from the reference on the
     task's headline compared metric, then `tail` columns filled by `cells(run)`."""
-    headline = {g[0].task: get_task(g[0].task).compared[0][0] for g in groups if get_task(g[0].task).compared}
+    headline = {g[0].task: get_task(g[0].task).scoring.compared[0][0] for g in groups if get_task(g[0].task).scoring.compared}
     names = sorted({NAMES[m] for m in headline.values()})
     header = [*lead, "seed", *(f"{NAMES[m]} [95% CI]" for m in metrics),
               f"{' / '.join(names) or 'headline'} − reference [paired 95% CI], verdict", *tail]

@@ -84,7 +84,7 @@ def export_samples(db: Path, dataset: str, out: Path) -> dict[str, int]:
 
     task = get_task("drug_rec")  # the rows its training package holds, as a run reads them
     with tempfile.TemporaryDirectory() as exchange:
-        package = export_training_package(db, (task.sample_table, "samples.splits"),
+        package = export_training_package(db, (task.samples.table, "samples.splits"),
                                           {"dataset": dataset, "task": task.name}, exchange, "pyhealth")
         tables = read_training_package(package)[1]
         parts = {k: pl.from_arrow(v) for k, v in split_samples(tables, dataset, task).items()}

@@ -53,7 +53,7 @@ def test_config_declares_aces_tasks_that_plan_like_builtin_ones(tmp_path):
         """))
     assert {"readmission_30d", "discharged_within_7d", "mortality"} <= set(task_names())
     task = get_task("discharged_within_7d")
-    assert task.files == (str(tmp_path / "tasks" / "short.yaml"),) and task.binary and task.family == "ehr"
+    assert task.lineage.files == (str(tmp_path / "tasks" / "short.yaml"),) and task.binary and task.family == "ehr"
     plan = build_plan(cfg, tmp_path / "synth", DATA)
     step = plan["samples.readmission_30d.mimic3_demo"]
     assert step.files == (str(MEDS_DEV / "readmission_general_hospital_30d.yaml"), str(MEDS_DEV / "mimic_iv_predicates.yaml"))
@@ -66,7 +66,7 @@ def test_config_declares_aces_tasks_that_plan_like_builtin_ones(tmp_path):
     declared = json.loads(os.environ[ENV])
     assert declared["discharged_within_7d"] == {"config": str(tmp_path / "tasks" / "short.yaml"), "predicates": None}
     out = subprocess.run([sys.executable, "-c", "from medtx.tasks import get_task; "
-                          "print(get_task('readmission_30d').clock)"], capture_output=True, text=True, check=True,
+                          "print(get_task('readmission_30d').clock.words)"], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert "readmission_general_hospital_30d.yaml" in out.stdout
 

@@ -87,10 +87,10 @@ def warehouse(aces_env, tmp_path_factory):
 def test_declared_tasks_are_registered_binary_ehr_tasks(aces_env):
     assert set(NAMES) <= set(task_names()) and [s.name for s in declared()] == sorted(NAMES)
     task = get_task("medsdev_readmission")
-    assert (task.kind, task.family, task.sample_table, task.shared_table) == ("binary", "ehr",
+    assert (task.kind, task.family, task.samples.table, task.samples.shared) == ("binary", "ehr",
                                                                              "samples.admission_outcome", True)
     assert task.applies_to("logreg") and task.applies_to("gru") and not task.applies_to("oracle")
-    assert str(MEDS_DEV / "mimic_iv_predicates.yaml") in task.files  # a changed YAML invalidates the cache
+    assert str(MEDS_DEV / "mimic_iv_predicates.yaml") in task.lineage.files  # a changed YAML invalidates the cache
     with pytest.raises(ValueError, match="a built-in task has that name"):
         declare([*SPECS, AcesSpec("mortality", FIXTURES / "discharged_within_7d.yaml")])
     declare(list(SPECS))

@@ -24,7 +24,7 @@ from medtx.pipeline.kinds.train import run as run_train_from_package
 from medtx.tasks import get_task
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
-READS = ("samples.readmission", *TRAIN_READS, *get_task("readmission").train_reads)  # what the plan's step reads
+READS = ("samples.readmission", *TRAIN_READS, *get_task("readmission").lineage.train_reads)  # what the plan's step reads
 SCOPE = {"dataset": "mimic3_demo", "task": "readmission"}
 ML = ("ml.runs", "ml.models", "ml.epochs", "ml.metrics", "ml.predictions")
 

@@ -118,8 +118,8 @@ def _train_sample(db):
     task = get_task(TASK)
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(
-            f"SELECT s.subject_id, CAST(s.prediction_time AS TIMESTAMP), s.{task.label_column} FROM "
-            f"{task.sample_table} s JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = ? "
+            f"SELECT s.subject_id, CAST(s.prediction_time AS TIMESTAMP), s.{task.samples.label_column} FROM "
+            f"{task.samples.table} s JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = ? "
             "AND sp.subject_id = s.subject_id WHERE s.dataset = ? AND s.task = ? AND sp.split = 'train' "
             "ORDER BY 1, 2 LIMIT 1", [TASK, DEMO, TASK]).fetchall()[0]
 

@@ -79,7 +79,7 @@ def test_the_task_registry_loads_where_only_torch_lives(tmp_path):
     probe = ("import sys\n"
              "from medtx.tasks import all_tasks\n"
              "tasks = all_tasks()\n"
-             "assert all(t.build is not None or t.builds for t in tasks)\n"
+             "assert all(t.lineage.build is not None or t.lineage.builds for t in tasks)\n"
              "print(len(tasks), sorted(m for m in ('duckdb', 'polars', 'ftfy') if m in sys.modules))\n")
     ran = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]

@@ -140,7 +140,8 @@ def test_the_shortcut_audit_blocks_the_planted_code_until_acknowledged_with_a_re
     """A retrospective variant (clock at discharge, no outcome bound declared, the stay's own codes as features)
     passes (a), (b) and (d), but the cross-validated audit finds the conditions give death away far beyond the
     oracle: the task is blocked until the config acknowledges it with a reason (more: tests/test_leakage_doors.py)."""
-    retro = dataclasses.replace(get_task("mortality"), prediction_time="dischtime", outcome_known=None)
+    retro = dataclasses.replace(get_task("mortality"), clock=dataclasses.replace(get_task("mortality").clock,
+                                                                  prediction_time="dischtime", outcome_known=None))
     leaky.execute(f"""
         UPDATE samples.admission_outcome s SET prediction_time = a.dischtime FROM raw.admissions a
         WHERE a.hadm_id = s.hadm_id AND a.dataset = s.dataset AND s.dataset = '{DATASET}' AND s.task = 'mortality'""")

@@ -80,6 +80,11 @@ def _one_line_block(result, task: str, dataset: str, check: str, *needles: str) 
         assert needle in result.message, result.message
 
 
+def _with_clock(task, **clock):
+    """The task record with its clock changed (`Task.clock`, medtx.tasks.base.Clock)."""
+    return dataclasses.replace(task, clock=dataclasses.replace(task.clock, **clock))
+
+
 def _set_static(con, dataset: str, sql: str) -> None:
     """Rewrite the mortality rows' `static` column from `sql` (columns hadm_id, static)."""
     con.execute(f"""UPDATE samples.admission_outcome s SET static = x.static FROM ({sql}) x
@@ -120,8 +125,8 @@ def test_discharge_time_columns_in_a_task_predicting_at_48h_are_blocked(wh, pref
     """Declared honestly (the allow-list knows the column and its time rule), and built from the allow-list: the
     column is known only at discharge, after the 48-hour prediction time."""
     con, dataset = wh
-    variant = dataclasses.replace(get_task("mortality"), static_tokens=("AGE", "SEX", "ADMISSION_TYPE", prefix))
-    _set_static(con, dataset, static_tokens_sql(variant.name, variant.static_tokens))
+    variant = _with_clock(get_task("mortality"), static_tokens=("AGE", "SEX", "ADMISSION_TYPE", prefix))
+    _set_static(con, dataset, static_tokens_sql(variant.name, variant.clock.static_tokens))
     result = run_gate(con, variant, dataset)
     _one_line_block(result, "mortality", dataset, "(b)", f"holds static token '{prefix}//", column,
                     "known only at discharge", "after its prediction time")
@@ -133,7 +138,7 @@ def test_discharge_time_columns_in_a_task_predicting_at_48h_are_blocked(wh, pref
 def test_a_static_prefix_without_a_time_rule_is_refused_where_the_task_is_declared():
     with pytest.raises(StaticTokenError, match=r"^task 'mortality': static token prefix 'DIAGNOSIS' comes from no "
                                                r"column with a time rule .*AGE \(raw.patients.dob\)"):
-        dataclasses.replace(get_task("mortality"), static_tokens=("AGE", "DIAGNOSIS"))
+        _with_clock(get_task("mortality"), static_tokens=("AGE", "DIAGNOSIS"))
     with pytest.raises(StaticTokenError, match="'ICD9'"):
         static_tokens_sql("mortality", ("ICD9",))
     assert {c.prefix for c in STATIC_COLUMNS if c.known_sql == "dischtime"} >= {"DISCHARGE_LOCATION", "LOS",
@@ -143,7 +148,7 @@ def test_a_static_prefix_without_a_time_rule_is_refused_where_the_task_is_declar
 def test_a_feature_column_without_a_time_rule_is_blocked(wh):
     con, dataset = wh
     task = get_task("mortality")
-    variant = dataclasses.replace(task, feature_sources=tuple(fs for fs in task.feature_sources if fs[0] != "drugs"))
+    variant = _with_clock(task, feature_sources=tuple(fs for fs in task.clock.feature_sources if fs[0] != "drugs"))
     result = run_gate(con, variant, dataset)
     _one_line_block(result, "mortality", dataset, "(b)", "feature column 'drugs' of task mortality has no time rule")
 
@@ -165,7 +170,7 @@ def test_mortality_declared_at_discharge_is_refused(wh):
     """The clock moved to discharge, honestly declared and stored: no token is late, but an in-hospital outcome
     is known by then."""
     con, dataset = wh
-    variant = dataclasses.replace(get_task("mortality"), prediction_time="dischtime")
+    variant = _with_clock(get_task("mortality"), prediction_time="dischtime")
     con.execute("""UPDATE samples.admission_outcome s SET prediction_time = a.dischtime FROM raw.admissions a
                    WHERE a.hadm_id = s.hadm_id AND a.dataset = s.dataset AND s.dataset = $dataset
                    AND s.task = 'mortality'""", {"dataset": dataset})
@@ -183,8 +188,8 @@ def _retro(con, dataset: str, static_tokens: tuple[str, ...] = ("AGE", "SEX", "A
     """A retrospective mortality variant, honestly declared: prediction at discharge, no outcome bound (so (b) and
     (d) have nothing to say), the stay's own discharge diagnoses as the current visit's conditions, and the given
     static tokens built from the allow-list. Only the audit can see that its features give the label away."""
-    variant = dataclasses.replace(get_task("mortality"), prediction_time="dischtime", outcome_known=None,
-                                  static_tokens=static_tokens)
+    variant = _with_clock(get_task("mortality"), prediction_time="dischtime", outcome_known=None,
+                          static_tokens=static_tokens)
     con.execute("""UPDATE samples.admission_outcome s SET prediction_time = a.dischtime FROM raw.admissions a
                    WHERE a.hadm_id = s.hadm_id AND a.dataset = s.dataset AND s.dataset = $dataset
                    AND s.task = 'mortality'""", {"dataset": dataset})
@@ -193,7 +198,7 @@ def _retro(con, dataset: str, static_tokens: tuple[str, ...] = ("AGE", "SEX", "A
         FROM (SELECT hadm_id, list(DISTINCT trim(icd9_code)) AS codes FROM raw.diagnoses_icd WHERE dataset = $dataset
               GROUP BY 1) d
         WHERE s.hadm_id = d.hadm_id AND s.dataset = $dataset AND s.task = 'mortality'""", {"dataset": dataset})
-    _set_static(con, dataset, static_tokens_sql(variant.name, variant.static_tokens))
+    _set_static(con, dataset, static_tokens_sql(variant.name, variant.clock.static_tokens))
     return variant
 
 
@@ -313,8 +318,7 @@ def test_notes_are_features_only_from_their_chart_time_and_never_once_the_next_a
     assert honest.status == "pass" and honest.late_codes == 0, honest.message
     assert require_pass(con, get_task("readmission_notes"), dataset) == "pass"
     # the old clock (the summary read at discharge): the summary is charted after it
-    at_discharge = dataclasses.replace(get_task("readmission_notes"), prediction_time="dischtime",
-                                       prediction_time_column="prediction_time")
+    at_discharge = _with_clock(get_task("readmission_notes"), prediction_time="dischtime", column="prediction_time")
     result = run_gate(con, at_discharge, dataset)
     _one_line_block(result, "readmission_notes", dataset, "(b)", "task readmission_notes: sample hadm_id",
                     "holds in text a note charted", "after its prediction time")

@@ -37,7 +37,7 @@ def _baseline(task) -> str:
 
 
 def _dataset(task) -> str:
-    return task.dataset or DEMO
+    return task.samples.dataset or DEMO
 
 
 TASKS = list(all_tasks())
@@ -48,8 +48,8 @@ CONFIG = (f"datasets: [{{source: {DATA / 'mimic3_demo'}}}]\n"
           "tasks:\n" + "".join(f"  {t.name}: {{models: [{{model: {_baseline(t)}}}]}}\n" for t in TRAINED))
 # One train step per task of the registry, with its cheapest baseline.
 TRAIN_STEPS = tuple(f"train.{t.name}.{_dataset(t)}.{_baseline(t)}.s42" for t in TRAINED)
-SAMPLE_STEPS = tuple(f"samples.{t.name}" + (f".{DEMO}" if t.dataset is None else "")
-                     for t in TASKS if t.build is not None)
+SAMPLE_STEPS = tuple(f"samples.{t.name}" + (f".{DEMO}" if t.samples.dataset is None else "")
+                     for t in TASKS if t.lineage.build is not None)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def _steps(plan) -> list[str]:
 
 def test_plan_covers_every_samples_step(plan):
     built = {s.task_name for s in plan.steps if s.kind.name == "samples"}
-    assert built == {t.name for t in TASKS if t.build is not None}
+    assert built == {t.name for t in TASKS if t.lineage.build is not None}
     assert {"drug_rec", "next_visit", "readmission", "mortality", "specialty", "faq"} <= built  # the registry is read
     assert set(NOT_TRAINABLE_ON_THE_DEMO) <= {t.name for t in TASKS}
 

@@ -163,7 +163,7 @@ def test_joint_history_runs_visit_by_visit_with_every_features_current_visit_las
     index = codec.joint
     assert [index.labels[i] for i in item["codes"]["ids"]] == ["c2", "<unk>", "drugs_hist:D2", "drugs_hist:D3",
                                                                "c3", "procedures:p1"]
-    assert len(item["codes"]["ids"]) == sum(len(item[f]["ids"]) for f in codec.task.features)  # no code lost or added
+    assert len(item["codes"]["ids"]) == sum(len(item[f]["ids"]) for f in codec.task.samples.features)  # no code lost or added
     batch = codec.collate(codec.encode(frame))
     assert batch["codes_mask"].tolist() == [[True] * 6] and "codes" in batch["tokens"]
     assert codec.sequences == ("conditions", "procedures", "drugs_hist", "codes")
@@ -733,7 +733,7 @@ def test_every_model_reads_the_real_demo_sample_tables(demo_db):  # noqa: F811
                 frame = con.sql(f"SELECT * FROM samples.{spec.table} WHERE dataset = 'mimic3_demo'").pl()
                 assert frame.height > 0, task
                 vocabs = {f: load_vocab(con, "mimic3_demo", task, f) for f in required_features(name, spec)}
-                label = spec.label_feature
+                label = spec.samples.label_feature
                 bundle = build_ehr_model(name, spec, vocabs, load_vocab(con, "mimic3_demo", task, label)
                                          if label else None, tiny(name))
                 batch = bundle.collate(bundle.encode(frame))

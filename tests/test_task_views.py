@@ -9,10 +9,10 @@ from medtx.tasks import all_tasks, get_task
 
 
 def test_compared_metrics_are_the_tasks_declarations():
-    # what medtx.evaluation.comparisons compares each task on (`Task.compared`; the dashboard's headline metric)
+    # what medtx.evaluation.comparisons compares each task on (`Task.scoring.compared`; the dashboard's headline metric)
     from dashboard.pages.leaderboard import headline_metric
 
-    compared = {t.name: t.compared for t in all_tasks() if t.compared}
+    compared = {t.name: t.scoring.compared for t in all_tasks() if t.scoring.compared}
     assert compared == {
         "drug_rec": (("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
         "next_visit": (("pr_auc_samples", "visit"), ("f1_samples", "visit")),
@@ -30,7 +30,7 @@ def test_one_patient_split_and_bootstrap_units():
     from medtx.tasks.base import EHR_SAMPLE_EXTRAS
 
     # every EHR builder rewrites the dataset's one patient split; no task ranks the MEDS split any more
-    assert all("samples.patient_splits" in t.writes for t in all_tasks() if t.family == "ehr" and t.build)
+    assert all("samples.patient_splits" in t.lineage.writes for t in all_tasks() if t.family == "ehr" and t.lineage.build)
     assert "samples.patient_splits" in EHR_SAMPLE_EXTRAS and not hasattr(get_task("readmission"), "meds_split_rank")
     assert get_task("specialty").unit_name == "text groups"
     assert get_task("faq").unit_name == "pairs"
@@ -46,8 +46,12 @@ def test_copy_last_and_oracle_read_the_task():
     assert CopyLast(get_task("next_visit"), labels).config["source"] == "visits"
     with pytest.raises(ValueError, match="copy_last is defined for"):
         CopyLast(get_task("readmission"), labels)
-    assert get_task("drug_rec").oracle_code_column == "atc3"
-    assert get_task("next_visit").visit_ages == "ages" and get_task("drug_rec").visit_ages is None
+    # the models' facts are the models' entries of the task (Task.model_defaults), not fields of the task
+    assert get_task("drug_rec").defaults_for("oracle") == {"code_column": "atc3"}
+    assert get_task("next_visit").defaults_for("behrt")["visit_ages"] == "ages"
+    assert "visit_ages" not in get_task("drug_rec").defaults_for("behrt")
+    for fact in ("copy_source", "copy_skips_current", "oracle_code_column", "visit_ages"):
+        assert not hasattr(get_task("drug_rec"), fact), fact
 
 
 def test_only_the_oracle_reads_the_generator_and_its_steps_need_a_synthetic_cohort():

@@ -32,14 +32,14 @@ def test_registry_discovers_one_module_per_task():
     assert sorted(task_names()) == modules
     expected = {"drug_rec", "next_visit", "readmission", "readmission_notes", "mortality", "specialty", "faq"}
     assert expected <= set(modules)
-    assert get_task("mortality").kind == "binary" and get_task("mortality").split_unit == "patient"
+    assert get_task("mortality").kind == "binary" and get_task("mortality").samples.split_unit == "patient"
     assert {t.name for t in tasks_of_kind("binary")} >= {"readmission", "readmission_notes", "mortality"}
     assert all(t.family == "ehr" for t in tasks_of_family("ehr"))
     for task in all_tasks():  # every builder declares what it reads and writes; trained-on tables exist in writes
-        if task.build is not None:
-            assert task.sample_table in task.writes, task.name
+        if task.lineage.build is not None:
+            assert task.samples.table in task.lineage.writes, task.name
         else:
-            assert task.builds is not None and get_task(task.builds).sample_table == task.sample_table
+            assert task.lineage.builds is not None and get_task(task.lineage.builds).samples.table == task.samples.table
 
 
 def test_every_task_is_configured_and_documented():
@@ -54,7 +54,7 @@ def test_every_task_is_configured_and_documented():
         assert f"| `{task.name}` |" in documented, f"docs/TASKS.md's task table has no row for {task.name}"
         assert not (REPO_ROOT / "medtx" / "samples" / f"{task.name}.py").exists(), task.name
         # the builder is the task's own, or the admission-outcome declaration's (medtx/tasks/outcome.py)
-        builder = getattr(task.build, "func", task.build)
+        builder = getattr(task.lineage.build, "func", task.lineage.build)
         assert builder is None or builder.__module__ in (f"medtx.tasks.{task.name}", "medtx.tasks.outcome"), task.name
 
 
@@ -99,7 +99,7 @@ def test_models_apply_by_kind_and_features_unless_the_task_keeps_them_out():
     for task in all_tasks():
         applies = set(models_for(task))
         for spec in (s for f in model_families(task) for s in specs(f)):
-            rule = (task.kind in spec.kinds and set(spec.source_features or ()) <= set(task.features)
+            rule = (task.kind in spec.kinds and set(spec.source_features or ()) <= set(task.samples.features)
                     and task.applies_to(spec.name))
             assert (spec.name in applies) == rule, (task.name, spec.name)
     # the exclusions the tasks declare, and what each kind rules out
@@ -130,7 +130,7 @@ def test_per_task_model_defaults_come_from_the_task():
     assert model_defaults("transformer", get_task("drug_rec")) == fast
     # transformer_rope takes the transformer's per-task defaults (the task lists only "transformer")
     assert model_defaults("transformer_rope", get_task("drug_rec")) == fast
-    assert model_defaults("behrt", get_task("next_visit")) == {"copy_recencies": (0,)}
+    assert model_defaults("behrt", get_task("next_visit")) == {"copy_recencies": (0,), "visit_ages": "ages"}
     assert model_defaults("behrt", get_task("drug_rec")) == {"copy_feature": "drugs_hist", "copy_recencies": (1,)}
     assert model_defaults("transformer", get_task("readmission")) == {}
     assert model_defaults("retain", get_task("drug_rec")) == {}

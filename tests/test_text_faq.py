@@ -24,7 +24,7 @@ def faq_db(tmp_db):
     from medtx.tasks import BuildContext, get_task
 
     con = connect(tmp_db)
-    get_task("faq").build(con, BuildContext("mental_health_faq", DATA, seed=0, fractions=(), k_folds=5))
+    get_task("faq").lineage.build(con, BuildContext("mental_health_faq", DATA, seed=0, fractions=(), k_folds=5))
     con.close()
     return tmp_db
 

@@ -120,7 +120,7 @@ def prepare_text(db: Path, tasks: tuple[str, ...], workdir: Path, split_seed: in
 
     with open_warehouse(db, read_only=True) as con:
         missing = [t for t in tasks if not con.execute(
-            f"SELECT count(*) FROM {quote_table(get_task(t).sample_table)}").fetchall()[0][0]]
+            f"SELECT count(*) FROM {quote_table(get_task(t).samples.table)}").fetchall()[0][0]]
     if not missing:
         return
     ingest_mtsamples(db, ROOT / "data" / "mtsamples" / "mtsamples.csv.gz", workdir / "cache")
@@ -138,7 +138,7 @@ def export_packages(db: Path, dataset: str, tasks: tuple[str, ...], out: Path) -
     done = {}
     for task in tasks:
         spec = get_task(task)
-        step = train_step(spec, spec.dataset or dataset, "gru" if spec.family == "ehr" else "majority")
+        step = train_step(spec, spec.samples.dataset or dataset, "gru" if spec.family == "ehr" else "majority")
         reads = tuple(t for t in step.reads if not t.startswith("raw.synth_oracle_"))
         package = export_training_package(db, reads, step.scope, out, task)
         manifest = json.loads((package / "manifest.json").read_text())
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         from medtx.tasks import get_task
 
         notes_tasks = tuple(t for t in text_tasks if t in NOTES_TASKS)
-        builds = tuple(dict.fromkeys(tasks + tuple(get_task(t).builds or t for t in notes_tasks)))
+        builds = tuple(dict.fromkeys(tasks + tuple(get_task(t).lineage.builds or t for t in notes_tasks)))
         dataset = prepare_synth(db, args.scale, args.workdir, builds, args.split_seed, notes=args.notes)
         if text_tasks:
             prepare_text(db, tuple(t for t in text_tasks if t in TEXT_TASKS), args.workdir, args.split_seed)

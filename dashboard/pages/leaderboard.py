@@ -178,7 +178,7 @@ def default_dataset(names: list[str], sizes: list[int | None]) -> str | None:
 def headline_metric(task: str) -> str | None:
     """The metric the verdict and forest plot are on (the task's first compared metric; None for a task that
     declares none or that the registry does not know)."""
-    compared = spec.compared if (spec := find_task(task)) is not None else ()
+    compared = spec.scoring.compared if (spec := find_task(task)) is not None else ()
     return compared[0][0] if compared else None
 
 

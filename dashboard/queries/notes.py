@@ -63,7 +63,7 @@ def top_tokens_per_class(snapshot: Path, run_id: str, per_class: int = 8) -> pl.
 
 def admission_notes(task: Task | None) -> bool:
     """A note task over EHR admissions (split by patient): its note text lies in its sample table."""
-    return task is not None and task.family == "text" and task.split_unit == "patient"
+    return task is not None and task.family == "text" and task.samples.split_unit == "patient"
 
 
 def discharge_note_text(snapshot: Path, task: Task, dataset: str, hadm_id: int) -> dict | None:
@@ -74,7 +74,7 @@ def discharge_note_text(snapshot: Path, task: Task, dataset: str, hadm_id: int) 
     df = query(
         snapshot,
         "SELECT CAST(hadm_id AS VARCHAR) AS note_id, text AS transcription, label "
-        f"FROM {quote_table(task.sample_table)} WHERE dataset = ? AND hadm_id = ?",
+        f"FROM {quote_table(task.samples.table)} WHERE dataset = ? AND hadm_id = ?",
         [dataset, hadm_id],
     )
     return df.row(0, named=True) if df.height else None

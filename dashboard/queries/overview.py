@@ -37,7 +37,7 @@ def sample_counts(snapshot: Path, dataset: str) -> pl.DataFrame:
         snapshot,
         f"SELECT task, split, n FROM {_mart_sql(snapshot, 'sample_counts')} "
         "WHERE dataset = ? OR list_contains(?, task) ORDER BY task, split",
-        [dataset, [t.name for t in all_tasks() if t.split_unit == "text_group"]],  # one corpus, no EHR dataset
+        [dataset, [t.name for t in all_tasks() if t.samples.split_unit == "text_group"]],  # one corpus, no EHR dataset
     )
     return df.with_columns(pl.col("n").cast(pl.Int64)) if df.height else pl.DataFrame()
 

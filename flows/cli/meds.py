@@ -34,7 +34,6 @@ app.add_typer(import_app, name="import")
 
 _console = Console(stderr=True)
 _DB = typer.Option(None, "--db", help="Warehouse file (default: settings `db`).")
-_PREFECT = typer.Option(False, "--prefect", help="Run as the Prefect flow `meds`.")
 _USER_ERRORS = (ExportError, MedsFormatError, MappingError, ValueError, FileNotFoundError)
 
 
@@ -49,20 +48,13 @@ def export(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out when it is a previous medtx MEDS "
                                    "export (anything else is refused)."),
     db: Path = _DB,
-    prefect: bool = _PREFECT,
 ) -> None:
     """Export one dataset as MEDS 0.4: data/<split>/ shards, codes, splits, dataset.json (+ labels/<task>/)."""
     settings = get_settings(db=db)
     try:
-        if prefect:
-            from flows.meds import meds_flow
-
-            r = meds_flow(export_dataset=dataset, out=out, shard_rows=shard_rows, labels=labels or [],
-                          overwrite=overwrite, db=settings.db)
-        else:
-            with open_warehouse(settings.db) as con:
-                r = export_meds(con, dataset, out, shard_rows=shard_rows, labels=labels or [], overwrite=overwrite,
-                                protected=protected_paths(settings))
+        with open_warehouse(settings.db) as con:
+            r = export_meds(con, dataset, out, shard_rows=shard_rows, labels=labels or [], overwrite=overwrite,
+                            protected=protected_paths(settings))
     except _USER_ERRORS as exc:
         _fail("export", exc, code=2)
     table = Table(title=f"MEDS export of {dataset} -> {r.out}")
@@ -139,7 +131,6 @@ def ingest(
     codes: str = typer.Option(None, "--codes", help="Code mapping: `medtx`, `mimic4` or a YAML file "
                               "(default: from metadata/dataset.json's etl_name)."),
     db: Path = _DB,
-    prefect: bool = _PREFECT,
     allow_shrink: bool = _ALLOW_SHRINK,
     max_shrink: float = _MAX_SHRINK,
     plausibility: Plausibility = _PLAUSIBILITY,
@@ -153,14 +144,8 @@ def ingest(
     plausibility = plausibility.value
     try:
         guard = ShrinkGuard(allow_shrink, max_shrink)
-        if prefect:
-            from flows.meds import meds_flow
-
-            r = meds_flow(source=str(source), dataset=dataset, codes=codes, db=settings.db, guard=guard,
-                          plausibility=plausibility, cast_types=cast_types)
-        else:
-            r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility,
-                            cast_types=cast_types)
+        r = ingest_meds(settings.db, source, dataset, codes, guard=guard, plausibility=plausibility,
+                        cast_types=cast_types)
     except _USER_ERRORS as exc:
         _fail("ingest", exc, code=2)
     table = Table(title=f"MEDS {source} -> dataset {r.dataset} (codes: {r.mapping}) in {settings.db}")

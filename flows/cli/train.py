@@ -145,7 +145,8 @@ def train(
         _check_model(spec, model)
         _check_overrides(spec, model, values)
         # a task on a fixed corpus (MTSamples, the FAQ) names it; any other reads a warehouse dataset
-        dataset = (dataset or spec.dataset) if spec.dataset is not None else default_dataset(settings.db, dataset)
+        fixed = spec.samples.dataset
+        dataset = (dataset or fixed) if fixed is not None else default_dataset(settings.db, dataset)
         step = train_step(spec, dataset, model, overrides=values, seed=seed, device=device)
         run_id = train_here(settings.db, step, settings.exchange_dir, settings.models_dir, device=device)[0]
     except LeakageError as exc:  # the leakage gate blocks the task (medtx.tasks.leakage): bad input, one line

@@ -20,7 +20,7 @@ Per EHR dataset the builder (`build`)
 3. builds each sample's features as every EHR task does: the clock-bounded history at ACES's prediction time
    (medtx.samples.common.create_history over that stay), plus the `static` tokens known at admission (age band,
    sex, admission type: the built-in 48-hour task's); the label is ACES's `boolean_value`.
-The task's clock (`Task.prediction_time`) reads the prediction time back from `samples.aces_labels`, so the
+The task's clock (`Task.clock.prediction_time`) reads the prediction time back from `samples.aces_labels`, so the
 leakage gate (medtx.tasks.leakage) checks every feature code against ACES's own prediction time.
 
 Declared tasks reach every process (the training worker, the dashboard started by the pipeline) through the
@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import BINARY_SCORING, EHR_VISIT_READS, BuildContext, Clock, Samples, Task, ehr_lineage
+from medtx.tasks.outcome import COLUMNS, DEFAULT_STATIC, FEATURE_SOURCES, FEATURES, TABLE, VOCAB
+from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -47,7 +49,6 @@ if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is a
 log = logging.getLogger("medtx.samples")
 
 ENV = "MEDTX_ACES_TASKS"
-TABLE = "samples.admission_outcome"
 LABELS_TABLE = "samples.aces_labels"
 RECORD_TABLE = "samples.aces_tasks"
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -61,7 +62,7 @@ STAY_SQL = """
             LIMIT 1) AS stay_hadm_id
     FROM _aces_rows a"""
 
-STATIC_TOKENS = ("AGE", "SEX", "ADMISSION_TYPE")  # known at admission (medtx.samples.static)
+STATIC_TOKENS = DEFAULT_STATIC  # known at admission (medtx.samples.static), as the built-in 48-hour task's
 
 
 def samples_sql(name: str) -> str:
@@ -75,10 +76,6 @@ def samples_sql(name: str) -> str:
     FROM _samples_history h JOIN _samples_visits v USING (hadm_id)
     JOIN samples.aces_labels a ON a.dataset = $dataset AND a.task = $task AND a.stay_hadm_id = h.hadm_id
     JOIN ({static_tokens_sql(name, STATIC_TOKENS)}) st USING (hadm_id)"""
-
-
-VOCAB = {"conditions": "flatten(conditions)", "procedures": "flatten(procedures)", "drugs": "flatten(drugs)",
-         "static": "static[-1]"}
 
 
 @dataclass(frozen=True)
@@ -117,31 +114,21 @@ def aces_task(spec: AcesSpec) -> Task:
         name=spec.name,
         kind="binary",
         family="ehr",
-        sample_table=TABLE,
-        sample_columns=("dataset", "task", "subject_id", "hadm_id", "admittime", "prediction_time", "conditions",
-                        "procedures", "drugs", "static", "label"),
-        features=("conditions", "procedures", "drugs", "static"),
-        label_column="label",
-        split_unit="patient",
-        metrics=("auroc", "auprc", "rp80"),
-        monitor="auprc",
-        compared=(("auprc", "none"), ("rp80", "none")),
-        build=build,
-        reads=(*EHR_VISIT_READS, "raw.prescriptions"),  # + the events ACES reads (medtx.meds.events)
-        writes=(TABLE, LABELS_TABLE, RECORD_TABLE, *EHR_SAMPLE_EXTRAS),
-        shared_table=True,
+        description=f"ACES task {spec.config.name} (binary; labels and prediction times extracted by ACES)",
+        order=60,
+        clock=Clock(prediction_time=clock_sql(spec.name), words=f"ACES's prediction time ({spec.config.name})",
+                    observation_window=("what the clock shows at ACES's prediction time: earlier admissions' codes "
+                                        "and this stay's drugs known by then; age, sex and admission type"),
+                    feature_sources=FEATURE_SOURCES, static_tokens=STATIC_TOKENS),
+        # the admission-level outcomes' table (medtx.tasks.outcome), rows told apart by `task`
+        samples=Samples(table=TABLE, columns=COLUMNS, features=FEATURES, label_column="label", split_unit="patient",
+                        shared=True),
+        lineage=ehr_lineage(TABLE, build, reads=(*EHR_VISIT_READS, "raw.prescriptions"),  # + the events ACES reads
+                            writes=(LABELS_TABLE, RECORD_TABLE),
+                            files=tuple(str(p) for p in (spec.config, spec.predicates) if p is not None)),
+        scoring=BINARY_SCORING,
         # BEHRT needs per-visit ages, the oracle a generator's probability: neither exists for a task from outside
         excluded_models=("behrt", "oracle"),
-        files=tuple(str(p) for p in (spec.config, spec.predicates) if p is not None),
-        prediction_time=clock_sql(spec.name),
-        clock=f"ACES's prediction time ({spec.config.name})",
-        observation_window=("what the clock shows at ACES's prediction time: earlier admissions' codes and this "
-                            "stay's drugs known by then; age, sex and admission type"),
-        feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug"),
-                         ("static", "static")),
-        static_tokens=STATIC_TOKENS,
-        order=60,
-        description=f"ACES task {spec.config.name} (binary; labels and prediction times extracted by ACES)",
     )
 
 
@@ -149,9 +136,6 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
     """Run ACES on the dataset and rewrite this task's rows of samples.admission_outcome (+ samples.aces_labels,
     splits, vocab, summary). Needs `_samples_visits` of the dataset (medtx.tasks.build makes it)."""
     from medtx.aces.run import AcesError, labels_sql, run_aces, write_events
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
     from medtx.store.db import transaction
 
     with tempfile.TemporaryDirectory(prefix=f"medtx-aces-{spec.name}-") as work:
@@ -204,28 +188,16 @@ def build_aces(con: duckdb.DuckDBPyConnection, ctx: BuildContext, spec: AcesSpec
     if no_stay:
         log.warning("%s [%s]: %d of %d ACES rows fall before the subject's first admission: no stay to build "
                     "features on, counted as excluded_no_stay", spec.name, ctx.dataset, no_stay, rows)
-    stats = visit_stats(con)
-    from medtx.store.db import quote_ident, sql_literal
+    from medtx.store.db import sql_literal
 
-    create_history(con, ctx.dataset, clock_sql(spec.name),
-                   f"SELECT subject_id, stay_hadm_id AS hadm_id FROM {LABELS_TABLE} WHERE dataset = $dataset "
-                   f"AND task = {sql_literal(spec.name)} AND stay_hadm_id IS NOT NULL")
-    source = f"_samples_{spec.name}"  # the name is checked (check_name) and quoted where it is SQL
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(source)} AS {samples_sql(spec.name)}", key)
-    drop_history(con)
-    n, patients, positives = con.sql(
-        f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) FROM {quote_ident(source)}"
-    ).fetchall()[0]
-    if n == 0:
-        con.execute(f"DROP TABLE IF EXISTS {quote_ident(source)}")
-        raise EmptyCohortError(f"{spec.name}: ACES ({spec.config}) gives dataset {ctx.dataset!r} no sample "
-                               f"({rows} rows, {no_stay} before any admission)")
-    figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-               "aces_rows": rows, "excluded_no_stay": no_stay, **stats, **unknown_code_counts(con)}
-    store_task(con, dataset=ctx.dataset, task=spec.name, source=f"_samples_{spec.name}", target=TABLE,
-               seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-               shared=True)
-    return n
+    index_sql = (f"SELECT subject_id, stay_hadm_id AS hadm_id FROM {LABELS_TABLE} WHERE dataset = $dataset "
+                 f"AND task = {sql_literal(spec.name)} AND stay_hadm_id IS NOT NULL")
+    # the name is checked (check_name) and quoted where it is SQL
+    samples = HistoryRows(task=spec.name, table=TABLE, prediction_time=clock_sql(spec.name), index_sql=index_sql,
+                          rows_sql=samples_sql(spec.name), vocab=VOCAB, figures=BINARY_FIGURES, shared=True)
+    return samples.build(con, ctx, extra_figures={"aces_rows": rows, "excluded_no_stay": no_stay},
+                         empty=lambda stats: (f"{spec.name}: ACES ({spec.config}) gives dataset {ctx.dataset!r} no "
+                                              f"sample ({rows} rows, {no_stay} before any admission)"))
 
 
 def declared() -> tuple[AcesSpec, ...]:

@@ -286,9 +286,9 @@ def _config_value(config: object, key: str) -> object:
 def _clock(task) -> Section:
     if task is None:
         return Section("clock", "The task's clock", ["The task of this run is no longer registered."])
-    when = task.clock or "not stated"
+    when = task.clock.words or "not stated"
     paragraphs = [f"Task {task.name} ({task.kind}): {task.description}",
-                  f"Prediction time: {when}" + (f" (SQL: {task.prediction_time})" if task.prediction_time else "")
+                  f"Prediction time: {when}" + (f" (SQL: {task.clock.prediction_time})" if task.clock.prediction_time else "")
                   + ". Features hold only events known at or before it (medtx/samples/clock.py)."]
     return Section("clock", "The task's clock", paragraphs)
 
@@ -309,7 +309,7 @@ def _splits(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
 
 
 def _headline(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figures: sm.Figures) -> Section:
-    names = list(task.metrics) if task is not None else []
+    names = list(task.scoring.metrics) if task is not None else []
     rows = _rows(con, "SELECT m.metric, m.averaging, m.value, m.ci_low, m.ci_high, m.ci_method, c.verdict, c.diff, "
                       "c.ci_low AS d_lo, c.ci_high AS d_hi, c.reference_run_id FROM ml.metrics m "
                       "LEFT JOIN ml.comparisons c ON c.run_id = m.run_id AND c.metric = m.metric "
@@ -377,7 +377,7 @@ def _group_cell(g: dict | None) -> str:
 def _subgroup_section(con: duckdb.DuckDBPyConnection, rid: str, task, groups: list[dict], data: dict,
                       figures: sm.Figures) -> Section:
     sub = Section("subgroups", "Subgroups")
-    preferred = [*(task.metrics if task is not None else ()), "citl"]
+    preferred = [*(task.scoring.metrics if task is not None else ()), "citl"]
     metrics = sorted(dict.fromkeys((g["metric"], g["averaging"]) for g in groups),
                      key=lambda m: preferred.index(m[0]) if m[0] in preferred else len(preferred))
     overall = {(m, a): v for m, a, v in con.execute(

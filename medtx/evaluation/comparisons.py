@@ -7,7 +7,7 @@ retrieval, copy_last, most_frequent, majority), the highest validation value of 
 first model of that fixed order — a rule set before looking at any result. Ties go to the latest run.
 
 Each run is compared with the reference by a paired bootstrap: the same resampled test units (one count matrix,
-same seed) for both, on the task's headline and set metrics (`Task.compared`). The two runs must have
+same seed) for both, on the task's headline and set metrics (`Task.scoring.compared`). The two runs must have
 predictions on the same test samples; otherwise the comparison is refused with a clear error. The functions take
 the registry's `Task` (a recorded run's task name is resolved once, by the caller: medtx.evaluation.analysis).
 """
@@ -37,9 +37,9 @@ def reference_run(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | Non
     (or the task declares no compared metrics)."""
     from medtx.models.registry import reference_models
 
-    if not task.compared:
+    if not task.scoring.compared:
         return None
-    metric, averaging = task.compared[0]
+    metric, averaging = task.scoring.compared[0]
     candidates = reference_models()
     rows = con.execute(
         f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
@@ -92,7 +92,7 @@ def compare_pair(run: RunData, ref: RunData, task: Task, run_id: str, ref_id: st
     run_stats = aligned.stats(inverse, n_units)
     ref_stats = ref.stats(inverse, n_units) if ref_stats is None else ref_stats
     rows = []
-    for metric, averaging in task.compared:
+    for metric, averaging in task.scoring.compared:
         if (metric, averaging) not in run_stats:
             continue
         c = iv.paired_comparison(run_stats[(metric, averaging)], ref_stats[(metric, averaging)], counts)
@@ -108,7 +108,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None
 
     `run_ids`: the runs just recorded; all completed runs are recompared when the reference changed (or when
     `run_ids` is None)."""
-    if not task.compared:
+    if not task.scoring.compared:
         return 0
     ref_id = reference_run(con, task, dataset)
     runs = [r for r, in con.execute(

@@ -210,11 +210,11 @@ def intended_use(task, dataset: str | None) -> dict[str, str]:
         "population": f"admissions of the {dataset or 'run’s'} data set that enter the {task.name} task's samples",
         "decision": f"flag {what} for a clinician's review ({task.kind} risk)" if task.kind == "binary"
         else f"suggest {what} for a clinician's review",
-        "moment": task.clock or "not stated by the task",
+        "moment": task.clock.words or "not stated by the task",
         "user": "a clinician reviewing the flag, with the patient's record at hand (the task declares no "
                 "autonomous action)",
-        "inputs": task.observation_window or "not stated by the task",
+        "inputs": task.clock.observation_window or "not stated by the task",
         "out_of_scope": (f"any other population or data set than {dataset or 'the one tested'}; any moment before "
-                         f"'{task.clock or 'the prediction time'}'; automated decisions without review; diagnosis; "
+                         f"'{task.clock.words or 'the prediction time'}'; automated decisions without review; diagnosis; "
                          "comparing hospitals or clinicians"),
     }

@@ -53,8 +53,8 @@ def subgroup_metrics(task: Task) -> list[tuple[str, str]]:
     """The metrics reported per group: a binary task's headline metrics, a multi-label task's compared ones; then
     calibration-in-the-large (observed minus expected rate), which shows a group whose risk the model misjudges."""
     if task.kind == "binary":
-        return [*((m, "none") for m in task.metrics), CITL]
-    return [*task.compared, CITL]
+        return [*((m, "none") for m in task.scoring.metrics), CITL]
+    return [*task.scoring.compared, CITL]
 
 
 @dataclass

@@ -152,13 +152,13 @@ def load_run_data(con: duckdb.DuckDBPyConnection, run_id: str) -> RunData | None
     samples, subject, y, p, pred, labels = _pivot(frame)
     if kind == "multilabel":
         ddi = None
-        if "ref.ddi_atc3" in spec.train_reads:  # the task scores the DDI rate of predicted drug sets
+        if "ref.ddi_atc3" in spec.lineage.train_reads:  # the task scores the DDI rate of predicted drug sets
             pairs = con.sql("SELECT atc3_a, atc3_b FROM ref.ddi_atc3").fetchall()
             ddi = ddi_matrix([tuple(r) for r in pairs], labels) if pairs else None
         return RunData(samples, subject, {"y": y, "p": p, "pred": pred}, "multilabel",
-                       truncated=frame.height < y.size, extra={"ks": spec.recall_ks, "ddi": ddi})
+                       truncated=frame.height < y.size, extra={"ks": spec.scoring.recall_ks, "ddi": ddi})
     if kind == "multiclass":
-        table = spec.sample_table
+        table = spec.samples.table
         groups = dict(con.sql(f"SELECT CAST(note_id AS VARCHAR), group_id FROM {quote_table(table)}").fetchall())
         missing = [s for s in samples if s not in groups]
         if missing:

@@ -347,7 +347,7 @@ def _write_splits(con, dataset: str, root: Path) -> None:
         con.unregister("_meds_subject_split_frame")
     copy_parquet(con, "SELECT subject_id, split FROM _meds_subject_split ORDER BY subject_id",
                  root / "metadata" / "subject_splits.parquet", SPLITS_ARROW_SCHEMA)
-    ehr_tasks = [t.name for t in all_tasks() if t.family == "ehr" and t.build is not None]
+    ehr_tasks = [t.name for t in all_tasks() if t.family == "ehr" and t.lineage.build is not None]
     copy_parquet(con, f"SELECT subject_id, task, CASE split {_to_meds_split_sql()} END AS split "
                       "FROM samples.splits WHERE dataset = $dataset AND task IN (SELECT unnest($tasks)) "
                       "ORDER BY task, subject_id",

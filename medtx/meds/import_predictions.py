@@ -88,11 +88,11 @@ def check_schema(path: Path) -> bool:
 
 def _samples_sql(task: Task) -> str:
     """The task's samples of `$dataset` with their split (NULL: no split row), one row per sample."""
-    where_sql = "s.dataset = $dataset" + (f" AND s.task = {sql_literal(task.name)}" if task.shared_table else "")
+    where_sql = "s.dataset = $dataset" + (f" AND s.task = {sql_literal(task.name)}" if task.samples.shared else "")
     return f"""
         SELECT s.subject_id, s.hadm_id, CAST(s.prediction_time AS TIMESTAMP) AS prediction_time,
-               CAST(s.{quote_ident(task.label_column)} AS BOOLEAN) AS label, sp.split
-        FROM {quote_table(task.sample_table)} s
+               CAST(s.{quote_ident(task.samples.label_column)} AS BOOLEAN) AS label, sp.split
+        FROM {quote_table(task.samples.table)} s
         LEFT JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = $task AND sp.subject_id = s.subject_id
         WHERE {where_sql}"""
 
@@ -167,7 +167,7 @@ def check_rows(con: duckdb.DuckDBPyConnection, path: Path, task: Task, dataset: 
 def _prediction_frame(con: duckdb.DuckDBPyConnection, task: Task) -> pa.Table:
     """The checked rows as ml.predictions rows (long form, the task's one label), in (subject, hadm) order."""
     return con.sql(f"""
-        SELECT CAST(s.hadm_id AS VARCHAR) AS sample_id, s.subject_id, s.hadm_id, {sql_literal(task.label_name)} AS label,
+        SELECT CAST(s.hadm_id AS VARCHAR) AS sample_id, s.subject_id, s.hadm_id, {sql_literal(task.samples.label_name)} AS label,
                f.prob, f.boolean_value AS y_true, coalesce(f.predicted, f.prob >= 0.5) AS predicted
         FROM _medtx_import f JOIN _medtx_samples s
              ON s.subject_id = f.subject_id AND s.prediction_time = f.prediction_time
@@ -215,7 +215,7 @@ def import_predictions(con: duckdb.DuckDBPyConnection, path: Path | str, task: T
     has_predicted = check_schema(path)
     try:
         datasets = [d for d, in con.execute(
-            f"SELECT DISTINCT dataset FROM {quote_table(task.sample_table)} ORDER BY 1").fetchall()]
+            f"SELECT DISTINCT dataset FROM {quote_table(task.samples.table)} ORDER BY 1").fetchall()]
     except duckdb.CatalogException:
         datasets = []
     if dataset not in datasets:

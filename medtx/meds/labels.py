@@ -2,7 +2,7 @@
 
 Every binary EHR task of the registry (medtx/tasks/) is exported. A label's `prediction_time` is the task's own
 prediction time, as its sample builder stored it (`prediction_time` column of the sample table, the task's
-`Task.prediction_time` over the index admission): readmission at discharge, mortality 48 hours after admission.
+`Task.clock.prediction_time` over the index admission): readmission at discharge, mortality 48 hours after admission.
 MEDS tools may use every event "up to and including" that time (the MEDS standard); the export makes that safe
 by timing events with the task clock (medtx.meds.events) and by refusing labels that could see their own
 outcome at or before their prediction time (`outcome_leak`).
@@ -45,9 +45,9 @@ def _specs() -> dict[str, LabelSpec]:
         at_discharge = (prediction_time or "").strip().lower() == "dischtime"
         return tuple(k for k in OUTCOME_KINDS if not (at_discharge and k == "index_discharge"))
 
-    return {t.name: LabelSpec(t.sample_table,
-                              "s.dataset = $dataset" + (f" AND s.task = {sql_literal(t.name)}" if t.shared_table else ""),
-                              f"s.{quote_ident(t.label_column)}", outcomes(t.prediction_time))
+    return {t.name: LabelSpec(t.samples.table,
+                              "s.dataset = $dataset" + (f" AND s.task = {sql_literal(t.name)}" if t.samples.shared else ""),
+                              f"s.{quote_ident(t.samples.label_column)}", outcomes(t.clock.prediction_time))
             for t in tasks_of_family("ehr") if t.kind == "binary"}
 
 

@@ -56,14 +56,14 @@ def export_predictions(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, *
     if not task.binary:
         raise ExportError(f"--run {run_id}: task {task_name} is {task.kind}; meds-evaluation's prediction schema "
                           "holds binary predictions only")
-    samples = get_task(task.samples_task)
-    table = samples.sample_table
+    owner = get_task(task.samples_task)  # the task whose builder fills the sample table
+    table = owner.samples.table
     columns = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = ? "
                                          "AND table_name = ?", table.split(".")).fetchall()}
     if "prediction_time" not in columns:
         raise ExportError(f"--run {run_id}: {table} has no prediction_time column (samples built by an older medtx): "
                           "run `medtx build-samples` again")
-    where_sql = "s.dataset = $dataset" + (f" AND s.task = {sql_literal(samples.name)}" if samples.shared_table else "")
+    where_sql = "s.dataset = $dataset" + (f" AND s.task = {sql_literal(owner.name)}" if owner.samples.shared else "")
     select_sql = f"""
         SELECT p.subject_id AS p_subject, p.hadm_id, p.prob, p.y_true, p.predicted,
                s.subject_id, s.prediction_time, s.n_samples
@@ -71,14 +71,14 @@ def export_predictions(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, *
         LEFT JOIN (SELECT s.hadm_id, any_value(s.subject_id) AS subject_id,
                           any_value(CAST(s.prediction_time AS TIMESTAMP)) AS prediction_time, count(*) AS n_samples
                    FROM {quote_table(table)} s WHERE {where_sql} GROUP BY 1) s USING (hadm_id)"""
-    params = {"run_id": run_id, "label": task.label_name, "dataset": dataset}
+    params = {"run_id": run_id, "label": task.samples.label_name, "dataset": dataset}
     n, bad, first = con.execute(f"""
         SELECT count(*), count(*) FILTER (WHERE ok IS NOT TRUE), min(hadm_id) FILTER (WHERE ok IS NOT TRUE)
         FROM (SELECT hadm_id, n_samples = 1 AND subject_id = p_subject AND prediction_time IS NOT NULL
                               AND y_true IS NOT NULL AND prob IS NOT NULL AS ok FROM ({select_sql}))""",
                                 params).fetchall()[0]
     if not n:
-        raise ExportError(f"--run {run_id}: no test predictions stored for label {task.label_name!r}")
+        raise ExportError(f"--run {run_id}: no test predictions stored for label {task.samples.label_name!r}")
     if bad:
         raise ExportError(f"--run {run_id}: {bad} of {n} prediction(s) do not meet exactly one {table} sample of "
                           f"{dataset!r} with a prediction time and a label (first: hadm_id {first}); nothing was "

@@ -22,7 +22,7 @@ from medtx.tasks import Task
 
 def label_matrix(frame: Frame, task: Task, labels: LabelSpace) -> np.ndarray:
     """The frame's label column as a [N, n_labels] 0/1 matrix in label-space order ([N, 1] when binary)."""
-    column = task.label_column
+    column = task.samples.label_column
     if column not in frames.columns(frame):
         raise ValueError(f"samples.{task.table} frame lacks the label column {column!r}")
     y = np.zeros((frames.height(frame), len(labels)), dtype=np.float32)
@@ -44,7 +44,7 @@ def label_frequencies(y: np.ndarray) -> np.ndarray:
 def bag_of_codes(frame: Frame, task: Task) -> list[list[str]]:
     """Per sample: `feature:code` for every code in the history and `now:feature:code` for the current visit."""
     docs = [[] for _ in range(frames.height(frame))]
-    for feature in task.features:
+    for feature in task.samples.features:
         for row, history in enumerate(frames.values(frame, feature)):
             visits = history or []
             docs[row].extend(f"{feature}:{c}" for v in visits for c in (v or []))

@@ -93,6 +93,9 @@ class BehrtConfig:
     # e.g. next_visit "visits"), and the visit recencies it reads (0 = current visit); () = off.
     copy_feature: str | None = None
     copy_recencies: tuple[int, ...] = ()
+    # The task's column of per-visit ages beside its one visits column (next_visit's `ages`, set by the task's
+    # model_defaults); None: the sample rows carry no age, every age id is 0 (unknown).
+    visit_ages: str | None = None
 
     def __post_init__(self) -> None:
         check_heads(self.d_model, self.n_heads)
@@ -250,8 +253,8 @@ def build(ctx: ModelContext) -> EHRModelBundle:
     fixed = {"vocab_size": len(index), "n_labels": len(ctx.labels), "n_codes": index.n_codes,
              "mask_id": index.special(MASK)}
     config = make_config(BehrtConfig, fixed, ctx.overrides)
-    codec = behrt_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_len)
-    model = BehrtForMultiLabel(config, copy_targets(ctx.task.features, ctx.vocabs, ctx.labels, codec.index, config)
+    codec = behrt_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_len, config.visit_ages)
+    model = BehrtForMultiLabel(config, copy_targets(ctx.task.samples.features, ctx.vocabs, ctx.labels, codec.index, config)
                                if config.copy_recencies else None)
     return EHRModelBundle(model, config, codec.encode, codec.collate, sigmoid_proba,
                           mlm=MaskedLM(lambda: BehrtForMaskedLM(model.behrt), codec.collate, config),

@@ -19,15 +19,16 @@ from medtx.tasks import Task, all_tasks
 
 
 class CopyLast:
-    """The labels of the last visit of the task's `copy_source` history column (medtx.tasks): the previous
+    """The labels of the last visit of the task's copy_last `source` history column (medtx.tasks): the previous
     visit's drugs (drug_rec) or the current visit's diagnoses (next_visit)."""
 
     def __init__(self, task: Task, labels: LabelSpace) -> None:
-        if task.copy_source is None:
-            defined = sorted(t.name for t in all_tasks() if t.copy_source is not None)
+        copy = task.defaults_for("copy_last")  # the task's {source, skips_current} (Task.model_defaults)
+        if "source" not in copy:
+            defined = sorted(t.name for t in all_tasks() if "source" in t.defaults_for("copy_last"))
             raise ValueError(f"copy_last is defined for {defined}, not {task.name!r}")
         self.task, self.labels = task, labels
-        self.source, self.skips_current = task.copy_source, task.copy_skips_current
+        self.source, self.skips_current = copy["source"], copy.get("skips_current", False)
         self.fixed_threshold: float | None = 0.5
         self.config: dict[str, Any] = {"source": self.source, "tie_break": "train_frequency"}
 

@@ -139,7 +139,7 @@ class LabelSpace:
 
 def _rows(frame: frames.Frame, spec: Task, extra: Sequence[str] = ()) -> Iterable[dict]:
     """Row dicts with the columns a codec needs; a missing column is a clear error naming it."""
-    needed = ["subject_id", "hadm_id", *spec.features, spec.label_column, *extra]
+    needed = ["subject_id", "hadm_id", *spec.samples.features, spec.samples.label_column, *extra]
     have = frames.columns(frame)
     missing = [c for c in needed if c not in have]
     if missing:
@@ -149,7 +149,7 @@ def _rows(frame: frames.Frame, spec: Task, extra: Sequence[str] = ()) -> Iterabl
 
 def _base_item(row: dict, labels: LabelSpace, spec: Task) -> dict:
     return {"sample_id": str(row["hadm_id"]), "subject_id": int(row["subject_id"]),
-            "hadm_id": int(row["hadm_id"]), "target": labels.target(row[spec.label_column])}
+            "hadm_id": int(row["hadm_id"]), "target": labels.target(row[spec.samples.label_column])}
 
 
 def _pad(rows: Sequence[Sequence[int]], value: int = 0) -> Tensor:
@@ -240,14 +240,14 @@ class HistoryCodec:
     @property
     def sequences(self) -> tuple[str, ...]:
         """The key prefixes a batch carries: each feature's, then `codes` with a joint sequence."""
-        return (*self.task.features, *((JOINT,) if self.joint is not None else ()))
+        return (*self.task.samples.features, *((JOINT,) if self.joint is not None else ()))
 
     def encode(self, frame: frames.Frame) -> list[dict]:
         items = []
         for row in _rows(frame, self.task):
             item = _base_item(row, self.labels, self.task)
             flat = {}
-            for f in self.task.features:
+            for f in self.task.samples.features:
                 codes, visit, n = flat[f] = flatten_history(row[f] or [], self.max_visits, self.max_codes)
                 item[f] = {"ids": [self.index[f].code(f, c) for c in codes], "visit": visit, "nvisits": n,
                            "tokens": [f"v{v + 1}:{c}" for v, c in zip(visit, codes, strict=True)]}
@@ -280,9 +280,9 @@ class HistoryCodec:
 def history_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_visits: int, max_codes: int,
                   joint: bool = False) -> HistoryCodec:
     """`joint`: the batches also carry every feature's codes as one sequence (`joint_history`, key prefix `codes`)."""
-    index = {f: CodeIndex(vocabs, [f]) for f in task.features}
+    index = {f: CodeIndex(vocabs, [f]) for f in task.samples.features}
     return HistoryCodec(task, index, labels, max_visits, max_codes,
-                        CodeIndex(vocabs, task.features) if joint else None)
+                        CodeIndex(vocabs, task.samples.features) if joint else None)
 
 
 # ----------------------------------------------------------------------------------------------- BEHRT codec
@@ -339,18 +339,19 @@ class BehrtCodec:
     index: CodeIndex  # all features' codes + [CLS], [SEP], [MASK]
     labels: LabelSpace
     max_len: int = 128
+    visit_ages: str | None = None  # the task's column of per-visit ages (BehrtConfig.visit_ages; None: no ages)
 
     def _visits(self, row: dict) -> tuple[list[list[tuple[str, str]]], list[int] | None]:
-        if (ages := self.task.visit_ages) is not None:  # one visits column, with per-visit ages
-            column = self.task.features[0]
+        if (ages := self.visit_ages) is not None:  # one visits column, with per-visit ages
+            column = self.task.samples.features[0]
             return [[(column, c) for c in v] for v in (row[column] or [])], row.get(ages)
-        n = max(len(row[f] or []) for f in self.task.features)
-        visits = [[(f, c) for f in self.task.features
+        n = max(len(row[f] or []) for f in self.task.samples.features)
+        visits = [[(f, c) for f in self.task.samples.features
                    for c in ((row[f] or [])[v] if v < len(row[f] or []) else []) or []] for v in range(n)]
         return visits, None
 
     def encode(self, frame: frames.Frame) -> list[dict]:
-        extra = tuple(c for c in (self.task.visit_ages,) if c is not None)
+        extra = tuple(c for c in (self.visit_ages,) if c is not None)
         items = []
         for row in _rows(frame, self.task, extra):
             item = _base_item(row, self.labels, self.task)
@@ -383,8 +384,9 @@ class BehrtCodec:
         return _label_widths(batch["labels"]) | {k: w for k in keys if k in batch}
 
 
-def behrt_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_len: int) -> BehrtCodec:
-    return BehrtCodec(task, CodeIndex(vocabs, task.features, extra=(CLS, SEP, MASK)), labels, max_len)
+def behrt_codec(task: Task, vocabs: dict[str, Any], labels: LabelSpace, max_len: int,
+                visit_ages: str | None = None) -> BehrtCodec:
+    return BehrtCodec(task, CodeIndex(vocabs, task.samples.features, extra=(CLS, SEP, MASK)), labels, max_len, visit_ages)
 
 
 # ----------------------------------------------------------------------------------------------- seq2seq codec

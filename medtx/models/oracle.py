@@ -37,9 +37,9 @@ class Oracle:
     def predict_proba(self, frame: Frame) -> np.ndarray:
         row_of = {h: i for i, h in enumerate(frames.values(frame, "hadm_id"))}
         probs = np.zeros((frames.height(frame), len(self.labels)), dtype=np.float64)
-        code_col = self.task.oracle_code_column  # None: one probability per visit (binary)
+        code_col = self.task.defaults_for("oracle").get("code_column")  # None: one probability per visit (binary)
         if code_col is None and not self.labels.binary:
-            raise ValueError(f"oracle: task {self.task.name!r} declares no oracle_code_column for its labels")
+            raise ValueError(f"oracle: task {self.task.name!r} declares no oracle code_column for its labels")
         hadm = self.rows.column("hadm_id")
         rows = self.rows.filter(pc.is_in(hadm, value_set=pa.array(list(row_of), type=hadm.type)))
         covered = set()

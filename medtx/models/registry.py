@@ -10,7 +10,7 @@ entry point:
 
     task = get_task("drug_rec")          # a name is resolved once, where it enters; the Task travels
     vocabs = {f: load_vocab(con, dataset, task.name, f) for f in required_features(name, task)}
-    bundle = build_ehr_model(name, task, vocabs, load_vocab(con, dataset, task.name, task.label_feature))
+    bundle = build_ehr_model(name, task, vocabs, load_vocab(con, dataset, task.name, task.samples.label_feature))
     items = bundle.encode(train_frame)   # rows of samples.<task> for the training patients
 """
 
@@ -220,7 +220,7 @@ class ModelSpec:
     def serves(self, task: Task) -> bool:
         """The model serves the task's kind, finds the sample features it reads, and the task takes it."""
         needed = self.source_features or ()
-        return task.kind in self.kinds and all(f in task.features for f in needed) and task.applies_to(self.name)
+        return task.kind in self.kinds and all(f in task.samples.features for f in needed) and task.applies_to(self.name)
 
 
 _SPECS: dict[tuple[str, str], ModelSpec] = {}
@@ -325,7 +325,7 @@ def ehr_models_tasks(spec: ModelSpec) -> tuple[str, ...]:
 def required_features(name: str, task: Task) -> tuple[str, ...]:
     """The samples.vocab features (= sample columns) the model needs a vocabulary for (labels excluded)."""
     spec = _check(name, task)
-    return spec.source_features or task.features
+    return spec.source_features or task.samples.features
 
 
 def _check(name: str, task: Task) -> ModelSpec:
@@ -376,7 +376,7 @@ def build_ehr_model(name: str, task: Task, vocabs: dict[str, Any], label_vocab: 
     `label_vocab` is the task's label vocabulary (ignored for a binary task).
     """
     spec = _check(name, task)
-    labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
+    labels = LabelSpace.from_vocab(label_vocab, task.binary, task.samples.label_name)
     merged = {**model_defaults(name, task), **(overrides or {})}
     return spec.build(ModelContext(task=task, vocabs=vocabs, labels=labels, overrides=merged))
 

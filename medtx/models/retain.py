@@ -140,7 +140,7 @@ class RetainModel(nn.Module):
 
 def build(ctx: ModelContext) -> EHRModelBundle:
     sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
-    fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.task.features}
+    fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.task.samples.features}
     config = make_config(RetainConfig, fixed, ctx.overrides)
     model = RetainModel(config)
     codec = history_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_visits, config.max_codes)

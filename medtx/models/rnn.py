@@ -89,7 +89,7 @@ class RNNModel(nn.Module):
 def _builder(cell: str):
     def build(ctx: ModelContext) -> EHRModelBundle:
         sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
-        fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.task.features, "cell": cell}
+        fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.task.samples.features, "cell": cell}
         config = make_config(RNNConfig, fixed, ctx.overrides)
         codec = history_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_visits, config.max_codes)
         model = RNNModel(config)

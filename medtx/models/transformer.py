@@ -243,7 +243,7 @@ def history_builder(model_cls: type, config_cls: type) -> Callable[[ModelContext
     """`build` for a model over per-feature code histories (medtx.models.ehr_data.HistoryCodec)."""
     def build(ctx: ModelContext) -> EHRModelBundle:
         sizes = {f: len(index) for f, index in history_codec(ctx.task, ctx.vocabs, ctx.labels, 1, 1).index.items()}
-        fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.task.features}
+        fixed = {"n_labels": len(ctx.labels), "vocab_sizes": sizes, "features": ctx.task.samples.features}
         config = make_config(config_cls, fixed, ctx.overrides)
         codec = history_codec(ctx.task, ctx.vocabs, ctx.labels, config.max_visits, config.max_codes,
                               joint=config.joint_sequence)

@@ -152,7 +152,7 @@ def task_choices() -> tuple[str, ...]:
     bound to one fixed corpus (MTSamples, the FAQ)."""
     from medtx.tasks import all_tasks
 
-    return tuple(t.name for t in sorted(all_tasks(), key=lambda t: t.dataset is not None))
+    return tuple(t.name for t in sorted(all_tasks(), key=lambda t: t.samples.dataset is not None))
 
 
 def plan_problems(cfg: Any) -> list[tuple[str, Any, str]]:
@@ -163,7 +163,7 @@ def plan_problems(cfg: Any) -> list[tuple[str, Any, str]]:
         return [("tasks", {}, f"no task to run; allowed: a mapping of one or more of {', '.join(task_choices())} "
                              "to their models")]
     out = []
-    ehr = [t for t in cfg.tasks if get_task(t).dataset is None]
+    ehr = [t for t in cfg.tasks if get_task(t).samples.dataset is None]
     if ehr and not cfg.datasets:
         out.append(("datasets", [], f"tasks {', '.join(ehr)} run on EHR datasets and none is listed; allowed: a "
                                     "list of at least 1 {source: FOLDER | URL | synth:N}"))

@@ -340,7 +340,7 @@ class PipelineConfig(_Strict):
             task_def = get_task(task)
             # Which models a task takes is checked in load_config (medtx.pipeline.checks.model_problems): one
             # line per wrong model with its key path, beside every other problem of the file.
-            if "raw.mtsamples" in task_def.reads and self.mtsamples is None:
+            if "raw.mtsamples" in task_def.lineage.reads and self.mtsamples is None:
                 raise ValueError(f"tasks.{task} reads MTSamples and the config has no `mtsamples` source; allowed: "
                                  "`mtsamples: {source: FILE.csv(.gz) | URL}`")
         return self

@@ -25,7 +25,7 @@ def train_in_process(db: Path | str, task: Any, model: str, seed: int = 0, overr
     from medtx.pipeline.kinds.train import train_step
     from medtx.settings import get_settings
 
-    dataset = dataset or task.dataset
+    dataset = dataset or task.samples.dataset
     if dataset is None:
         raise ValueError(f"{task.name} needs a dataset (the EHR cohort it trains on)")
     settings = get_settings(db=Path(db))

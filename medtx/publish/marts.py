@@ -34,14 +34,14 @@ _ATTENTION_SAMPLES = "(SELECT DISTINCT run_id, sample_id, true AS stored FROM ml
 def _sample_counts_sql() -> str:
     """Rows per (dataset, task, split) of every task that builds its own samples (from the task registry)."""
     patient_sql = [
-        f"SELECT dataset, subject_id, {sql_literal(t.name)} AS task FROM {quote_table(t.sample_table)}"
-        + (f" WHERE task = {sql_literal(t.name)}" if t.shared_table else "")
-        for t in all_tasks() if t.build is not None and t.split_unit == "patient"
+        f"SELECT dataset, subject_id, {sql_literal(t.name)} AS task FROM {quote_table(t.samples.table)}"
+        + (f" WHERE task = {sql_literal(t.name)}" if t.samples.shared else "")
+        for t in all_tasks() if t.lineage.build is not None and t.samples.split_unit == "patient"
     ]
     grouped_sql = [
-        f"UNION ALL SELECT {sql_literal(t.dataset)}, {sql_literal(t.name)}, coalesce(split, 'unassigned'), count(*) "
-        f"FROM {quote_table(t.sample_table)} GROUP BY ALL"
-        for t in all_tasks() if t.build is not None and t.split_unit == "text_group"
+        f"UNION ALL SELECT {sql_literal(t.samples.dataset)}, {sql_literal(t.name)}, coalesce(split, 'unassigned'), count(*) "
+        f"FROM {quote_table(t.samples.table)} GROUP BY ALL"
+        for t in all_tasks() if t.lineage.build is not None and t.samples.split_unit == "text_group"
     ]
     return (
         "SELECT x.dataset, x.task, coalesce(s.split, 'unassigned') AS split, count(*) AS n FROM "

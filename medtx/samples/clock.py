@@ -1,6 +1,6 @@
 """The event-time rule of every MIMIC-III table medtx reads, stated once: when is an event *known*?
 
-Every task declares a prediction time (`Task.prediction_time`, an expression over its index admission's
+Every task declares a prediction time (`Task.clock.prediction_time`, an expression over its index admission's
 `admittime` and `dischtime`); a feature may only hold events known at or before it (MEDS: "up to and
 including"). This module (part of the sample-building kit, medtx.samples) is the one place that says when
 each table's events become known; the sample builders (medtx.samples.common.create_history), the leakage gate

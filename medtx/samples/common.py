@@ -104,7 +104,7 @@ def create_history(con: duckdb.DuckDBPyConnection, dataset: str, prediction_time
     """(Re)create `_samples_history`: the one relation a builder reads its features from. Returns its rows.
 
     `index_sql` selects the samples' index admissions (`subject_id, hadm_id`, one row per sample) from
-    `_samples_visits`; `prediction_time_sql` is the task's clock (`Task.prediction_time`, over the index admission's
+    `_samples_visits`; `prediction_time_sql` is the task's clock (`Task.clock.prediction_time`, over the index admission's
     `admittime` and `dischtime`); `visits_sql` is a predicate over `_samples_visits` choosing which admissions enter a
     history (the index admission must pass it). Columns, one row per sample: subject_id, hadm_id (the index
     admission), prediction_time, and per-visit lists over the patient's chosen admissions up to and including the

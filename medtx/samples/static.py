@@ -3,7 +3,7 @@ time rules.
 
 A static token is not an event: it reads `<PREFIX>//<value>` (`AGE//60-69`, `SEX//F`) and comes from one column
 of raw.admissions or raw.patients, known at a stated time. This module is the only place that says which columns
-may become static tokens and when each is known; a task names the prefixes it uses (`Task.static_tokens`), its
+may become static tokens and when each is known; a task names the prefixes it uses (`Task.clock.static_tokens`), its
 builder takes the token list from `static_tokens_sql` (it never writes its own), and the leakage gate
 (medtx.tasks.leakage) recomputes every static token of every sample from here: a token whose prefix is not
 declared here has no time rule and blocks the task, and so does a token known only after the sample's prediction

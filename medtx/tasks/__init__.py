@@ -2,7 +2,7 @@
 ACES task a pipeline config declares (medtx.aces.task: `tasks: {NAME: {aces: task.yaml}}`).
 
     from medtx.tasks import get_task, all_tasks, tasks_of_family
-    get_task("readmission").sample_table     # "samples.readmission"
+    get_task("readmission").samples.table     # "samples.readmission"
 
 A task module holds its record and its sample builder (SQL); it imports the sample-building kit
 (medtx.samples) and DuckDB only inside `build`, because this registry loads on the torch-only training worker
@@ -22,7 +22,7 @@ __all__ = [
     "tasks_of_family", "tasks_of_kind",
 ]
 
-_NOT_TASKS = {"audit", "base", "build", "leakage", "verdict", "outcome"}  # library modules of the package, not tasks
+_NOT_TASKS = {"audit", "base", "build", "history", "leakage", "verdict", "outcome"}  # library modules of the package, not tasks
 
 
 @lru_cache(maxsize=1)
@@ -44,8 +44,8 @@ def _registry() -> dict[str, Task]:
             raise ValueError(f"ACES task {spec.name!r} ({spec.config}): a built-in task has that name; choose another")
         found[spec.name] = aces.aces_task(spec)
     for task in found.values():
-        if task.builds is not None and task.builds not in found:
-            raise ValueError(f"task {task.name!r} trains on the samples of unknown task {task.builds!r}")
+        if task.lineage.builds is not None and task.lineage.builds not in found:
+            raise ValueError(f"task {task.name!r} trains on the samples of unknown task {task.lineage.builds!r}")
     return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
 
 

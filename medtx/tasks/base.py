@@ -1,9 +1,11 @@
 """What a task is: the `Task` record every other part of medtx reads instead of spelling task names.
 
 A task module in `medtx/tasks/` defines one module-level `TASK = Task(...)`; `medtx.tasks` discovers the
-modules, so adding a task is adding one file (docs/EXTENDING.md). The record says how the task's samples are
-built (builder + the tables it reads and writes, declared beside the builder's SQL so the pipeline's cache
-lineage comes from here), what the models read (sample table, features, label), how it is split and scored.
+modules, so adding a task is adding one file (docs/EXTENDING.md). The record is its identity (name, kind, family)
+and four parts: `Clock` (when it predicts, what features may hold, when the outcome is known), `Samples` (the
+table, features and label the models read, the split unit), `Lineage` (the builder and the tables it reads and
+writes, declared beside the builder's SQL so the pipeline's cache lineage comes from here) and `Scoring`
+(metrics, early stopping, threshold, paired comparisons); plus the models that apply and their per-task entries.
 """
 
 from __future__ import annotations
@@ -51,64 +53,21 @@ Builder = Callable[["duckdb.DuckDBPyConnection", BuildContext], int]
 
 
 @dataclass(frozen=True)
-class Task:
-    """One prediction task, declared once.
+class Clock:
+    """When the task predicts and what its features may hold (docs/TASKS.md); the leakage gate checks it.
 
-    `builds` names the task whose sample builder fills this task's sample table (a task trained on another
-    task's samples, e.g. the note-text view of readmission, builds nothing itself).
+    `prediction_time`: a SQL expression over the sample's index admission's `admittime` and `dischtime` (e.g.
+    "dischtime", "admittime + INTERVAL 48 HOUR"; the admission is also `stay`, for a correlated subquery such as
+    readmission_notes' summary time); every sample row stores it as `prediction_time` and its features hold only
+    events known at or before it (medtx.samples.clock's rule, read through medtx.samples.common.create_history).
+    None: the task has no admission clock (text corpora).
     """
 
-    name: str
-    kind: Kind
-    family: Family
-    sample_table: str  # schema-qualified, e.g. "samples.readmission"
-    sample_columns: tuple[str, ...]
-    features: tuple[str, ...]  # the model inputs: nested-list code columns [visit][code] (EHR) or text columns
-    label_column: str
-    split_unit: SplitUnit
-    metrics: tuple[str, ...]  # headline test metrics, in leaderboard order
-    monitor: str  # validation metric that drives early stopping
-    build: Builder | None = None
-    builds: str | None = None  # None: this task builds its own samples
-    reads: tuple[str, ...] = ()  # tables the builder reads (its lineage; the lineage test enforces it)
-    writes: tuple[str, ...] = ()  # tables the builder writes (sample table + bookkeeping)
-    train_reads: tuple[str, ...] = ()  # extra tables training reads beyond samples/splits/vocab/oracle
-    label_feature: str | None = None  # samples.vocab feature holding the label vocabulary (None: binary)
-    label_name: str = "positive"  # the single output label of a binary task
-    tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)
-    recall_ks: tuple[int, ...] = ()
-    # What the paired comparisons against the reference baseline are made on (medtx.evaluation.comparisons): the
-    # headline metric first, then the set (thresholded) metric, as (metric, averaging). (): no comparisons.
-    compared: tuple[tuple[str, str], ...] = ()
-    copy_source: str | None = None  # copy_last baseline: the history column it copies (None: not defined)
-    copy_skips_current: bool = False  # that column's last visit is the blanked current one: copy the one before
-    oracle_code_column: str | None = None  # raw.synth_oracle_<task> label column (None: one probability per row)
-    visit_ages: str | None = None  # column of per-visit ages the BEHRT codec reads (None: the task has no ages)
-    # Models that apply: (): any model serving the task's kind and family (so a new model file applies to
-    # every task of its kinds without editing them), less `excluded_models`; a listed set is the only ones.
-    models: tuple[str, ...] = ()
-    excluded_models: tuple[str, ...] = ()
-    dataset: str | None = None  # fixed warehouse dataset (text corpora); None: every EHR dataset
-    shared_table: bool = False  # the sample table holds several tasks' rows, told apart by a `task` column
-    files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
-    # model name (or "*" for every model) -> config defaults for this task; overrides win
-    model_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # model name (or "*") -> trainer defaults for this task (medtx.training.trainer.TrainConfig fields, e.g.
-    # length_buckets); a run's overrides win
-    train_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    description: str = ""
-    order: int = 100  # position in listings (CLI help, leaderboard); ties by name
-    # The clock (docs/TASKS.md). `prediction_time`: a SQL expression over the sample's index admission's
-    # `admittime` and `dischtime` (e.g. "dischtime", "admittime + INTERVAL 48 HOUR"; the admission is also
-    # `stay`, for a correlated subquery such as readmission_notes' summary time); every sample row stores it
-    # as `prediction_time` and its features hold only events known at or before it (medtx.samples.clock's rule,
-    # read through medtx.samples.common.create_history). None: the task has no admission clock (text corpora).
     prediction_time: str | None = None
-    # The sample column storing the prediction time, and the rows the task trains on (a SQL predicate over the
-    # sample table; None: all), for a task trained on another task's samples with its own clock (readmission_notes).
-    prediction_time_column: str = "prediction_time"
-    sample_filter: str | None = None
-    clock: str = ""  # the prediction time in words, e.g. "48 hours after admission"
+    # The sample column storing the prediction time (a task trained on another task's samples with its own clock,
+    # readmission_notes, stores it in another column).
+    column: str = "prediction_time"
+    words: str = ""  # the prediction time in words, e.g. "48 hours after admission"
     observation_window: str = ""  # what the features may hold, in words
     # feature column -> the medtx.samples.clock event source its codes come from ('diagnosis', 'procedure', 'drug'),
     # or 'static' for tokens known at admission (age, sex, admission type: not events). The leakage gate checks
@@ -123,11 +82,95 @@ class Task:
     outcome: str = ""
     outcome_known: str | None = None
 
+
+@dataclass(frozen=True)
+class Samples:
+    """What the models read: the sample table, its features and label, and what a sample is split by."""
+
+    table: str  # schema-qualified, e.g. "samples.readmission"
+    columns: tuple[str, ...]
+    features: tuple[str, ...]  # the model inputs: nested-list code columns [visit][code] (EHR) or text columns
+    label_column: str
+    split_unit: SplitUnit
+    label_feature: str | None = None  # samples.vocab feature holding the label vocabulary (None: binary)
+    label_name: str = "positive"  # the single output label of a binary task
+    filter: str | None = None  # the rows the task trains on (a SQL predicate over the table; None: all)
+    shared: bool = False  # the table holds several tasks' rows, told apart by a `task` column
+    dataset: str | None = None  # fixed warehouse dataset (text corpora); None: every EHR dataset
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """How the samples are built and what that reads and writes: the pipeline's cache lineage comes from here
+    (tests/test_lineage.py enforces it). `builds` names the task whose builder fills this task's sample table (a
+    task trained on another task's samples, e.g. the note-text view of readmission, builds nothing itself)."""
+
+    build: Builder | None = None
+    builds: str | None = None  # None: this task builds its own samples
+    reads: tuple[str, ...] = ()  # tables the builder reads
+    writes: tuple[str, ...] = ()  # tables the builder writes (sample table + bookkeeping)
+    train_reads: tuple[str, ...] = ()  # extra tables training reads beyond samples/splits/vocab/oracle
+    files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a run of the task is selected and scored."""
+
+    metrics: tuple[str, ...]  # headline test metrics, in leaderboard order
+    monitor: str  # validation metric that drives early stopping
+    tune_metric: str | None = None  # validation metric the decision threshold maximises (None: fixed 0.5)
+    recall_ks: tuple[int, ...] = ()
+    # What the paired comparisons against the reference baseline are made on (medtx.evaluation.comparisons): the
+    # headline metric first, then the set (thresholded) metric, as (metric, averaging). (): no comparisons.
+    compared: tuple[tuple[str, str], ...] = ()
+
+
+def ehr_lineage(table: str, build: Builder, *, reads: tuple[str, ...] = EHR_VISIT_READS, writes: tuple[str, ...] = (),
+                train_reads: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> Lineage:
+    """The lineage of an EHR task's builder: it reads the visit building blocks (`reads`, to which a builder adds
+    what else it reads) and writes its sample table, `writes` and the EHR bookkeeping tables."""
+    return Lineage(build=build, reads=reads, writes=(table, *writes, *EHR_SAMPLE_EXTRAS), train_reads=train_reads,
+                   files=files)
+
+
+# The scoring of a binary task: the ranking metrics, early stopping on AUPRC, paired comparisons on the headline
+# and the set metric against the reference baseline.
+BINARY_SCORING = Scoring(metrics=("auroc", "auprc", "rp80"), monitor="auprc",
+                         compared=(("auprc", "none"), ("rp80", "none")))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One prediction task, declared once: its identity, clock, samples, lineage and scoring, and the models
+    that apply with their per-task defaults."""
+
+    name: str
+    kind: Kind
+    family: Family
+    samples: Samples
+    scoring: Scoring
+    lineage: Lineage = Lineage()
+    clock: Clock = Clock()
+    description: str = ""
+    order: int = 100  # position in listings (CLI help, leaderboard); ties by name
+    # Models that apply: (): any model serving the task's kind and family (so a new model file applies to
+    # every task of its kinds without editing them), less `excluded_models`; a listed set is the only ones.
+    models: tuple[str, ...] = ()
+    excluded_models: tuple[str, ...] = ()
+    # model name (or "*" for every model) -> what that model reads of this task: its config defaults (a run's
+    # overrides win; e.g. BEHRT's `visit_ages`, the column of per-visit ages), or, for a model without a config,
+    # its settings for the task (copy_last's `source` column and `skips_current`, the oracle's `code_column`)
+    model_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # model name (or "*") -> trainer defaults for this task (medtx.training.trainer.TrainConfig fields, e.g.
+    # length_buckets); a run's overrides win
+    train_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         # A static token prefix without a time rule is refused where the task is declared (and so at every build).
         from medtx.samples.static import check_prefixes
 
-        check_prefixes(self.name, self.static_tokens)
+        check_prefixes(self.name, self.clock.static_tokens)
 
     @property
     def binary(self) -> bool:
@@ -146,25 +189,26 @@ class Task:
         import importlib.util
 
         own = f"medtx.tasks.{self.name}"  # a task file (its builder may be medtx.tasks.outcome's, which it imports)
-        builder = getattr(self.build, "func", self.build)  # a functools.partial names its function's module
+        build = self.lineage.build
+        builder = getattr(build, "func", build)  # a functools.partial names its function's module
         if builder is None or importlib.util.find_spec(own) is not None:
             return own
         return builder.__module__
 
     @property
     def samples_task(self) -> str:
-        """The task whose builder fills the sample table (itself unless `builds` says otherwise)."""
-        return self.builds or self.name
+        """The task whose builder fills the sample table (itself unless `lineage.builds` says otherwise)."""
+        return self.lineage.builds or self.name
 
     @property
     def unit_name(self) -> str:
         """What the test-set bootstrap resamples, in words (ml.runs.test_unit)."""
-        return {"patient": "patients", "text_group": "text groups", "pair": "pairs"}[self.split_unit]
+        return {"patient": "patients", "text_group": "text groups", "pair": "pairs"}[self.samples.split_unit]
 
     @property
     def table(self) -> str:
         """The sample table without its schema (`samples.<table>`)."""
-        return self.sample_table.split(".", 1)[1]
+        return self.samples.table.split(".", 1)[1]
 
     def applies_to(self, model: str) -> bool:
         """The task takes this model (the model registry also checks that the model serves the task's kind)."""

@@ -29,7 +29,7 @@ __all__ = ["EmptyCohortError", "build_samples", "buildable_tasks"]
 
 def buildable_tasks() -> tuple[str, ...]:
     """Tasks with a sample builder of their own (a task trained on another's samples builds nothing)."""
-    return tuple(t.name for t in all_tasks() if t.build is not None)
+    return tuple(t.name for t in all_tasks() if t.lineage.build is not None)
 
 
 def build_samples(
@@ -83,14 +83,15 @@ def build_samples(
                     gate_all(con, [task], dataset, acknowledge)
             con.execute("DROP TABLE IF EXISTS _samples_visits")
     for task in (t for t in chosen if t.family != "ehr"):
-        counts[(task.name, task.dataset)] = _guarded(explicit, task, replace(ctx, dataset=task.dataset), con)
+        dataset = task.samples.dataset
+        counts[(task.name, dataset)] = _guarded(explicit, task, replace(ctx, dataset=dataset), con)
     return {k: v for k, v in counts.items() if v is not None}
 
 
 def _guarded(explicit: bool, task: Task, ctx: BuildContext, con: duckdb.DuckDBPyConnection) -> int | None:
     """Run one builder; when building everything, an empty cohort is a warning, not a failure."""
     try:
-        return task.build(con, ctx)
+        return task.lineage.build(con, ctx)
     except EmptyCohortError as exc:
         if explicit:
             raise

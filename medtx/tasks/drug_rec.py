@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import EHR_VISIT_READS, BuildContext, Clock, Samples, Scoring, Task, ehr_lineage
+from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -51,52 +52,39 @@ VOCAB = {
 }
 
 
+ROWS = HistoryRows(
+    task=NAME, table=TABLE, prediction_time=PREDICTION_TIME, index_sql=INDEX_SQL, visits_sql=KEPT,
+    rows_sql=DRUG_REC_SQL, vocab=VOCAB,
+    figures={"mean_labels_per_visit": "avg(len(drugs))",
+             "distinct_labels": f"(SELECT count(DISTINCT d) FROM (SELECT unnest(drugs) AS d FROM _samples_{NAME}))"},
+)
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite `samples.drug_rec` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
+    return ROWS.build(con, ctx, empty=lambda stats: _empty_cohort(con, ctx.dataset, stats))
 
-    params = {"dataset": ctx.dataset}
-    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL, visits_sql=KEPT)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {DRUG_REC_SQL}", params)
-    drop_history(con)
-    stats = visit_stats(con)
-    n, patients, mean_labels, distinct_labels = con.sql(
-        f"""SELECT count(*), count(DISTINCT subject_id), avg(len(drugs)),
-                  (SELECT count(DISTINCT d) FROM (SELECT unnest(drugs) AS d FROM _samples_{NAME}))
-           FROM _samples_{NAME}"""
-    ).fetchall()[0]
-    if n == 0:
-        mapped = con.execute(
-            "SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
-        ).fetchall()[0][0]
-        # map-codes writes its coverage rows even when it maps nothing: that is how we know it has run
-        coverage = dict(con.execute(
-            "SELECT route, n_rows FROM core.mapping_coverage WHERE dataset = $dataset AND kind = 'route'", params
-        ).fetchall())
-        if not coverage:
-            hint = f" - run `medtx map-codes --dataset {ctx.dataset}` first"
-        elif not mapped:
-            hint = (f"; map-codes has run and mapped none of its prescriptions ({coverage.get('no_ndc', 0)} rows "
-                    f"without an NDC, {coverage.get('unmapped', 0)} with an NDC no map knows): see the drug routes "
-                    "in docs/MEDS.md")
-        else:
-            hint = ""
-        raise EmptyCohortError(
-            f"drug_rec: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses, procedures and "
-            f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code types; "
-            f"core.prescriptions_atc3 holds {mapped} rows for it{hint})"
-        )
-    figures = {
-        "samples": n, "patients": patients, "mean_labels_per_visit": mean_labels,
-        "distinct_labels": distinct_labels, **stats, **unknown_code_counts(con),
-    }
-    store_task(
-        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
-        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-    )
-    return n
+
+def _empty_cohort(con: duckdb.DuckDBPyConnection, dataset: str | None, stats: dict[str, int]) -> str:
+    """Why the dataset has no sample, with the step to run when the drugs were never mapped."""
+    params = {"dataset": dataset}
+    mapped = con.execute("SELECT count(*) FROM core.prescriptions_atc3 WHERE dataset = $dataset", params
+                         ).fetchall()[0][0]
+    # map-codes writes its coverage rows even when it maps nothing: that is how we know it has run
+    coverage = dict(con.execute(
+        "SELECT route, n_rows FROM core.mapping_coverage WHERE dataset = $dataset AND kind = 'route'", params
+    ).fetchall())
+    if not coverage:
+        hint = f" - run `medtx map-codes --dataset {dataset}` first"
+    elif not mapped:
+        hint = (f"; map-codes has run and mapped none of its prescriptions ({coverage.get('no_ndc', 0)} rows "
+                f"without an NDC, {coverage.get('unmapped', 0)} with an NDC no map knows): see the drug routes "
+                "in docs/MEDS.md")
+    else:
+        hint = ""
+    return (f"drug_rec: no patient of dataset {dataset!r} has 2 or more visits with diagnoses, procedures and "
+            f"mapped drugs ({stats['cohort_visits']} admissions, {stats['visits_with_all_three']} with all three code "
+            f"types; core.prescriptions_atc3 holds {mapped} rows for it{hint})")
 
 
 # Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py); the
@@ -105,25 +93,36 @@ TASK = Task(
     name=NAME,
     kind="multilabel",
     family="ehr",
-    sample_table=TABLE,
-    sample_columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "prediction_time", "conditions",
-                    "procedures", "drugs_hist", "drugs"),
-    features=("conditions", "procedures", "drugs_hist"),
-    label_column="drugs",
-    label_feature="drugs",
-    split_unit="patient",
-    metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
-    monitor="pr_auc_samples",
-    tune_metric="jaccard_samples",
-    compared=(("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
-    copy_source="drugs_hist",
-    copy_skips_current=True,  # drugs_hist[-1] is the blanked current visit
-    oracle_code_column="atc3",
+    description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
+    order=10,
+    clock=Clock(
+        prediction_time=PREDICTION_TIME,
+        words="at the current visit's discharge (SafeDrug/PyHealth convention)",
+        observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
+        feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),
+        # No bound: the label's drugs are prescribed during the stay, before its discharge (the convention
+        # recommends a stay's drug set in retrospect; docs/TASKS.md).
+        outcome="the ATC-3 drugs prescribed during the current visit",
+    ),
+    samples=Samples(
+        table=TABLE,
+        columns=("dataset", "subject_id", "hadm_id", "visit_index", "admittime", "prediction_time", "conditions",
+                 "procedures", "drugs_hist", "drugs"),
+        features=("conditions", "procedures", "drugs_hist"),
+        label_column="drugs",
+        label_feature="drugs",
+        split_unit="patient",
+    ),
+    lineage=ehr_lineage(TABLE, build,
+                        reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
+                        train_reads=("ref.ddi_atc3",)),  # the DDI rate of predicted drug sets
+    scoring=Scoring(
+        metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
+        monitor="pr_auc_samples",
+        tune_metric="jaccard_samples",
+        compared=(("pr_auc_samples", "visit"), ("jaccard_samples", "visit")),
+    ),
     # models: every EHR model serving a multi-label task (the default)
-    build=build,
-    reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
-    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
-    train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
     model_defaults={
         # The last 2 visits, 64 codes per feature and no dropout on the attention weights: chosen on synth_10000
         # validation (2026-11-24, 8 epochs, batch 32, seeds 0/1; val PR-AUC 0.7738 / 0.7745 against the generic
@@ -137,6 +136,9 @@ TASK = Task(
         "transformer": {"copy_feature": "drugs_hist", "max_visits": 2, "max_codes": 64, "attention_dropout": 0.0,
                         "n_heads": 1, "joint_sequence": True},
         "behrt": {"copy_feature": "drugs_hist", "copy_recencies": (1,)},
+        # copy_last copies the last drug set of the history; drugs_hist[-1] is the blanked current visit
+        "copy_last": {"source": "drugs_hist", "skips_current": True},
+        "oracle": {"code_column": "atc3"},  # the label column of raw.synth_oracle_drug_rec
     },
     # The transformer trains on length-bucketed batches (TrainConfig.length_buckets: pools of up to 16 batches, at
     # least 8 pools an epoch; issue #18): batches of similar history length, so less of each batch is padding. Same
@@ -145,13 +147,4 @@ TASK = Task(
     # the plain shuffle. Not transformer_rope: its mean moved -0.0003 (-0.0011 to +0.0005), so it was left alone
     # (benchmarks/README.md, round 5).
     train_defaults={"transformer": {"length_buckets": 16}},
-    prediction_time=PREDICTION_TIME,
-    clock="at the current visit's discharge (SafeDrug/PyHealth convention)",
-    observation_window="all kept visits up to and including the current one; the current visit's drugs blanked",
-    feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs_hist", "drug")),
-    # No bound: the label's drugs are prescribed during the stay, before its discharge (the convention recommends
-    # a stay's drug set in retrospect; docs/TASKS.md).
-    outcome="the ATC-3 drugs prescribed during the current visit",
-    order=10,
-    description="ATC-3 drug set of a visit (multi-label), history of diagnoses, procedures and drugs",
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import BuildContext, Task
+from medtx.tasks.base import BuildContext, Lineage, Samples, Scoring, Task
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -89,19 +89,12 @@ TASK = Task(
     name=NAME,
     kind="generation",
     family="text",
-    sample_table=TABLE,
-    sample_columns=("pair_id", "question", "answer", "paraphrase", "fold"),
-    features=("question",),
-    label_column="answer",
-    split_unit="pair",
-    metrics=("token_f1", "exact_match"),
-    monitor="loss",
-    compared=(("token_f1", "none"), ("exact_match", "none")),
-    build=build,
-    writes=(TABLE, "samples.task_summary"),
-    files=("mental_health_faq",),
-    dataset=DATASET,
-    models=("retrieval", "seq2seq"),
-    order=60,
     description="answer to a mental-health question (generation; retrieval baseline)",
+    order=60,
+    samples=Samples(table=TABLE, columns=("pair_id", "question", "answer", "paraphrase", "fold"),
+                    features=("question",), label_column="answer", split_unit="pair", dataset=DATASET),
+    lineage=Lineage(build=build, writes=(TABLE, "samples.task_summary"), files=("mental_health_faq",)),
+    scoring=Scoring(metrics=("token_f1", "exact_match"), monitor="loss",
+                    compared=(("token_f1", "none"), ("exact_match", "none"))),
+    models=("retrieval", "seq2seq"),
 )

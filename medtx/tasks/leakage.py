@@ -9,10 +9,10 @@ warehouse, not the builder's word:
     subject_id); a patient whose rows sit in more than one split of the task fails the gate. Rows whose hadm_id
     raw.admissions does not know fail too (their patient cannot be checked).
 (b) late tokens: the sample's prediction time is recomputed from the warehouse and the task's clock
-    (`Task.prediction_time`, stored as `Task.prediction_time_column`), and every feature column
-    (`Task.features`) must have a time rule (`Task.feature_sources`): an event source (every code explained by an
-    event of that patient, source and code known at or before it, medtx.samples.clock), `static` (every token
-    recomputed from the allow-list medtx.samples.static: its prefix declared there and by the task, its value
+    (`Task.clock.prediction_time`, stored as `Task.clock.column`), and every feature column
+    (`Task.samples.features`) must have a time rule (`Task.clock.feature_sources`): an event source (every code
+    explained by an event of that patient, source and code known at or before it, medtx.samples.clock), `static`
+    (every token recomputed from the allow-list medtx.samples.static: its prefix declared there and by the task, its value
     the column's, the column known by the prediction time), or `note` (every note text it holds charted by the
     prediction time and before the patient's next admission began). A column without a rule, a late token, or a
     stored prediction time that disagrees with the recomputed one fails the gate. (By patient and code: a code
@@ -23,8 +23,8 @@ warehouse, not the builder's word:
     multi-label task, a column whose last visit equals the label set in >= SHORTCUT_EXACT_SHARE of samples. A
     flagged family blocks the task until the config acknowledges it with a reason
     (`tasks.<task>.samples.acknowledge: {<family>: <reason>}`; docs/TASKS.md).
-(d) clock bound: a task's outcome (`Task.outcome`) is known at `Task.outcome_known`; a sample predicting at or
-    after it fails the gate (an in-hospital outcome predicted at discharge).
+(d) clock bound: a task's outcome (`Task.clock.outcome`) is known at `Task.clock.outcome_known`; a sample
+    predicting at or after it fails the gate (an in-hospital outcome predicted at discharge).
 
 Any failure is `blocked` with one line naming the task, dataset and first offending row or token source.
 Tasks the gate does not cover (text corpora split by text group or by pair) get no record.
@@ -99,14 +99,14 @@ class GateResult:
 
 def _rows_sql(task: Task, owner: Task) -> str:
     """The task's sample rows of `$dataset` (the owner task's table, filtered on `task` when shared)."""
-    own_sql = " AND task = $owner" if owner.shared_table else ""
-    filter_sql = f" AND ({task.sample_filter})" if task.sample_filter else ""  # SQL written in the task's file
-    return f"SELECT * FROM {quote_table(owner.sample_table)} WHERE dataset = $dataset{own_sql}{filter_sql}"
+    own_sql = " AND task = $owner" if owner.samples.shared else ""
+    filter_sql = f" AND ({task.samples.filter})" if task.samples.filter else ""  # SQL written in the task's file
+    return f"SELECT * FROM {quote_table(owner.samples.table)} WHERE dataset = $dataset{own_sql}{filter_sql}"
 
 
 def current_fingerprint(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> str:
     """The fingerprint of the task's samples and split as the warehouse holds them now (what training would read)."""
-    samples = con.sql(f"SELECT * FROM {quote_table(task.sample_table)} WHERE dataset = $dataset",
+    samples = con.sql(f"SELECT * FROM {quote_table(task.samples.table)} WHERE dataset = $dataset",
                       params={"dataset": dataset}).to_arrow_table()
     splits = con.sql("SELECT * FROM samples.splits WHERE dataset = $dataset AND task = $task",
                      params={"dataset": dataset, "task": task.samples_task}).to_arrow_table()
@@ -147,15 +147,15 @@ def split_overlap(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> t
 def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int | None, str | None]:
     """(b) feature codes no event explains at or before the recomputed prediction time (+ disagreeing stored
     prediction times); None when the task has no clock."""
-    if task.prediction_time is None:
+    if task.clock.prediction_time is None:
         return None, None
-    clock_sql = task.prediction_time  # a SQL expression written in the task's file (code, not data)
+    clock_sql = task.clock.prediction_time  # a SQL expression written in the task's file (code, not data)
     truth_sql = f"""
         SELECT hadm_id, subject_id AS patient, CAST(({clock_sql}) AS TIMESTAMP) AS pt
         FROM ({STAYS_SQL}) AS stay"""
     params = {"dataset": dataset}
     columns = set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)
-    column = task.prediction_time_column
+    column = task.clock.column
     stored_sql = f"r.{quote_ident(column)}" if column in columns else "NULL"
     bad_clock = con.execute(f"""
         SELECT r.hadm_id, {stored_sql} AS stored, t.pt FROM {ROWS} r LEFT JOIN ({truth_sql}) t USING (hadm_id)
@@ -165,12 +165,12 @@ def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tupl
         hadm, got, want = bad_clock[0]
         first = (f"sample hadm_id {hadm} stores {column} {got}, the clock of task {task.name} over the warehouse "
                  f"gives {want}")
-    sources = dict(task.feature_sources)
-    for feature in task.features:
+    sources = dict(task.clock.feature_sources)
+    for feature in task.samples.features:
         source = sources.get(feature)
         if source is None or feature not in columns:
             n += 1
-            why = ("has no time rule (no source in Task.feature_sources)" if source is None
+            why = ("has no time rule (no source in Task.clock.feature_sources)" if source is None
                    else "is not in the sample table")
             first = first or f"feature column {feature!r} of task {task.name} {why}: the gate cannot time its tokens"
             continue
@@ -223,7 +223,7 @@ def _late_static(con: duckdb.DuckDBPyConnection, task: Task, feature: str, truth
         LEFT JOIN s ON s.hadm_id = k.hadm_id AND s.token = k.token
         WHERE s.token IS NULL OR s.known IS NULL OR s.known > k.pt
            OR split_part(k.token, '{SEPARATOR}', 1) NOT IN (SELECT unnest($declared::VARCHAR[]))
-        ORDER BY k.hadm_id, k.token""", {**params, "declared": list(task.static_tokens)}).fetchall()
+        ORDER BY k.hadm_id, k.token""", {**params, "declared": list(task.clock.static_tokens)}).fetchall()
     if not rows:
         return 0, None
     hadm, pt, token, known = rows[0]
@@ -232,7 +232,7 @@ def _late_static(con: duckdb.DuckDBPyConnection, task: Task, feature: str, truth
     where = f"task {task.name}: sample hadm_id {hadm} holds {feature} token {token!r}"
     if column is None:
         why = f"{where}: prefix {prefix!r} comes from no column with a time rule (medtx/samples/static.py)"
-    elif prefix not in task.static_tokens:
+    elif prefix not in task.clock.static_tokens:
         why = f"{where}: prefix {prefix!r} ({column.column}) is not among the task's declared static_tokens"
     elif known is None and SEPARATOR in token:
         why = f"{where}: {column.column} of that admission does not give this token"
@@ -279,11 +279,11 @@ def _late_notes(con: duckdb.DuckDBPyConnection, task: Task, feature: str, truth_
 
 
 def clock_bound(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int | None, str | None]:
-    """(d) samples whose prediction time is at or after their outcome is known (Task.outcome_known); None: the
+    """(d) samples whose prediction time is at or after their outcome is known (Task.clock.outcome_known); None: the
     task declares no bound."""
-    if task.prediction_time is None or task.outcome_known is None:
+    if task.clock.prediction_time is None or task.clock.outcome_known is None:
         return None, None
-    prediction_sql, known_sql = task.prediction_time, task.outcome_known  # SQL the task's file declares
+    prediction_sql, known_sql = task.clock.prediction_time, task.clock.outcome_known  # SQL the task's file declares
     rows = con.execute(f"""
         SELECT hadm_id, pt, known FROM (
             SELECT hadm_id, CAST(({prediction_sql}) AS TIMESTAMP) AS pt,
@@ -294,8 +294,9 @@ def clock_bound(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tup
     if not rows:
         return 0, None
     hadm, pt, known = rows[0]
-    return len(rows), (f"task {task.name} predicts at {task.prediction_time!r}, but its outcome ({task.outcome}) is "
-                       f"known at {task.outcome_known!r}: sample hadm_id {hadm} predicts at {pt}, its outcome is "
+    clock = task.clock
+    return len(rows), (f"task {task.name} predicts at {clock.prediction_time!r}, but its outcome ({clock.outcome}) is "
+                       f"known at {task.clock.outcome_known!r}: sample hadm_id {hadm} predicts at {pt}, its outcome is "
                        f"known at {known}")
 
 
@@ -327,8 +328,8 @@ def audit_shortcuts(con: duckdb.DuckDBPyConnection, task: Task, dataset: str,
               AND sp.subject_id = r.subject_id WHERE sp.split IN ('train', 'val')"""
     ack = dict(acknowledge or {})
     columns = set(con.sql(f"SELECT * FROM {ROWS} LIMIT 0").columns)
-    features = [f for f in task.features if f in columns]
-    label_sql = quote_ident(task.label_column)
+    features = [f for f in task.samples.features if f in columns]
+    label_sql = quote_ident(task.samples.label_column)
     if task.kind == "multilabel":
         found = []
         for feature in features:
@@ -406,7 +407,7 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
     if owner is None:
         from medtx.tasks import get_task
         owner = get_task(task.samples_task)
-    params = {"dataset": dataset, **({"owner": owner.name} if owner.shared_table else {})}
+    params = {"dataset": dataset, **({"owner": owner.name} if owner.samples.shared else {})}
     con.execute(f"CREATE OR REPLACE TEMP TABLE {ROWS} AS {_rows_sql(task, owner)}", params)
     try:
         create_event_view(con, dataset, EVENTS)

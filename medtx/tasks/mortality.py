@@ -12,16 +12,21 @@ tables medtx loads (no vitals or labs), declared through medtx.tasks.outcome (on
   then; `static` = `AGE//<decade>`, `SEX//<F|M|UNKNOWN>`, `ADMISSION_TYPE//<type>` (medtx.samples.static).
 """
 
+from medtx.tasks.base import Clock
 from medtx.tasks.outcome import Exclusion, admission_outcome
 
 TASK = admission_outcome(
     name="mortality",
     label="hospital_expire_flag = 1",
     label_name="in_hospital_death",
-    prediction_time="admittime + INTERVAL 48 HOUR",
-    clock="48 hours after admission (MIMIC benchmark, Harutyunyan et al. 2019)",
-    outcome="in-hospital death (hospital_expire_flag), known at death or discharge",
-    outcome_known="least(dischtime, coalesce(deathtime, dischtime))",
+    clock=Clock(
+        prediction_time="admittime + INTERVAL 48 HOUR",
+        words="48 hours after admission (MIMIC benchmark, Harutyunyan et al. 2019)",
+        outcome="in-hospital death (hospital_expire_flag), known at death or discharge",
+        outcome_known="least(dischtime, coalesce(deathtime, dischtime))",
+        observation_window=("earlier admissions (their codes, known at their discharge) and this stay's drugs whose "
+                            "start day ended within its first 48 hours; age, sex and admission type"),
+    ),
     exclusions=(
         Exclusion("without_flag", "hospital_expire_flag IS NULL"),
         Exclusion("without_times", "admittime IS NULL OR dischtime IS NULL"),
@@ -29,8 +34,6 @@ TASK = admission_outcome(
         Exclusion("died_by_48h", "deathtime IS NOT NULL AND deathtime <= {t}"),
     ),
     empty_cohort="admission of at least 48 hours with the patient alive at 48 hours and a hospital_expire_flag",
-    observation_window=("earlier admissions (their codes, known at their discharge) and this stay's drugs whose "
-                        "start day ended within its first 48 hours; age, sex and admission type"),
     description="in-hospital death (binary) at 48 h after admission, from earlier admissions, early drugs and "
                 "demographics",
     order=40,

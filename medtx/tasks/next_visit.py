@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import BuildContext, Clock, Samples, Scoring, Task, ehr_lineage
+from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -59,70 +60,60 @@ VOCAB = {
 }
 
 
+ROWS = HistoryRows(
+    task=NAME, table=TABLE, prediction_time=PREDICTION_TIME, index_sql=NEXT_SQL, visits_sql=HAS_DX,
+    rows_sql=NEXT_VISIT_SQL, vocab=VOCAB, specials={"codes": (CLS, SEP, MASK)},
+    figures={"mean_labels_per_visit": "avg(len(label))", "mean_history_visits": "avg(len(visits))"},
+)
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite `samples.next_visit` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
-
-    create_history(con, ctx.dataset, PREDICTION_TIME, NEXT_SQL, visits_sql=HAS_DX)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {NEXT_VISIT_SQL}", {"dataset": ctx.dataset})
-    drop_history(con)
-    stats = visit_stats(con)
-    n, patients, mean_labels, mean_visits = con.sql(
-        f"SELECT count(*), count(DISTINCT subject_id), avg(len(label)), avg(len(visits)) FROM _samples_{NAME}"
-    ).fetchall()[0]
-    if n == 0:
-        raise EmptyCohortError(
-            f"next_visit: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses "
-            f"({stats['cohort_visits']} admissions of {stats['cohort_patients']} patients, {stats['visits_with_conditions']} with diagnoses)"
-        )
-    figures = {
-        "samples": n, "patients": patients, "mean_labels_per_visit": mean_labels,
-        "mean_history_visits": mean_visits, **stats, **unknown_code_counts(con),
-    }
-    store_task(
-        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
-        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-        specials={"codes": (CLS, SEP, MASK)},
-    )
-    return n
+    return ROWS.build(con, ctx, empty=lambda stats: (
+        f"next_visit: no patient of dataset {ctx.dataset!r} has 2 or more visits with diagnoses "
+        f"({stats['cohort_visits']} admissions of {stats['cohort_patients']} patients, "
+        f"{stats['visits_with_conditions']} with diagnoses)"))
 
 
 TASK = Task(
     name=NAME,
     kind="multilabel",
     family="ehr",
-    sample_table=TABLE,
-    sample_columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "prediction_time", "visits", "ages", "codes",
-                    "segments",
-                    "ages_flat", "positions", "label"),
-    features=("visits",),
-    label_column="label",
-    label_feature="label",
-    split_unit="patient",
-    metrics=("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20", "f1_samples"),
-    monitor="pr_auc_samples",
-    tune_metric="f1_samples",
-    recall_ks=(10, 20),
-    compared=(("pr_auc_samples", "visit"), ("f1_samples", "visit")),
-    copy_source="visits",  # the current visit's diagnoses
-    oracle_code_column="icd9_code",
-    visit_ages="ages",
+    description="diagnoses of the next visit (multi-label) from all visits so far",
+    order=20,
+    clock=Clock(
+        prediction_time=PREDICTION_TIME,
+        words="at the discharge of the history's last visit (BEHRT convention)",
+        observation_window="every visit with diagnoses up to and including the last one of the history",
+        feature_sources=(("visits", "diagnosis"),),
+        # No bound declared: the next visit is not the index admission the gate's clock reads (its diagnoses are
+        # known at its own discharge, after this prediction time by construction).
+        outcome="the next visit's diagnoses",
+    ),
+    samples=Samples(
+        table=TABLE,
+        columns=("dataset", "subject_id", "hadm_id", "next_hadm_id", "prediction_time", "visits", "ages", "codes",
+                 "segments", "ages_flat", "positions", "label"),
+        features=("visits",),
+        label_column="label",
+        label_feature="label",
+        split_unit="patient",
+    ),
+    lineage=ehr_lineage(TABLE, build),
+    scoring=Scoring(
+        metrics=("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20", "f1_samples"),
+        monitor="pr_auc_samples",
+        tune_metric="f1_samples",
+        recall_ks=(10, 20),
+        compared=(("pr_auc_samples", "visit"), ("f1_samples", "visit")),
+    ),
     # models: every EHR model serving a multi-label task whose features it finds (the default; seq2seq needs
     # the visit's diagnoses and procedures as separate columns)
-    build=build,
-    reads=EHR_VISIT_READS,
-    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
-    # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5).
-    model_defaults={"behrt": {"copy_recencies": (0,)}},
-    prediction_time=PREDICTION_TIME,
-    clock="at the discharge of the history's last visit (BEHRT convention)",
-    observation_window="every visit with diagnoses up to and including the last one of the history",
-    feature_sources=(("visits", "diagnosis"),),
-    # No bound declared: the next visit is not the index admission the gate's clock reads (its diagnoses are
-    # known at its own discharge, after this prediction time by construction).
-    outcome="the next visit's diagnoses",
-    order=20,
-    description="diagnoses of the next visit (multi-label) from all visits so far",
+    model_defaults={
+        # BEHRT: the copy gate from the current visit's diagnoses (recency 0), chosen on validation (issue #5); the
+        # per-visit ages of the one visits column feed its age embedding.
+        "behrt": {"copy_recencies": (0,), "visit_ages": "ages"},
+        "copy_last": {"source": "visits"},  # the current visit's diagnoses, as the next visit's
+        "oracle": {"code_column": "icd9_code"},  # the label column of raw.synth_oracle_next_visit
+    },
 )

@@ -7,9 +7,9 @@ lineage, the metrics) is the same and lives here once (docs/EXTENDING.md shows a
 
     TASK = admission_outcome(
         name="prolonged_stay", label="dischtime > admittime + INTERVAL 7 DAY", label_name="stay_over_7_days",
-        prediction_time="admittime + INTERVAL 48 HOUR", clock="48 hours after admission",
-        exclusions=(Exclusion("under_48h", "dischtime <= {t}"), ...),
-        outcome="a stay longer than 7 days", outcome_known="least(dischtime, coalesce(deathtime, dischtime))", ...)
+        clock=Clock(prediction_time="admittime + INTERVAL 48 HOUR", words="48 hours after admission",
+                    outcome="a stay longer than 7 days", outcome_known="least(dischtime, coalesce(deathtime, dischtime))"),
+        exclusions=(Exclusion("under_48h", "dischtime <= {t}"), ...), ...)
 
 - `exclusions`: the cohort's rules, in order; an admission takes the first that applies (SQL over one row of
   `_samples_visits`: subject_id, hadm_id, admittime, dischtime, deathtime, admission_type, hospital_expire_flag,
@@ -26,11 +26,12 @@ declares the task is its module (`medtx/tasks/<name>.py`); this module holds no 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import BINARY_SCORING, BuildContext, Clock, Samples, Task, ehr_lineage
+from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -39,6 +40,7 @@ TABLE = "samples.admission_outcome"
 COLUMNS = ("dataset", "task", "subject_id", "hadm_id", "admittime", "prediction_time", "conditions", "procedures",
            "drugs", "static", "label")
 FEATURES = ("conditions", "procedures", "drugs", "static")
+FEATURE_SOURCES = (("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug"), ("static", "static"))
 # Histories hold admissions that are no sample themselves, and the current admission's codes may be hidden: the
 # vocabularies count every code of the whole visible history.
 VOCAB = {"conditions": "flatten(conditions)", "procedures": "flatten(procedures)", "drugs": "flatten(drugs)",
@@ -115,53 +117,35 @@ class OutcomeSQL:
 def build_outcome(sql: OutcomeSQL, con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite one admission-level task's rows of samples.admission_outcome (+ splits, vocab, summary) for a
     dataset, from `_samples_visits` (medtx.tasks.build fills it)."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
-
     excluded = dict(con.sql(f"SELECT excluded, count(*) FROM ({sql.cohort_sql()}) GROUP BY 1").fetchall())
-    stats = visit_stats(con)
-    from medtx.store.db import quote_ident
-
-    create_history(con, ctx.dataset, sql.prediction_time, sql.index_sql())
-    source = f"_samples_{sql.name}"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(source)} AS {sql.samples_sql()}",
-                {"dataset": ctx.dataset, "task": sql.name})
-    drop_history(con)
-    n, patients, positives = con.sql(f"SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label) "
-                                     f"FROM {quote_ident(source)}").fetchall()[0]
     counts = {f"excluded_{reason}": excluded.get(reason, 0) for reason in sql.reasons}
-    if n == 0:
-        raise EmptyCohortError(f"{sql.name}: dataset {ctx.dataset!r} has no {sql.empty_cohort} "
-                               f"({stats['cohort_visits']} admissions; excluded: {counts})")
-    figures = {"samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-               **counts, **stats, **unknown_code_counts(con)}
-    store_task(con, dataset=ctx.dataset, task=sql.name, source=source, target=TABLE, seed=ctx.seed,
-               fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures, shared=True)
-    return n
+    rows = HistoryRows(task=sql.name, table=TABLE, prediction_time=sql.prediction_time, index_sql=sql.index_sql(),
+                       rows_sql=sql.samples_sql(), vocab=VOCAB, figures=BINARY_FIGURES, shared=True)
+    return rows.build(con, ctx, extra_figures=counts, empty=lambda stats: (
+        f"{sql.name}: dataset {ctx.dataset!r} has no {sql.empty_cohort} "
+        f"({stats['cohort_visits']} admissions; excluded: {counts})"))
 
 
 def admission_outcome(
-    *, name: str, label: str, label_name: str, prediction_time: str, clock: str, outcome: str,
-    outcome_known: str | None, exclusions: Sequence[Exclusion] = (), empty_cohort: str = "admission in the cohort",
-    static_tokens: tuple[str, ...] = DEFAULT_STATIC, observation_window: str = "", description: str = "",
-    order: int = 100, **task_fields: Any,
+    *, name: str, label: str, label_name: str, clock: Clock, exclusions: Sequence[Exclusion] = (),
+    empty_cohort: str = "admission in the cohort", static_tokens: tuple[str, ...] = DEFAULT_STATIC,
+    description: str = "", order: int = 100, **task_fields: Any,
 ) -> Task:
-    """The `Task` of an admission-level binary outcome (module docstring). `task_fields` are any other `Task`
-    fields (e.g. `excluded_models`, `model_defaults`)."""
-    sql = OutcomeSQL(name, prediction_time, label, tuple(exclusions), tuple(static_tokens), empty_cohort)
+    """The `Task` of an admission-level binary outcome (module docstring). `clock` is the task's clock (its
+    prediction time, outcome and when it is known, in SQL and words); the features' sources and static tokens are
+    this module's. `task_fields` are any other `Task` fields (e.g. `excluded_models`, `model_defaults`)."""
+    if clock.prediction_time is None:
+        raise ValueError(f"task {name!r}: an admission-level outcome needs a prediction time (Clock.prediction_time)")
+    sql = OutcomeSQL(name, clock.prediction_time, label, tuple(exclusions), tuple(static_tokens), empty_cohort)
     fields: dict[str, Any] = dict(
-        kind="binary", family="ehr", sample_table=TABLE, sample_columns=COLUMNS, features=FEATURES,
-        label_column="label", split_unit="patient", metrics=("auroc", "auprc", "rp80"), monitor="auprc",
-        # paired verdicts against the reference baseline on the headline and the set metric
-        compared=(("auprc", "none"), ("rp80", "none")),
-        reads=EHR_VISIT_READS, writes=(TABLE, *EHR_SAMPLE_EXTRAS), shared_table=True,
+        kind="binary", family="ehr", scoring=BINARY_SCORING,
         # BEHRT reads per-visit ages, which an admission-level sample does not carry
         excluded_models=("behrt",),
-        feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug"),
-                         ("static", "static")),
     )
     fields.update(task_fields)
-    return Task(name=name, label_name=label_name, build=partial(build_outcome, sql), prediction_time=prediction_time,
-                clock=clock, observation_window=observation_window, static_tokens=tuple(static_tokens),
-                outcome=outcome, outcome_known=outcome_known, description=description, order=order, **fields)
+    return Task(
+        name=name, description=description, order=order,
+        clock=replace(clock, static_tokens=tuple(static_tokens), feature_sources=FEATURE_SOURCES),
+        samples=Samples(table=TABLE, columns=COLUMNS, features=FEATURES, label_column="label", label_name=label_name,
+                        split_unit="patient", shared=True),
+        lineage=ehr_lineage(TABLE, partial(build_outcome, sql)), **fields)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_SAMPLE_EXTRAS, EHR_VISIT_READS, BuildContext, Task
+from medtx.tasks.base import BINARY_SCORING, BuildContext, Clock, Samples, Task, ehr_lineage
+from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -74,61 +75,42 @@ VOCAB = {"conditions": "conditions[-1]", "procedures": "procedures[-1]", "drugs"
 
 def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
     """Rewrite `samples.readmission` (+ splits, vocab, summary) for one dataset from `_samples_visits`."""
-    from medtx.samples.common import (
-        EmptyCohortError, create_history, drop_history, store_task, unknown_code_counts, visit_stats,
-    )
-
-    create_history(con, ctx.dataset, PREDICTION_TIME, INDEX_SQL)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _samples_{NAME} AS {readmission_sql()}", {"dataset": ctx.dataset})
-    drop_history(con)
-    stats = visit_stats(con)
-    n, patients, positives, with_text = con.sql(
-        "SELECT count(*), count(DISTINCT subject_id), count(*) FILTER (WHERE label), count(text) "
-        f"FROM _samples_{NAME}"
-    ).fetchall()[0]
-    if n == 0:
-        raise EmptyCohortError(
-            f"readmission: dataset {ctx.dataset!r} has no admission left after excluding in-hospital deaths and "
-            f"newborns ({stats['cohort_visits']} admissions)"
-        )
-    figures = {
-        "samples": n, "patients": patients, "positives": positives, "positive_rate": positives / n,
-        "samples_with_text": with_text, **stats, **unknown_code_counts(con),
-    }
-    store_task(
-        con, dataset=ctx.dataset, task=NAME, source=f"_samples_{NAME}", target=TABLE,
-        seed=ctx.seed, fractions=ctx.fractions, min_count=ctx.min_count, vocab=VOCAB, figures=figures,
-    )
-    return n
+    rows = HistoryRows(task=NAME, table=TABLE, prediction_time=PREDICTION_TIME, index_sql=INDEX_SQL,
+                       rows_sql=readmission_sql(), vocab=VOCAB,
+                       figures={**BINARY_FIGURES, "samples_with_text": "count(text)"})
+    return rows.build(con, ctx, empty=lambda stats: (
+        f"readmission: dataset {ctx.dataset!r} has no admission left after excluding in-hospital deaths and "
+        f"newborns ({stats['cohort_visits']} admissions)"))
 
 
 TASK = Task(
     name=NAME,
     kind="binary",
     family="ehr",
-    sample_table=TABLE,
-    sample_columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "prediction_time", "conditions",
-                    "procedures", "drugs", "text", "text_time", "label"),
-    features=("conditions", "procedures", "drugs"),
-    label_column="label",
-    label_name="readmission_30d",
-    split_unit="patient",
-    metrics=("auroc", "auprc", "rp80"),
-    monitor="auprc",
-    compared=(("auprc", "none"), ("rp80", "none")),
+    description="unplanned readmission within 30 days (binary), codes of the admission and history",
+    order=30,
+    clock=Clock(
+        prediction_time=PREDICTION_TIME,
+        words="at discharge of the admission",
+        observation_window="every admission of the patient up to and including this one",
+        feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug")),
+        # Known at the latest when the 30-day window closes (a readmission overlapping the stay is known earlier;
+        # the bound does not see the next admission).
+        outcome="a non-elective admission within 30 days of discharge",
+        outcome_known=f"dischtime + INTERVAL {WINDOW_DAYS} DAY",
+    ),
+    samples=Samples(
+        table=TABLE,
+        columns=("dataset", "subject_id", "hadm_id", "admittime", "dischtime", "prediction_time", "conditions",
+                 "procedures", "drugs", "text", "text_time", "label"),
+        features=("conditions", "procedures", "drugs"),
+        label_column="label",
+        label_name="readmission_30d",
+        split_unit="patient",
+    ),
+    # EHR_VISIT_READS holds raw.noteevents: the discharge summaries, for the note-text view
+    lineage=ehr_lineage(TABLE, build),
+    scoring=BINARY_SCORING,
     # models: every EHR model serving a binary task (the default; copy_last has no rule for a yes/no outcome
     # and seq2seq generates drug sets, so neither serves it)
-    build=build,
-    reads=EHR_VISIT_READS,  # raw.noteevents among them: the discharge summaries, for the note-text view
-    writes=(TABLE, *EHR_SAMPLE_EXTRAS),
-    prediction_time=PREDICTION_TIME,
-    clock="at discharge of the admission",
-    observation_window="every admission of the patient up to and including this one",
-    feature_sources=(("conditions", "diagnosis"), ("procedures", "procedure"), ("drugs", "drug")),
-    # Known at the latest when the 30-day window closes (a readmission overlapping the stay is known earlier; the
-    # bound does not see the next admission).
-    outcome="a non-elective admission within 30 days of discharge",
-    outcome_known=f"dischtime + INTERVAL {WINDOW_DAYS} DAY",
-    order=30,
-    description="unplanned readmission within 30 days (binary), codes of the admission and history",
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import SAMPLE_EXTRAS, BuildContext, Task
+from medtx.tasks.base import SAMPLE_EXTRAS, BuildContext, Lineage, Samples, Scoring, Task
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
     import duckdb
@@ -94,19 +94,13 @@ TASK = Task(
     name=NAME,
     kind="multiclass",
     family="text",
-    sample_table=TABLE,
-    sample_columns=("note_id", "text", "label", "group_id", "split", "conflicting"),
-    features=("text",),
-    label_column="label",
-    label_feature="label",
-    split_unit="text_group",
-    metrics=("accuracy", "macro_f1"),
-    monitor="macro_f1",
-    compared=(("macro_f1", "none"), ("accuracy", "none")),
-    build=build,
-    reads=("raw.mtsamples", "raw.meds_splits"),  # splits: medtx.samples.splits honours imported MEDS splits
-    writes=(TABLE, *SAMPLE_EXTRAS),
-    dataset=DATASET,
-    order=50,
     description="medical specialty of a transcription (multi-class)",
+    order=50,
+    samples=Samples(table=TABLE, columns=("note_id", "text", "label", "group_id", "split", "conflicting"),
+                    features=("text",), label_column="label", label_feature="label", split_unit="text_group",
+                    dataset=DATASET),
+    lineage=Lineage(build=build, writes=(TABLE, *SAMPLE_EXTRAS),
+                    reads=("raw.mtsamples", "raw.meds_splits")),  # splits: medtx.samples.splits honours MEDS splits
+    scoring=Scoring(metrics=("accuracy", "macro_f1"), monitor="macro_f1",
+                    compared=(("macro_f1", "none"), ("accuracy", "none"))),
 )

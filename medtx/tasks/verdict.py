@@ -19,12 +19,12 @@ class LeakageError(ValueError):
 
 def gated(task: Task) -> bool:
     """The gate covers tasks split by patient (every EHR task and the note view of readmission)."""
-    return task.split_unit == "patient"
+    return task.samples.split_unit == "patient"
 
 
 def samples_fingerprint(samples: Any, splits: Any, task: Task, dataset: str) -> str:
     """A hash of what the gate judges and training reads: the task's sample rows of `dataset` (its own rows of a
-    shared table; every column of `Task.sample_columns` the table has) and its patient split. `samples`, `splits`:
+    shared table; every column of `Task.samples.columns` the table has) and its patient split. `samples`, `splits`:
     pyarrow tables (the warehouse's rows, or a training package's), so the gate and the torch-only worker compute
     it alike. Row order does not matter."""
     import hashlib
@@ -41,7 +41,7 @@ def samples_fingerprint(samples: Any, splits: Any, task: Task, dataset: str) -> 
         return sorted(json.dumps([row[c] for c in present], default=str) for row in table.select(present).to_pylist())
 
     digest = hashlib.sha256()
-    for line in rows(samples, [c for c in task.sample_columns if c != "task"], dataset=dataset,
+    for line in rows(samples, [c for c in task.samples.columns if c != "task"], dataset=dataset,
                      task=task.samples_task):
         digest.update(line.encode() + b"\n")
     digest.update(b"--splits--\n")

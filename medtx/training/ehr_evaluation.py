@@ -83,14 +83,14 @@ def choose_threshold(task: Task, y_val: np.ndarray, p_val: np.ndarray, fixed_by_
         return fixed_by_model, "model_rule"
     if task.binary:
         return 0.5, "fixed"  # readmission metrics are threshold-free
-    threshold, _ = tune_threshold(y_val, p_val, task.tune_metric)
+    threshold, _ = tune_threshold(y_val, p_val, task.scoring.tune_metric)
     return threshold, "tuned_on_val"
 
 
 def multilabel_test_metrics(y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float, task: Task,
                             ddi: np.ndarray | None, n_boot: int, seed: int) -> list[tuple]:
     """(metric, averaging, mean, sd, n_boot) rows: bootstrap over test patients of per-visit values."""
-    rows = per_visit_metrics(y, p, threshold, task.recall_ks)
+    rows = per_visit_metrics(y, p, threshold, task.scoring.recall_ks)
     if ddi is not None:
         rows["_ddi_pred"], rows["_pairs_pred"] = ddi_pair_counts(p >= threshold, ddi)
         rows["_ddi_true"], rows["_pairs_true"] = ddi_pair_counts(y >= 0.5, ddi)
@@ -125,7 +125,7 @@ def point_metrics(task: Task, y: np.ndarray, p: np.ndarray, patients: np.ndarray
     """Validation figures (no bootstrap): same names as test, sd NULL."""
     if task.binary:
         return [(k, "none", v, None, None) for k, v in binary_metrics(y[:, 0], p[:, 0]).items()]
-    rows = per_visit_metrics(y, p, threshold, task.recall_ks)
+    rows = per_visit_metrics(y, p, threshold, task.scoring.recall_ks)
     out = [(k, "visit", visit_average(v), None, None) for k, v in rows.items()]
     out += [(k, "patient", patient_average(rows[k], patients), None, None) for k in AVERAGED if k in rows]
     return out
@@ -137,7 +137,7 @@ def point_summary(task: Task, y: np.ndarray, p: np.ndarray, threshold: float, dd
     recorded (medtx.evaluation.uncertainty), not the mean of the 10 x 80% subsamples."""
     if task.binary:
         return {"auroc": binary_metrics(y[:, 0], p[:, 0])["auroc"]}
-    rows = per_visit_metrics(y, p, threshold, task.recall_ks)
+    rows = per_visit_metrics(y, p, threshold, task.scoring.recall_ks)
     out = {name: visit_average(rows[name]) for name in AVERAGED if name in rows}
     if ddi is not None:
         hits, pairs = ddi_pair_counts(p >= threshold, ddi)
@@ -221,7 +221,7 @@ def evaluate(task: Task, model: str, seed: int, parts: dict[str, Frame], labels:
         test_rows = binary_test_metrics(y_test, outcome.p_test, patients, n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test[:, 0])
     else:
-        ddi = ddi_matrix(ddi_pairs, labels.names) if "ref.ddi_atc3" in task.train_reads else None
+        ddi = ddi_matrix(ddi_pairs, labels.names) if "ref.ddi_atc3" in task.lineage.train_reads else None
         test_rows = multilabel_test_metrics(y_test, outcome.p_test, patients, threshold, task, ddi, n_boot, seed)
         collapsed, reason = is_collapsed(outcome.p_test, multilabel=True, threshold=threshold)
     test_rows += [("n_samples", "none", float(len(y_test)), None, None),

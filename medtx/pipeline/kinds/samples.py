@@ -17,12 +17,12 @@ from medtx.tasks import Task, get_task
 
 def task_datasets(cfg: PipelineConfig, task: Task) -> list[str]:
     """The warehouse datasets a configured task runs on: its fixed corpus, or the config's EHR datasets."""
-    return [task.dataset] if task.dataset is not None else [d.key for d in cfg.datasets_for(task.name)]
+    return [task.samples.dataset] if task.samples.dataset is not None else [d.key for d in cfg.datasets_for(task.name)]
 
 
 def step_name(builder: Task, dataset: str) -> str:
     """The samples step of a building task (`get_task(task.samples_task)`) on a dataset."""
-    return f"samples.{builder.name}" if builder.dataset is not None else f"samples.{builder.name}.{dataset}"
+    return f"samples.{builder.name}" if builder.samples.dataset is not None else f"samples.{builder.name}.{dataset}"
 
 
 def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list[Step]:
@@ -36,12 +36,12 @@ def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list
             name_ = step_name(builder, dataset)
             if name_ in steps:
                 continue
-            mapped = any(t.startswith("core.") for t in builder.reads)
+            mapped = any(t.startswith("core.") for t in builder.lineage.reads)
             steps[name_] = Step(
                 name_, KIND, {"options": tc.samples.builder_options(), "seed": seed}, dataset, builder,
                 needs=(*((f"codes.{dataset}",) if mapped else ()), *steps_of(earlier, dataset)),
-                reads=builder.reads, writes=builder.writes,
-                files=tuple(str(ctx.data_dir / f) for f in builder.files),
+                reads=builder.lineage.reads, writes=builder.lineage.writes,
+                files=tuple(str(ctx.data_dir / f) for f in builder.lineage.files),
                 scope={"dataset": dataset, "task": builder.name},
             )
     return list(steps.values())
@@ -61,7 +61,7 @@ def run(spec: Spec, paths: Paths) -> dict[str, Any]:
 def code(step: Step) -> tuple[str, ...]:
     task = step.task
     assert task is not None
-    return ("medtx.tasks.build", task.module, *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
+    return ("medtx.tasks.build", task.module, *((f"medtx.tasks.{task.lineage.builds}",) if task.lineage.builds else ()))
 
 
 KIND = StepKind("samples", plan, run, code)

@@ -39,7 +39,7 @@ def train_step(task: Task, dataset: str, model: str, *, label: str | None = None
         needs=(sample_step_name(get_task(task.samples_task), dataset),),
         # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
         # a binary/multi-label EHR run's evaluation reads its test admissions' demographics (its subgroups)
-        reads=(task.sample_table, *TRAIN_READS, *task.train_reads, *SYNTH_ORACLE,
+        reads=(task.samples.table, *TRAIN_READS, *task.lineage.train_reads, *SYNTH_ORACLE,
                *(TRUST_READS if trust_applies(task) else ())),
         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote
         device=device,
@@ -50,7 +50,7 @@ def train_step(task: Task, dataset: str, model: str, *, label: str | None = None
 def samples_read(step: Step) -> tuple[str, str]:
     """The tables whose fingerprint is a training run's data fingerprint: its task's samples and their split."""
     assert step.task is not None
-    return (step.task.sample_table, "samples.splits")
+    return (step.task.samples.table, "samples.splits")
 
 
 def runs_on(spec: ModelEntry, dataset: str, cfg: PipelineConfig) -> bool:
@@ -106,7 +106,7 @@ def code(step: Step) -> tuple[str, ...]:
     assert task is not None
     model = step.params["model"]
     return ("medtx.training.packages", *runner_for(task, model).modules, *model_modules(model, task), task.module,
-            *((f"medtx.tasks.{task.builds}",) if task.builds else ()))
+            *((f"medtx.tasks.{task.lineage.builds}",) if task.lineage.builds else ()))
 
 
 KIND = StepKind("train", plan, run, code)

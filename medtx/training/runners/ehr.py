@@ -80,8 +80,8 @@ def split_samples(tables: Mapping[str, pa.Table], dataset: str, task: Task) -> d
     filtered on and dropped)."""
     tname = task.name
     samples = package_table(tables, f"samples.{task.table}")
-    samples = rows_where(samples, dataset=dataset, **({"task": tname} if task.shared_table else {}))
-    if task.shared_table and "task" in samples.column_names:
+    samples = rows_where(samples, dataset=dataset, **({"task": tname} if task.samples.shared else {}))
+    if task.samples.shared and "task" in samples.column_names:
         samples = samples.drop_columns(["task"])
     splits = rows_where(package_table(tables, "samples.splits"), dataset=dataset, task=tname)
     subjects = splits.column("subject_id").combine_chunks()
@@ -131,17 +131,17 @@ def ehr_samples_from_tables(tables: Mapping[str, pa.Table], dataset: str, task: 
     vocab = package_table(tables, "samples.vocab")
     features = required_features(model, task) if model in ehr_neural_models() else ()
     vocabs = {f: vocab_from_table(vocab, dataset, task, f) for f in features}
-    label = task.label_feature
+    label = task.samples.label_feature
     label_vocab = vocab_from_table(vocab, dataset, task, label) if label else None
     ddi_pairs: list = []
-    if "ref.ddi_atc3" in task.train_reads:
+    if "ref.ddi_atc3" in task.lineage.train_reads:
         ddi = package_table(tables, "ref.ddi_atc3")
         ddi_pairs = list(zip(ddi.column("atc3_a").to_pylist(), ddi.column("atc3_b").to_pylist(), strict=True))
     oracle_rows = None
     if reads_generator(model):
         name = f"{ORACLE_PREFIX}{task.name}"
         oracle_rows = rows_where(frames.arrow(tables[name]), dataset=dataset) if name in tables else pa.table({})
-    labels = LabelSpace.from_vocab(label_vocab, task.binary, task.label_name)
+    labels = LabelSpace.from_vocab(label_vocab, task.binary, task.samples.label_name)
     return EhrSamples(parts, vocabs, label_vocab, labels, ddi_pairs, oracle_rows)
 
 
@@ -244,7 +244,7 @@ def train_config(task: Task, model: str, seed: int, overrides: dict[str, Any] | 
     train_overrides, model_overrides = _split_overrides(overrides)
     if epochs is not None:
         train_overrides["epochs"] = epochs
-    cfg = TrainConfig(**{"monitor": task.monitor, "seed": seed, "device": device, **task_train_defaults(task, model),
+    cfg = TrainConfig(**{"monitor": task.scoring.monitor, "seed": seed, "device": device, **task_train_defaults(task, model),
                          **train_overrides})
     return cfg, model_overrides
 

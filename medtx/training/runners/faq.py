@@ -243,9 +243,9 @@ def faq_task() -> Task:
 def faq_pairs(rows: Any, task: Task) -> pa.Table:
     """The question-answer pairs with their paraphrases and folds (the task's sample columns), by pair id; an
     empty table is an error naming the command that builds it."""
-    rows = frames.arrow(rows).select(list(task.sample_columns))
+    rows = frames.arrow(rows).select(list(task.samples.columns))
     if rows.num_rows == 0:
-        raise ValueError(f"{task.sample_table} is empty: run `medtx build-samples --task {task.name}`")
+        raise ValueError(f"{task.samples.table} is empty: run `medtx build-samples --task {task.name}`")
     return rows.sort_by("pair_id")
 
 
@@ -279,7 +279,7 @@ class FaqRun:
     cfg: Any  # FAQConfig
 
     def samples(self, tables: Any, dataset: str) -> pa.Table:
-        return faq_pairs(package_table(tables, self.task.sample_table), self.task)
+        return faq_pairs(package_table(tables, self.task.samples.table), self.task)
 
     def describe(self, samples: pa.Table) -> dict[str, Any]:
         return {"faq": dataclasses.asdict(self.cfg), "protocol": "kfold_paraphrase"}

@@ -107,7 +107,7 @@ def patient_split_data(frame: Any, task: Task) -> TextData:
     has_text = pc.and_(pc.is_valid(text), pc.not_equal(pc.utf8_trim_whitespace(text), ""))
     frame = frame.filter(pc.fill_null(has_text, False))
     if frame.num_rows == 0:
-        raise ValueError(f"{task.name}: no admission in {task.sample_table} has discharge text "
+        raise ValueError(f"{task.name}: no admission in {task.samples.table} has discharge text "
                          "(NOTEEVENTS is empty for this dataset; use a synthetic cohort with notes)")
     out = pa.table({
         "sample_id": pc.cast(frame.column("hadm_id"), pa.string()),
@@ -118,7 +118,7 @@ def patient_split_data(frame: Any, task: Task) -> TextData:
         "subject_id": frame.column("subject_id"),
         "hadm_id": frame.column("hadm_id"),
     })
-    return TextData(out, [f"no_{task.label_name}", task.label_name], binary=True)
+    return TextData(out, [f"no_{task.samples.label_name}", task.samples.label_name], binary=True)
 
 
 def note_rows_from_tables(tables: Mapping[str, pa.Table], task: Task, dataset: str) -> pa.Table:
@@ -130,13 +130,13 @@ def note_rows_from_tables(tables: Mapping[str, pa.Table], task: Task, dataset: s
 
     gate_rows = frames.arrow(tables[GATE]).to_pylist() if GATE in tables else []
     check_gate_rows(gate_rows, task, dataset)
-    samples = package_table(tables, task.sample_table)
+    samples = package_table(tables, task.samples.table)
     if gated(task):  # the samples must be those the gate judged (their fingerprint is in its record)
         check_gate_rows(gate_rows, task, dataset, samples_fingerprint(samples, package_table(tables, "samples.splits"),
                                                                       task, dataset))
-    if task.split_unit == "text_group":
+    if task.samples.split_unit == "text_group":
         if samples.num_rows == 0:
-            raise ValueError(f"{task.sample_table} is empty: run `medtx ingest {task.dataset}` then "
+            raise ValueError(f"{task.samples.table} is empty: run `medtx ingest {task.samples.dataset}` then "
                              f"`medtx build-samples --task {task.samples_task}`")
         rows = samples.select(["note_id", "text", "label", "group_id", "split"])
         return rows.sort_by("note_id")
@@ -199,7 +199,7 @@ class TextRun:
 
     def samples(self, tables: Mapping[str, pa.Table], dataset: str) -> TextData:
         rows = note_rows_from_tables(tables, self.task, dataset)
-        if self.task.split_unit == "text_group":
+        if self.task.samples.split_unit == "text_group":
             return group_split_data(rows, dedupe=self.cfg.dedupe)
         return patient_split_data(rows, self.task)
 
