@@ -33,7 +33,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from medtx.evaluation.groups import ATTRIBUTES, DEMOGRAPHICS_SQL, GROUP_ORDER, YEAR_SECONDS, group_frame
+from medtx.evaluation.groups import ATTRIBUTES, GROUP_ORDER, YEAR_SECONDS, group_frame
 from medtx.store.db import quote_table
 from medtx.tasks import Task
 
@@ -84,6 +84,21 @@ def _outcome_sql(task: Task, multilabel: bool) -> str:
     return f"len(s.{column})" if multilabel else f"CAST(s.{column} AS INTEGER)"
 
 
+# One row per admission and per patient, as the sample builders read them (raw keeps duplicate rows: the first by
+# row_id wins, medtx.samples.common.create_visits' rule), so a duplicated raw row never counts twice or at random.
+DEMOGRAPHICS_SQL = """
+    WITH adm AS (
+        SELECT * FROM raw.admissions WHERE dataset = $dataset AND hadm_id IN (SELECT unnest($hadm))
+        QUALIFY row_number() OVER (PARTITION BY hadm_id ORDER BY row_id NULLS LAST, admittime) = 1
+    ), pat AS (
+        SELECT * FROM raw.patients WHERE dataset = $dataset
+        QUALIFY row_number() OVER (PARTITION BY subject_id ORDER BY row_id NULLS LAST, dob) = 1
+    )
+    SELECT a.hadm_id, p.gender, (epoch(a.admittime) - epoch(p.dob)) / $year AS age,
+           a.ethnicity, a.insurance, a.admission_type
+    FROM adm a LEFT JOIN pat p ON p.subject_id = a.subject_id"""
+
+
 def sample_frame(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> pl.DataFrame:
     """One row per sample of the task on the dataset with a stored split: subject_id, hadm_id, split, y (1/0 for a
     binary task, the number of labels for a multi-label one), age (years at the admission, NaN unknown) and the
@@ -102,7 +117,6 @@ def sample_frame(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> pl
                 **({"task": task.samples_task} if task.shared_table else {})}).pl()
     hadm = [int(h) for h in frame["hadm_id"].unique().to_list()]
     demo = con.sql(DEMOGRAPHICS_SQL, params={"year": YEAR_SECONDS, "dataset": dataset, "hadm": hadm}).pl()
-    demo = demo.unique("hadm_id", keep="first", maintain_order=True)
     groups = group_frame(demo).with_columns(age=demo["age"].cast(pl.Float64)) if demo.height else pl.DataFrame(
         {"hadm_id": pl.Series([], dtype=pl.Int64), "age": pl.Series([], dtype=pl.Float64),
          **{a: pl.Series([], dtype=pl.String) for a in ATTRIBUTES}})
