@@ -116,7 +116,8 @@ def sample_frame(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> pl
         params={"dataset": dataset, "split_task": task.samples_task,
                 **({"task": task.samples_task} if task.shared_table else {})}).pl()
     hadm = [int(h) for h in frame["hadm_id"].unique().to_list()]
-    demo = con.sql(DEMOGRAPHICS_SQL, params={"year": YEAR_SECONDS, "dataset": dataset, "hadm": hadm}).pl()
+    demo = con.sql(DEMOGRAPHICS_SQL, params={"year": YEAR_SECONDS, "dataset": dataset, "hadm": hadm}).pl() \
+        if hadm else pl.DataFrame()
     groups = group_frame(demo).with_columns(age=demo["age"].cast(pl.Float64)) if demo.height else pl.DataFrame(
         {"hadm_id": pl.Series([], dtype=pl.Int64), "age": pl.Series([], dtype=pl.Float64),
          **{a: pl.Series([], dtype=pl.String) for a in ATTRIBUTES}})
