@@ -140,8 +140,8 @@ TOP_DRIVERS = 15  # per sign (binary) or in all (multi-label): what ml.runs.conf
 def top_coefficients(model: Any, names: np.ndarray, labels: LabelSpace, k: int = TOP_DRIVERS) -> dict[str, Any]:
     """The largest coefficients of a fitted logreg as `{"kind", "rows": [[feature, label, value], ...]}` for the
     model card (medtx.evaluation.drivers): a binary model's k most positive and k most negative (log-odds per
-    present code: the features are 0/1); a multi-label model's 2k largest positive (feature, label) pairs, each
-    label's top k first (a label constant in training has no coefficients)."""
+    present code: the features are 0/1); a multi-label model's 2k largest positive (feature, label) pairs, drawn
+    from each label's k largest (a label constant in training has no coefficients)."""
     if labels.binary:
         coef = np.asarray(model.coef_, dtype=np.float64).ravel()
         order = np.argsort(coef)
