@@ -123,6 +123,8 @@ CASES = [
     ("runner_text_int", _with(runner={"max_workers": "3"}), "runner.max_workers = '3': must be an integer >= 1"),
     ("runner_address_without_dask", _with(runner={"address": "tcp://x:1"}),
      "address 'tcp://x:1' is set with kind 'thread'; allowed: address only with kind: dask"),
+    # issue 42: the study fields the model card shows
+    ("study_not_text", _with(study={"funding": 12}), "study.funding = 12: must be text or null"),
 ]
 
 

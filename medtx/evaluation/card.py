@@ -3,12 +3,14 @@ ethics board can file. Read-only over a warehouse or a published snapshot (the d
 snapshot); figures are inline SVG, so the page renders offline with no script, font or stylesheet fetched.
 
 Sections (each an `id` the tests check): summary (the conclusions, each with its reason: medtx.evaluation.summary),
-intended-use (from the task's declaration), lineage (code version, data fingerprint, config), clock (the task's
-prediction time), splits, headline (test metrics with 95% patient-bootstrap intervals and the paired verdict
-against the reference baseline), subgroups (table with the floors' reasons and Holm-adjusted verdicts, forest plot,
-largest gaps), calibration (before/after recalibration fitted on validation, each map's status and reason,
-reliability curve), operating-points (thresholds chosen on validation, validation beside test figures, unreachable
-targets as rows, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
+intended-use (from the task's declaration), study (what the user states once per study in the pipeline config:
+medtx.evaluation.study), lineage (code version, data fingerprint, config), clock (the task's prediction time), splits,
+attrition and population (the cohort flow and Table 1 by split: medtx.evaluation.population), headline (test metrics
+with 95% patient-bootstrap intervals and the paired verdict against the reference baseline), drivers (what drives the
+score, in plain words: medtx.evaluation.drivers), subgroups (table with the floors' reasons and Holm-adjusted
+verdicts, forest plot, largest gaps), calibration (before/after recalibration fitted on validation, each map's status
+and reason, reliability curve), operating-points (thresholds chosen on validation, validation beside test figures,
+unreachable targets as rows, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
 A failed run's card has only summary (FAILED, the one-line error) and lineage: nothing that reads as a result.
 
 `Card.data` is the card's JSON twin (`medtx report --format json`, docs/MODEL_CARD.md): every figure and every
@@ -23,13 +25,16 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from medtx.evaluation import drivers as dr
+from medtx.evaluation import population as pop
+from medtx.evaluation import study as st
 from medtx.evaluation import summary as sm
 from medtx.evaluation.floors import MIN_VAL_ALERTS
 from medtx.metrics import intervals as iv
 from medtx.tasks import find_task
 
-SECTIONS = ("summary", "intended-use", "lineage", "clock", "splits", "headline", "subgroups", "calibration",
-            "operating-points", "flags", "leakage", "limitations")
+SECTIONS = ("summary", "intended-use", "study", "lineage", "clock", "splits", "attrition", "population", "headline",
+            "drivers", "subgroups", "calibration", "operating-points", "flags", "leakage", "limitations")
 FAILED_SECTIONS = ("summary", "lineage")
 FIGS = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
 
@@ -222,10 +227,13 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
     use = sm.intended_use(task, run["dataset"])
     data["intended_use"] = use
     data["title"] = title
+    who = [Section(**parts) for parts in pop.sections(con, task, run["dataset"], data)]  # attrition, population
+    study = Section(**st.section(con, run, data))
+    drivers = Section(**dr.section(con, run, task, data))
     sections = [_summary(found_), Section("intended-use", "Intended use (from the task's declaration)",
                                           tables=[(["", ""], [[k.replace("_", " "), v] for k, v in use.items()])]),
-                _lineage(run), _clock(task), _splits(con, run), headline, *trust, _flags(run), _leakage(con, run),
-                _limitations(con, run)]
+                study, _lineage(run), _clock(task), _splits(con, run), *who, headline, drivers, *trust, _flags(run),
+                _leakage(con, run), _limitations(con, run)]
     return Card(run_id, title, sections, data)
 
 

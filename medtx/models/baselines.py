@@ -62,3 +62,6 @@ def build_baseline(name: str, task: Task, labels: LabelSpace, oracle_rows: Frame
         raise ValueError(f"baseline {name!r} registers no build")
     return spec.build(ModelContext(task=task, labels=labels, overrides=dict(overrides or {}), seed=seed,
                                    oracle_rows=oracle_rows))
+
+
+TOP_DRIVERS = 15  # per sign (binary) or in all (multi-label): what ml.runs.config keeps of a fitted baseline

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from medtx.models.baselines import bag_of_codes, label_matrix
+from medtx.models.baselines import TOP_DRIVERS, bag_of_codes, label_matrix
 from medtx.models.ehr_data import LabelSpace
 from medtx.models.frames import Frame, height
 from medtx.models.registry import ModelContext, ModelSpec, register_model
@@ -80,12 +80,23 @@ class LightGBM:
         best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0
         self.booster = boosters[best]
         self.config.update(chosen={**self.grid[best], "trees": int(self.booster.best_iteration)},
-                           val_auprc={str(i): round(float(s), 4) for i, s in enumerate(scores)})
+                           val_auprc={str(i): round(float(s), 4) for i, s in enumerate(scores)},
+                           drivers=top_importances(self.booster, self.vectorizer.get_feature_names_out()))
         return self
 
     def predict_proba(self, frame: Frame) -> np.ndarray:
         p = self.booster.predict(self._x(frame), num_iteration=self.booster.best_iteration)
         return np.asarray(p, dtype=np.float64)[:, None]
+
+
+def top_importances(booster: Any, names: np.ndarray, k: int = 2 * TOP_DRIVERS) -> dict[str, Any]:
+    """The k features with the largest total gain over the kept trees, as `{"kind": "gain", "rows": [[feature,
+    None, share of the total gain], ...]}` for the model card (medtx.evaluation.drivers). Gain has no sign: it
+    says a code matters, not in which direction."""
+    gain = np.asarray(booster.feature_importance("gain", iteration=booster.best_iteration or None), dtype=np.float64)
+    total = gain.sum()
+    order = [i for i in np.argsort(-gain)[:k] if gain[i] > 0]
+    return {"kind": "gain", "rows": [[str(names[i]), None, float(gain[i] / total)] for i in order]}
 
 
 def _build(ctx: ModelContext) -> LightGBM:

@@ -17,12 +17,34 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
 from medtx.models import frames
-from medtx.models.baselines import bag_of_codes, label_matrix
+from medtx.models.baselines import TOP_DRIVERS, bag_of_codes, label_matrix
 from medtx.models.bounds import PositiveFloat
 from medtx.models.ehr_data import LabelSpace
 from medtx.models.frames import Frame
 from medtx.models.registry import ModelContext, ModelSpec, register_model
 from medtx.tasks import Task
+
+
+def top_coefficients(model: Any, names: np.ndarray, labels: LabelSpace, k: int = TOP_DRIVERS) -> dict[str, Any]:
+    """The largest coefficients of a fitted logreg as `{"kind", "rows": [[feature, label, value], ...]}` for the
+    model card (medtx.evaluation.drivers): a binary model's k most positive and k most negative (log-odds per
+    present code: the features are 0/1); a multi-label model's 2k largest positive (feature, label) pairs, drawn
+    from each label's k largest (a label constant in training has no coefficients)."""
+    if labels.binary:
+        coef = np.asarray(model.coef_, dtype=np.float64).ravel()
+        order = np.argsort(coef)
+        picked = [*order[::-1][:k][coef[order[::-1][:k]] > 0], *order[:k][coef[order[:k]] < 0]]
+        return {"kind": "coefficient", "rows": [[str(names[i]), None, float(coef[i])] for i in picked]}
+    best: list[tuple[float, int, int]] = []
+    for j, est in enumerate(model.estimators_):
+        coef = getattr(est, "coef_", None)
+        if coef is None:
+            continue
+        coef = np.asarray(coef, dtype=np.float64).ravel()
+        top = np.argpartition(-coef, min(k, len(coef) - 1))[:k]
+        best += [(float(coef[i]), j, int(i)) for i in top if coef[i] > 0]
+    best.sort(reverse=True)
+    return {"kind": "coefficient", "rows": [[str(names[i]), labels.names[j], v] for v, j, i in best[:2 * k]]}
 
 
 @dataclass(frozen=True)
@@ -72,7 +94,7 @@ class LogReg:
         self.config["n_features"] = int(x.shape[1])
         if self.config["C"] != "auto":
             self.model = self._fit_one(x, y, float(self.config["C"]))
-            return self
+            return self._with_drivers()
         if val is None or frames.height(val) == 0:
             raise ValueError("logreg: C='auto' needs a validation split to choose C on")
         y_val = label_matrix(val, self.task, self.labels)
@@ -87,6 +109,11 @@ class LogReg:
         # Keep the grid's fit instead of refitting: liblinear's primal (TRON) solver is deterministic, so a
         # refit is the same model, and at 1,469 next_visit labels it cost a fifth of the run.
         self.model = fitted[best]
+        return self._with_drivers()
+
+    def _with_drivers(self) -> LogReg:
+        """Keep the largest coefficients in the run's config (ml.runs.config: the model card's drivers)."""
+        self.config["drivers"] = top_coefficients(self.model, self.vectorizer.get_feature_names_out(), self.labels)
         return self
 
     def predict_proba(self, frame: Frame) -> np.ndarray:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator,
+                      model_validator)
 
 from medtx.pipeline.checks import task_choices
 from medtx.tasks import get_task
@@ -293,6 +294,29 @@ class ScheduleConfig(_Strict):
         return value
 
 
+StudyText = Annotated[StrictStr, Field(max_length=2000)] | None
+
+
+class StudyConfig(_Strict):
+    """What no pipeline can know about the study, written once here and shown on every model card of the run
+    (medtx.evaluation.study, whose FIELDS name these keys; an absent or empty one reads "not stated")."""
+
+    title: StudyText = None  # the study's title
+    organization: StudyText = None  # who developed the model
+    contact: StudyText = None  # where to send questions or comments
+    data_source: StudyText = None  # where and when the data were collected (centres, dates)
+    ethics_approval: StudyText = None  # the committee and reference, or the waiver
+    funding: StudyText = None  # sources of funding and the funders' role
+    conflicts_of_interest: StudyText = None
+    protocol: StudyText = None  # where the protocol can be read
+    registration: StudyText = None  # registry and number
+    data_availability: StudyText = None
+    code_availability: StudyText = None
+    patient_public_involvement: StudyText = None
+    ethical_considerations: StudyText = None
+    license: StudyText = None
+
+
 class PipelineConfig(_Strict):
     """The whole pipeline config (see config/default.yaml for an annotated example)."""
 
@@ -304,6 +328,7 @@ class PipelineConfig(_Strict):
     seeds: Annotated[list[Seed], Field(min_length=1)] = Field(default_factory=lambda: [42])
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    study: StudyConfig = Field(default_factory=StudyConfig)  # shown on the model cards (docs/MODEL_CARD.md)
     # Training devices: "cpu", "cuda", "cuda:1", or "auto" (every visible GPU, else the CPU). Whether the
     # device exists on this machine is checked for a run (medtx.pipeline.checks.device_problems).
     devices: Annotated[list[Annotated[str, Field(pattern=DEVICE.pattern)]], Field(min_length=1)] = Field(

@@ -197,7 +197,7 @@ class Task:
 
     @property
     def samples_task(self) -> str:
-        """The task whose builder fills the sample table (itself unless `lineage.builds` says otherwise)."""
+        """The task whose builder fills the sample table (itself unless `lineage.lineage.builds` says otherwise)."""
         return self.lineage.builds or self.name
 
     @property
