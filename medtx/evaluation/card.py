@@ -29,7 +29,7 @@ from medtx.metrics import intervals as iv
 from medtx.tasks import find_task
 
 SECTIONS = ("summary", "intended-use", "lineage", "clock", "splits", "headline", "subgroups", "calibration",
-            "operating-points", "flags", "leakage", "limitations")
+            "operating-points", "standard-figures", "flags", "leakage", "limitations")
 FAILED_SECTIONS = ("summary", "lineage")
 FIGS = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
 
@@ -226,6 +226,9 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
                                           tables=[(["", ""], [[k.replace("_", " "), v] for k, v in use.items()])]),
                 _lineage(run), _clock(task), _splits(con, run), headline, *trust, _flags(run), _leakage(con, run),
                 _limitations(con, run)]
+    from medtx.evaluation.plp_card import card_section  # the PLP figures (ROC, PR, E-statistics, age x sex, ...)
+
+    sections.insert(next(i for i, s in enumerate(sections) if s.id == "flags"), card_section(con, run_id, data))
     return Card(run_id, title, sections, data)
 
 
@@ -575,15 +578,15 @@ def _operating_section(con: duckdb.DuckDBPyConnection, run: dict, data: dict, fi
     figures.decision = [(c["threshold"], c["net_benefit"], c["ci_low"], c["ci_high"], c["treat_all"]) for c in curve]
     shown = [c for c in curve if c["threshold"] <= 0.5]
     if shown and rows:
-        ts = [c["threshold"] for c in shown]
+        from medtx.evaluation.plp_svg import decision_svg
+
+        floor = -(prevalence or 0.05)  # model and treat-all clipped at the same floor; treat none is the 0 line
         ops.paragraphs.append("Decision curve: net benefit of acting on the model at each threshold probability "
-                              "against treating everyone and no one.")
-        ops.figures.append(lines_svg(
-            [("model", ts, [c["net_benefit"] or 0.0 for c in shown], [c["ci_low"] or 0.0 for c in shown],
-              [c["ci_high"] or 0.0 for c in shown], COLOURS["model"]),
-             ("treat all", ts, [max(c["treat_all"], -0.05) for c in shown], None, None, COLOURS["treat all"]),
-             ("treat none", ts, [0.0] * len(ts), None, None, COLOURS["treat none"])],
-            "threshold probability", "net benefit"))
+                              "against treating everyone and no one (both curves cut at "
+                              f"{floor:.3f}, minus the test prevalence; the band is the model's 95% interval).")
+        ops.figures.append(decision_svg([c["threshold"] for c in shown], [c["net_benefit"] for c in shown],
+                                        [c["treat_all"] for c in shown], floor, max(prevalence or 0.05, 0.01),
+                                        ([c["ci_low"] for c in shown], [c["ci_high"] for c in shown])))
     return ops
 
 
