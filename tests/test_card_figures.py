@@ -210,3 +210,36 @@ def test_a_multilabel_card_draws_per_label_calibration_beside_the_pooled_figure(
     assert per["D03"]["eavg"] == pytest.approx(direct, abs=5e-3)
     fpr, tpr, _ = roc_curve(y.ravel(), p.ravel())
     assert figs["roc"]["auroc"] == pytest.approx(roc_auc_score(y.ravel(), p.ravel()), abs=1e-12)
+
+
+def test_the_leaderboard_links_each_run_to_its_card_and_shows_its_calibration_and_gap(stored: Path, tmp_path: Path):
+    import shutil
+
+    from dashboard import create_app, queries
+    from dashboard.pages.leaderboard import leaderboard_rows
+    from medtx.publish.snapshot import publish_snapshot
+
+    db = tmp_path / "w.duckdb"
+    shutil.copy(stored, db)
+    con = connect(db)
+    try:  # the latest pipeline run trained 'run' (240 test patients) and 'small'; an older one 'no_events'
+        con.execute("INSERT INTO ml.pipeline_runs (pipeline_run_id, status, started_at) VALUES "
+                    "('old', 'completed', TIMESTAMP '2026-01-01'), ('new', 'completed', TIMESTAMP '2026-02-01')")
+        con.execute("UPDATE ml.runs SET pipeline_run_id = CASE WHEN run_id = 'no_events' THEN 'old' ELSE 'new' END")
+    finally:
+        con.close()
+    snap = publish_snapshot(db, tmp_path / "w.snapshot.duckdb").path
+    assert queries.default_run(snap) == "run"  # not the newest run, not the 25-patient one
+    rows, _ = leaderboard_rows(queries.leaderboard_runs(snap, "readmission", "sim"),
+                               queries.leaderboard_metrics(snap, "readmission", "sim", None),
+                               queries.leaderboard_sizes(snap, "readmission", "sim"), "auprc",
+                               queries.leaderboard_trust(snap, "readmission", "sim"))
+    client = create_app(snap).server.test_client()
+    assert {r["run_id"] for r in rows} == {"run", "no_events"}
+    for row in rows:
+        href = re.fullmatch(r"\[card\]\((/card/[^)]+)\)", row["card"]).group(1)
+        page = client.get(href)
+        assert page.status_code == 200 and b"<section id='standard-figures'>" in page.data, href
+    run = next(r for r in rows if r["run_id"] == "run")
+    assert re.fullmatch(r"-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\]", run["calibration_slope"])
+    assert re.match(r"(auroc|auprc|citl), \w+: .+ − .+ -?\d\.\d{3} \[", run["largest_gap"])

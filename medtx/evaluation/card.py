@@ -91,7 +91,13 @@ class Card:
 CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
        "table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:2px 6px}"
        "th{background:#f3f3f3}section{margin-bottom:2em}nav{font-size:.9em;margin-bottom:1em}"
-       "figure{margin:.5em 0}#summary{border:2px solid #333;padding:.5em 1em;background:#fafafa}")
+       "figure{margin:.5em 1em .5em 0;display:inline-block;vertical-align:top}"
+       "#summary{border:2px solid #333;padding:.5em 1em;background:#fafafa}"
+       # printable at A4 width without losing a column: tables shrink and wrap their cells, nothing is cut
+       "@page{size:A4;margin:12mm}td,th{overflow-wrap:anywhere}pre{white-space:pre-wrap;overflow-wrap:anywhere}"
+       "svg{max-width:100%;height:auto}@media print{body{max-width:none;margin:0;font-size:9pt}"
+       "table{font-size:8pt;width:100%}td,th{padding:1px 3px}nav{display:none}section{break-inside:auto}"
+       "figure{break-inside:avoid}details{display:none}}")
 
 
 def _e(text: object) -> str:

@@ -30,12 +30,14 @@ LABEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2
 
 @dataclass
 class Panel:
-    """One figure: its SVG, or (svg == "") the sentence shown instead of empty axes."""
+    """One figure: its SVG, or (svg == "") the sentence `note` shown instead of empty axes; `caption` is said
+    beside a drawn figure (e.g. the cells it leaves out)."""
 
     id: str
     title: str
     svg: str
     note: str = ""
+    caption: str = ""
 
 
 @dataclass
@@ -178,10 +180,10 @@ def _age_sex(con: duckdb.DuckDBPyConnection, run: dict, data, y: np.ndarray, p: 
     shown = {(c.age_band, c.sex): (c.observed, c.observed_low, c.observed_high, c.expected) for c in cells
              if c.withheld is None}
     withheld = [c for c in cells if c.withheld]
-    note = ("No cell reaches the floors (30 test patients, 10 events, 10 non-events): no figure. "
-            if not shown else "") + ("Withheld cells: " + "; ".join(
-                f"{c.sex} {c.age_band}: {c.withheld}" for c in withheld) + "." if withheld else "")
-    out.panels.append(Panel("age-sex", title, svg.cells_svg(list(BANDS), list(SEXES), shown), note))
+    left_out = ("Withheld cells: " + "; ".join(f"{c.sex} {c.age_band}: {c.withheld}" for c in withheld) + "."
+                if withheld else "")
+    note = "No cell reaches the floors (30 test patients, 10 events, 10 non-events): no figure. " + left_out
+    out.panels.append(Panel("age-sex", title, svg.cells_svg(list(BANDS), list(SEXES), shown), note, left_out))
     out.tables.append((["age band", "sex", "patients", "samples", "events", "observed [95% CI]", "expected",
                         "observed − expected"],
                        [[c.age_band, c.sex, str(c.patients), str(c.samples), str(c.events),
@@ -217,8 +219,9 @@ def _by_split(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict) -> tu
     rows = con.execute("SELECT split, metric, averaging, value, ci_low, ci_high FROM ml.metrics WHERE run_id = ? "
                        "AND split IN ('val', 'test') AND metric NOT IN ('n_samples', 'n_patients')", [rid]).fetchall()
     cell = {(s, m, a): (v, lo, hi) for s, m, a, v, lo, hi in rows}
+    order = list(task.metrics) if task is not None else []
     both = sorted({(m, a) for s, m, a in cell if s == "val" and ("test", m, a) in cell},
-                  key=lambda k: (list(task.metrics).index(k[0]) if task is not None and k[0] in task.metrics else 99, k))
+                  key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k))
     loss = {}
     if run["best_epoch"] is not None:
         loss = dict(con.execute("SELECT split, value FROM ml.epochs WHERE run_id = ? AND epoch = ? AND metric = 'loss'",
@@ -255,8 +258,8 @@ def card_section(con: duckdb.DuckDBPyConnection, run_id: str, data: dict):
     for panel in std.panels:
         if panel.svg:
             section.figures.append(panel.svg)
-            if panel.note:
-                section.paragraphs.append(f"{panel.title}: {panel.note}")
+            if panel.caption:
+                section.paragraphs.append(f"{panel.title}: {panel.caption}")
         else:
             section.paragraphs.append(f"{panel.title}: {panel.note}")
     return section

@@ -42,11 +42,13 @@ class Axes:
         self.parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
                       f"aria-label='{_e(title or y_label)}' {FONT}>"]
         if title:
-            self.parts.append(f"<text x='{width / 2}' y='14' text-anchor='middle' font-weight='bold'>{_e(title)}</text>")
+            self.parts.append(f"<text x='{width / 2}' y='14' text-anchor='middle' font-weight='bold'>"
+                              f"{_e(title)}</text>")
         base, top = height - bottom, self.top
         self.parts += [f"<line x1='{self.left}' y1='{base}' x2='{width - 10}' y2='{base}' stroke='#333'/>",
                        f"<line x1='{self.left}' y1='{top}' x2='{self.left}' y2='{base}' stroke='#333'/>",
-                       f"<text x='{(self.left + width - 10) / 2}' y='{base + 30}' text-anchor='middle'>{_e(x_label)}</text>",
+                       f"<text x='{(self.left + width - 10) / 2}' y='{base + 30}' text-anchor='middle'>"
+                       f"{_e(x_label)}</text>",
                        f"<text x='12' y='{(top + base) / 2}' transform='rotate(-90 12 {(top + base) / 2})' "
                        f"text-anchor='middle'>{_e(y_label)}</text>"]
         for t in _ticks(self.x0, self.x1) if x_ticks else ():  # categorical x: the caller labels it
@@ -163,7 +165,8 @@ def cells_svg(bands: list[str], sexes: list[str], cells: dict[tuple[str, str], t
         ax = Axes((-0.5, len(bands) - 0.5), (0, min(1.0, top * 1.15) or 1.0), "age band", "rate",
                   width=300, height=260, title=f"{s}: observed vs expected", x_ticks=False)
         for i, band in enumerate(bands):
-            ax.parts.append(f"<text x='{ax.px(i):.1f}' y='{ax.h - ax.bottom + 14}' text-anchor='middle'>{_e(band)}</text>")
+            ax.parts.append(f"<text x='{ax.px(i):.1f}' y='{ax.h - ax.bottom + 14}' text-anchor='middle'>"
+                            f"{_e(band)}</text>")
             if (band, s) not in cells:
                 continue
             o, lo, hi, e = cells[(band, s)]
