@@ -8,7 +8,8 @@ prediction time), splits, headline (test metrics with 95% patient-bootstrap inte
 against the reference baseline), subgroups (table with the floors' reasons and Holm-adjusted verdicts, forest plot,
 largest gaps), calibration (before/after recalibration fitted on validation, each map's status and reason,
 reliability curve), operating-points (thresholds chosen on validation, validation beside test figures, unreachable
-targets as rows, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
+targets as rows, decision curve), standard-figures (OHDSI PLP's: medtx.evaluation.plp_card), flags (collapse),
+leakage (the task's leakage-gate record), limitations.
 A failed run's card has only summary (FAILED, the one-line error) and lineage: nothing that reads as a result.
 
 `Card.data` is the card's JSON twin (`medtx report --format json`, docs/MODEL_CARD.md): every figure and every
@@ -94,7 +95,8 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;c
        "figure{margin:.5em 1em .5em 0;display:inline-block;vertical-align:top}"
        "#summary{border:2px solid #333;padding:.5em 1em;background:#fafafa}"
        # printable at A4 width without losing a column: tables shrink and wrap their cells, nothing is cut
-       "@page{size:A4;margin:12mm}td,th{overflow-wrap:anywhere}pre{white-space:pre-wrap;overflow-wrap:anywhere}"
+       "@page{size:A4;margin:12mm}td{overflow-wrap:anywhere}td:first-child,th{overflow-wrap:break-word}"
+       "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
        "svg{max-width:100%;height:auto}@media print{body{max-width:none;margin:0;font-size:9pt}"
        "table{font-size:8pt;width:100%}td,th{padding:1px 3px}nav{display:none}section{break-inside:auto}"
        "figure{break-inside:avoid}details{display:none}}")
