@@ -84,7 +84,11 @@ def standard_figures(con: duckdb.DuckDBPyConnection, run_id: str) -> Standard:
         out.paragraphs.append("No standard figures: the run has no results.")
         return out
     out.tables.append(_by_split(con, run, task, out.data))
-    data = load_run_data(con, run_id) if task is not None and task.kind in KINDS else None
+    try:
+        data = load_run_data(con, run_id) if task is not None and task.kind in KINDS else None
+    except ValueError as exc:  # e.g. predictions stored without their patient: say why, draw nothing
+        out.paragraphs.append(f"No ROC, precision-recall or calibration figures: {exc}.")
+        return out
     if data is None or data.kind not in KINDS:
         out.paragraphs.append("No ROC, precision-recall or calibration figures: they are drawn for binary and "
                               "multi-label runs with stored test predictions.")
