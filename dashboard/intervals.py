@@ -1,4 +1,4 @@
-"""Intervals and paired verdicts on the dashboard (issue 14): the forest plot of a task/dataset, the verdict
+"""Intervals and paired verdicts on the dashboard: the forest plot of a task/dataset, the verdict
 badge text and colours, the seed grouping of leaderboard rows, and the run detail's paired-difference histogram.
 Pure functions of query results (plain figure dicts, see components.graph)."""
 

@@ -85,6 +85,25 @@ def wait_idle(driver, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+A4_WIDTH = 794  # CSS pixels of an A4 page (210 mm at 96 dpi)
+
+
+def print_view(driver, width: int = A4_WIDTH, height: int = 1123) -> None:
+    """Lay the page out as Chromium prints it: print media, an A4-wide viewport."""
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+
+
+# Every table wider than the page, or sticking out past its right edge: a column lost on paper.
+OVERFLOWING_TABLES = """
+const page = document.documentElement.clientWidth;
+return Array.from(document.querySelectorAll('table')).filter(
+    t => t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > page + 1
+).map(t => (t.closest('section') || {}).id + ': ' + t.rows[0].innerText.slice(0, 60));
+"""
+
+
 def full_height(driver) -> int:
     return int(driver.execute_script("return document.documentElement.scrollHeight"))
 

@@ -1,4 +1,4 @@
-"""The run page's trust views in headless Chromium (issue 36): the subgroup forest plot and gap, the reliability
+"""The run page's trust views in headless Chromium: the subgroup forest plot and gap, the reliability
 curve before/after recalibration, the operating-point table with its threshold control, and the model card link,
 against a real published warehouse (a synthetic cohort, readmission, logreg + lightgbm). Saves the screenshots
 docs/screenshots/run_trust*.png when MEDTX_SCREENSHOTS=1."""
@@ -87,6 +87,15 @@ def test_the_run_page_shows_subgroups_calibration_and_operating_points(dash_duo,
     assert {"sensitivity_0.80", "sensitivity_0.90", "top_10pct"} <= set(targets)
     dash_duo.wait_for_contains_text("#threshold-figures", "threshold 0.50: sensitivity", timeout=20)
     _shoot(dash_duo, "run_trust")
+    # the standard figures (the model card's SVG) and the decision curve: both series cut alike, a 0 tick
+    dash_duo.wait_for_element("#run-standard-figures #plp-roc img", timeout=30)
+    assert {"plp-pr", "plp-distribution", "plp-smoothed-calibration", "plp-age-sex"} <= set(
+        dash_duo.driver.execute_script("return Array.from(document.querySelectorAll('#run-standard-figures "
+                                       "[id^=plp-]')).map(e => e.id)"))
+    dash_duo.wait_for_element("#decision-graph .ytick", timeout=30)
+    ticks = dash_duo.driver.execute_script(
+        "return Array.from(document.querySelectorAll('#decision-graph .ytick text')).map(e => e.textContent)")
+    assert "0" in ticks, ticks
     # the threshold control: two steps down redraws the test figures at 0.48
     handle = dash_duo.find_element("#threshold-slider [role=slider]")
     dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus()", handle)
@@ -103,7 +112,8 @@ def test_the_run_page_shows_subgroups_calibration_and_operating_points(dash_duo,
     from medtx.evaluation.card import SECTIONS
 
     assert ids == list(SECTIONS)
-    assert len(dash_duo.driver.find_elements(By.CSS_SELECTOR, "svg")) == 3
+    # forest, reliability, decision curve; ROC, PR, distribution, smoothed calibration, age x sex
+    assert len(dash_duo.driver.find_elements(By.CSS_SELECTOR, "svg")) >= 8
     _shoot(dash_duo, "model_card")
 
 

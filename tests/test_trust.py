@@ -496,7 +496,9 @@ def test_the_model_card_has_every_section_and_renders_offline(trust_db: Path, tm
     assert tuple(ids) == SECTIONS
     # self-contained: no script, no external stylesheet, image or font; figures are inline SVG
     assert not re.search(r"<script|<link|src=['\"]https?:|url\(", page)
-    assert page.count("<svg") == 3  # forest plot, reliability curve, decision curve
+    # forest plot, reliability curve, decision curve; standard figures: ROC, PR, distribution, smoothed
+    # calibration, age x sex (one panel per sex)
+    assert page.count("<svg") == 9
     sections = dict(zip(ids, re.split(r"<section id='[^']+'>", page)[1:], strict=True))
     assert "female" in sections["subgroups"] and "too small" in sections["subgroups"]
     assert "aria-label='forest plot of auroc'" in sections["subgroups"]

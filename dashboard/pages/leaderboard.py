@@ -1,11 +1,12 @@
 """Leaderboard: every model and baseline of a task with its test metrics, each with its 95% patient-bootstrap
-interval, n test patients / samples, and the paired verdict against the reference baseline (issue 14)."""
+interval, n test patients / samples, and the paired verdict against the reference baseline; per run a link to its
+model card, its calibration slope and its largest subgroup gap."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import dash_ag_grid as dag
 import dash_bootstrap_components as dbc
@@ -15,6 +16,7 @@ from dash import Dash, Input, Output, State, dcc, html
 from dashboard import components as ui
 from dashboard import intervals as ci
 from dashboard import queries, validate
+from dashboard.pages.run_trust import CARD_PATH
 from medtx.tasks import find_task, get_task
 from medtx.tasks.verdict import gated
 
@@ -145,7 +147,8 @@ def register(app: Dash, snapshot: Path) -> None:
         metrics = queries.leaderboard_metrics(snapshot, task, dataset, averaging)
         sizes = queries.leaderboard_sizes(snapshot, task, dataset)
         headline = headline_metric(task)  # once per callback (was twice)
-        rows, metric_names = leaderboard_rows(runs, metrics, sizes, headline)
+        trust = queries.leaderboard_trust(snapshot, task, dataset)
+        rows, metric_names = leaderboard_rows(runs, metrics, sizes, headline, trust)
         if group:
             rows = ci.group_seeds(rows, [_field(m) for m in metric_names])
         note = (
@@ -162,8 +165,10 @@ def register(app: Dash, snapshot: Path) -> None:
             if gated(get_task(task)) else None
         alert = html.Div([a for a in (gate, small) if a is not None]) if gate or small else None
         reference = next((r["run_id"] for r in rows if r.get("verdict") == "reference"), None)
-        forest = ui.graph(ci.forest_figure(metrics, runs, headline, reference), id="lb-forest-graph",
-                          height=max(260, 28 * runs.height + 120)) if headline else None
+        plotted = metrics.height and metrics.filter(pl.col("metric") == headline).height
+        forest = (ui.graph(ci.forest_figure(metrics, runs, headline, reference), id="lb-forest-graph",
+                           height=max(260, 28 * runs.height + 120)) if plotted
+                  else ui.empty(f"No test {headline} recorded for these runs: no forest plot.")) if headline else None
         return rows, column_defs(metric_names), note, alert, forest
 
 
@@ -195,8 +200,29 @@ def order_metrics(names: list[str]) -> list[str]:
 HIDDEN_METRICS = ("n_samples", "n_patients")  # shown as the n test patients / samples columns
 
 
+def trust_cells(trust: pl.DataFrame | None, headline: str | None) -> dict[str, dict]:
+    """{run_id: {calibration_slope, largest_gap}} as text: the slope [95% CI] before recalibration; the largest
+    subgroup gap on the headline metric (else AUROC, else the first metric with one) with its simultaneous
+    interval."""
+    out: dict[str, dict] = {}
+    if trust is None or not trust.height:
+        return out
+    for run_id, part in trust.group_by("run_id", maintain_order=True):
+        first = part.row(0, named=True)
+        cells = out.setdefault(run_id[0], {})
+        if first["slope"] is not None:
+            cells["calibration_slope"] = ci.fmt_ci(first["slope"], first["slope_low"], first["slope_high"])
+        gaps = [g for g in part.iter_rows(named=True) if g["gap_metric"] is not None]
+        gap = next((g for m in (headline, "auroc") for g in gaps if g["gap_metric"] == m), gaps[0] if gaps else None)
+        if gap is not None:
+            cells["largest_gap"] = (f"{gap['gap_metric']}, {gap['gap_attribute']}: {gap['group_high']} − "
+                                    f"{gap['group_low']} {ci.fmt_ci(gap['gap'], gap['gap_low'], gap['gap_high'])}"
+                                    + (" detected" if gap["detected"] else ""))
+    return out
+
+
 def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFrame | None = None,
-                     headline: str | None = None) -> tuple[list[dict], list[str]]:
+                     headline: str | None = None, trust: pl.DataFrame | None = None) -> tuple[list[dict], list[str]]:
     """One row per run: its flags plus `m_<metric>` (value), `m_<metric>_lo`/`_hi` (95% interval) and
     `m_<metric>_sd` (SafeDrug subsample sd, a named second convention) columns; n test patients / samples;
     the paired verdict on the `headline` metric (`verdict`, `verdict_text`, and its difference with the 95%
@@ -221,6 +247,7 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
     for run_id in references:
         by_run.setdefault(run_id, {}).update(verdict="reference", verdict_text=ci.VERDICT_LABELS["reference"])
     size = {r["run_id"]: r for r in sizes.iter_rows(named=True)} if sizes is not None and sizes.height else {}
+    judged = trust_cells(trust, headline)
     rows = []
     for run in runs.iter_rows(named=True):
         flags = []
@@ -249,6 +276,8 @@ def leaderboard_rows(runs: pl.DataFrame, metrics: pl.DataFrame, sizes: pl.DataFr
                 "train_seconds": round(run["train_seconds"], 1) if run["train_seconds"] is not None else None,
                 "n_test_patients": size.get(run["run_id"], {}).get("n_test_units"),
                 "n_test_samples": size.get(run["run_id"], {}).get("n_test_samples"),
+                "card": f"[card]({CARD_PATH}{quote(run['run_id'], safe='')})",
+                **judged.get(run["run_id"], {}),
                 "group_key": run["model"] + (f" ({run['variant']})" if run.get("variant") else ""),
                 **by_run.get(run["run_id"], {}),
             }
@@ -283,9 +312,16 @@ def column_defs(metric_names: list[str]) -> list[dict]:
     return [
         {"field": "model", "cellRenderer": "markdown", "pinned": "left", "minWidth": 140},
         {"field": "seed", "type": "numericColumn", "maxWidth": 90},
+        {"field": "card", "headerName": "model card", "cellRenderer": "markdown", "maxWidth": 110,
+         "sortable": False, "filter": False},
         {"field": "verdict_text", "headerName": "vs reference", "minWidth": 220, "tooltipField": "verdict_text",
          "cellClass": "verdict-badge", "cellClassRules": ci.badge_rules()},
         *metric_columns,
+        {"field": "calibration_slope", "headerName": "calibration slope [95% CI]", "minWidth": 170,
+         "headerTooltip": "logistic calibration slope of the test predictions before recalibration: 1 = calibrated, "
+                          "< 1 too extreme"},
+        {"field": "largest_gap", "headerName": "largest subgroup gap [simultaneous CI]", "minWidth": 260,
+         "tooltipField": "largest_gap"},
         {"field": "n_test_patients", "headerName": "n test patients", "type": "numericColumn"},
         {"field": "n_test_samples", "headerName": "n test samples", "type": "numericColumn"},
         {"field": "flags", "minWidth": 200, "tooltipField": "flags"},

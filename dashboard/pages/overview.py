@@ -190,7 +190,7 @@ POLICY_COLORS = {"warn": "warning", "reject": "danger"}
 
 
 def _plausibility(snapshot: Path, dataset: str) -> object:
-    """Issue 34: rows that parsed but cannot be true (medtx.ingest.plausibility), as raw.ingest_checks holds them
+    """Rows that parsed but cannot be true (medtx.ingest.plausibility), as raw.ingest_checks holds them
     for the dataset's latest ingest: one row per table and rule with its count, the policy and what it did."""
     df = queries.ingest_checks(snapshot, dataset)
     if not df.height:

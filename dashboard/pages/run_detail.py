@@ -12,6 +12,7 @@ from dash import Dash, Input, Output, State, dcc, html
 from dashboard import components as ui
 from dashboard import intervals as ci
 from dashboard import queries, validate
+from dashboard.pages.run_figures import standard_view
 from dashboard.pages.run_trust import register as register_trust
 from dashboard.pages.run_trust import trust_view
 from medtx.tasks import find_task
@@ -61,7 +62,7 @@ def register(app: Dash, snapshot: Path) -> None:
         ids = runs["run_id"].to_list()
         labels = [f"{r['task']} · {r['model']} · {r['dataset'] or '-'} · seed {r['seed']} · {r['status']} · {r['run_id']}"
                   for r in runs.iter_rows(named=True)]
-        return ui.options(ids, labels), current if current in ids else ids[0]
+        return ui.options(ids, labels), current if current in ids else queries.default_run(snapshot) or ids[0]
 
     @app.callback(Output("run-body", "children"), Input("run-select", "value"), Input("snapshot-version", "data"))
     def body(run_id: str | None, _version: str | None):
@@ -99,6 +100,9 @@ def run_body(snapshot: Path, run_id: str) -> html.Div:
                     _comparison(snapshot, run_id)),
             ui.card("Would a clinician trust it? Subgroups, calibration, operating points",
                     trust_view(snapshot, run_id)),
+            ui.card("Standard figures (OHDSI PatientLevelPrediction): ROC, precision-recall, distribution, smoothed "
+                    "calibration, age x sex, train / validation / test, decision curve",
+                    standard_view(snapshot, run_id)),
             ui.card("Confusion matrix (test)", _confusion(snapshot, run_id)),
             ui.card("Config", html.Pre(_pretty(run["config"]), className="config small mb-0")),
         ]

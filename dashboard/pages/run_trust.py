@@ -57,6 +57,8 @@ def _forest(snapshot: Path, run_id: str, groups: pl.DataFrame) -> object:
     shown = rows.filter(~pl.col("too_small") & pl.col("value").is_not_null())
     small = rows.filter(pl.col("too_small"))
     labels = [f"{a}: {g}" for a, g in zip(shown["attribute"], shown["grp"], strict=True)]
+    plot = ui.empty(f"No group reaches the floors (30 test patients, 10 events, 10 non-events): no {metric} to "
+                    "plot per group.") if not shown.height else None
     fig = {"data": [{"type": "scatter", "mode": "markers", "x": shown["value"].to_list(), "y": labels,
                      "error_x": {"type": "data", "symmetric": False,
                                  "array": (shown["ci_high"] - shown["value"]).to_list(),
@@ -81,7 +83,7 @@ def _forest(snapshot: Path, run_id: str, groups: pl.DataFrame) -> object:
                               + ", ".join(f"{a}: {g} ({n} patients, {e} events)" for a, g, n, e in zip(
                                   small["attribute"], small["grp"], small["n_patients"], small["n_positives"],
                                   strict=True)), className="small text-muted"))
-    return html.Div([ui.graph(fig, id="subgroup-forest", height=max(260, 22 * len(labels) + 80)),
+    return html.Div([plot or ui.graph(fig, id="subgroup-forest", height=max(260, 22 * len(labels) + 80)),
                      html.Div(lines, id="subgroup-gap")])
 
 

@@ -38,11 +38,13 @@ from dashboard.queries.leaderboard import (  # noqa: F401
     default_leaderboard_dataset,
     leaderboard_metrics,
     leaderboard_runs,
+    leaderboard_trust,
     leaderboard_sizes,
     run_comparisons,
     task_datasets,
 )
 from dashboard.queries.run_detail import (  # noqa: F401
+    default_run,
     run,
     run_calibration,
     run_confusion,

@@ -11,7 +11,7 @@ from dashboard.queries.core import _mart_sql, _scalar, query
 
 def task_datasets(snapshot: Path) -> pl.DataFrame:
     """(task, dataset, runs, n_test_units) with at least one run, for the selectors; n_test_units is the most
-    test patients (text groups, FAQ pairs) any run of the dataset was evaluated on (NULL before issue 14)."""
+    test patients (text groups, FAQ pairs) any run of the dataset was evaluated on (NULL for runs recorded before test sizes were kept)."""
     return query(
         snapshot,
         "SELECT r.task, coalesce(r.dataset, '') AS dataset, count(*) AS runs, max(t.n_test_units) AS n_test_units "
@@ -73,6 +73,21 @@ def leaderboard_sizes(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
         snapshot,
         f"SELECT run_id, n_test_units, n_test_samples FROM {_mart_sql(snapshot, 'test_sizes')} "
         "WHERE task = ? AND dataset = ?",
+        [task, dataset],
+    )
+
+
+def leaderboard_trust(snapshot: Path, task: str, dataset: str) -> pl.DataFrame:
+    """Per run of a task on a dataset: its calibration slope (before recalibration) with its interval, and the
+    largest subgroup gap of each metric (ml.subgroup_gaps rows marked `largest`)."""
+    return query(
+        snapshot,
+        "SELECT r.run_id, c.value AS slope, c.ci_low AS slope_low, c.ci_high AS slope_high, g.metric AS gap_metric, "
+        "g.attribute AS gap_attribute, g.group_high, g.group_low, g.gap, g.ci_low AS gap_low, g.ci_high AS gap_high, "
+        "g.detected FROM ml.runs r "
+        "LEFT JOIN ml.calibration c ON c.run_id = r.run_id AND c.method = 'none' AND c.metric = 'slope' "
+        "LEFT JOIN ml.subgroup_gaps g ON g.run_id = r.run_id AND g.largest "
+        "WHERE r.task = ? AND coalesce(r.dataset, '') = ? ORDER BY r.run_id, g.metric",
         [task, dataset],
     )
 

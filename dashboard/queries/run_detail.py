@@ -18,6 +18,19 @@ def runs_index(snapshot: Path) -> pl.DataFrame:
     )
 
 
+def default_run(snapshot: Path) -> str | None:
+    """The run a reader most likely wants first: of the latest pipeline run's completed runs, the one with the
+    largest test set (then the newest); runs outside any pipeline run come after, so a 5-patient demo run
+    trained by hand is not the first view."""
+    df = query(
+        snapshot,
+        "SELECT r.run_id FROM ml.runs r LEFT JOIN ml.pipeline_runs p USING (pipeline_run_id) "
+        "WHERE r.status = 'completed' ORDER BY p.started_at DESC NULLS LAST, r.n_test_units DESC NULLS LAST, "
+        "r.started_at DESC LIMIT 1",
+    )
+    return df["run_id"][0] if df.height else None
+
+
 def run(snapshot: Path, run_id: str) -> dict | None:
     df = query(snapshot, "SELECT * FROM ml.runs WHERE run_id = ?", [run_id])
     return df.row(0, named=True) if df.height else None

@@ -10,7 +10,8 @@ with 95% patient-bootstrap intervals and the paired verdict against the referenc
 score, in plain words: medtx.evaluation.drivers), subgroups (table with the floors' reasons and Holm-adjusted
 verdicts, forest plot, largest gaps), calibration (before/after recalibration fitted on validation, each map's status
 and reason, reliability curve), operating-points (thresholds chosen on validation, validation beside test figures,
-unreachable targets as rows, decision curve), flags (collapse), leakage (the task's leakage-gate record), limitations.
+unreachable targets as rows, decision curve), standard-figures (OHDSI PLP's: medtx.evaluation.plp_card), flags
+(collapse), leakage (the task's leakage-gate record), limitations.
 A failed run's card has only summary (FAILED, the one-line error) and lineage: nothing that reads as a result.
 
 `Card.data` is the card's JSON twin (`medtx report --format json`, docs/MODEL_CARD.md): every figure and every
@@ -34,7 +35,8 @@ from medtx.metrics import intervals as iv
 from medtx.tasks import find_task
 
 SECTIONS = ("summary", "intended-use", "study", "lineage", "clock", "splits", "attrition", "population", "headline",
-            "drivers", "subgroups", "calibration", "operating-points", "flags", "leakage", "limitations")
+            "drivers", "subgroups", "calibration", "operating-points", "standard-figures", "flags", "leakage",
+            "limitations")
 FAILED_SECTIONS = ("summary", "lineage")
 FIGS = ("sensitivity", "specificity", "ppv", "npv", "alerts_per_100", "nne")
 
@@ -96,7 +98,14 @@ class Card:
 CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
        "table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:2px 6px}"
        "th{background:#f3f3f3}section{margin-bottom:2em}nav{font-size:.9em;margin-bottom:1em}"
-       "figure{margin:.5em 0}#summary{border:2px solid #333;padding:.5em 1em;background:#fafafa}")
+       "figure{margin:.5em 1em .5em 0;display:inline-block;vertical-align:top}"
+       "#summary{border:2px solid #333;padding:.5em 1em;background:#fafafa}"
+       # printable at A4 width without losing a column: tables shrink and wrap their cells, nothing is cut
+       "@page{size:A4;margin:12mm}td{overflow-wrap:anywhere}td:first-child,th{overflow-wrap:break-word}"
+       "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
+       "svg{max-width:100%;height:auto}@media print{body{max-width:none;margin:0;font-size:9pt}"
+       "table{font-size:8pt;width:100%}td,th{padding:1px 3px}nav{display:none}section{break-inside:auto}"
+       "figure{break-inside:avoid}details{display:none}}")
 
 
 def _e(text: object) -> str:
@@ -234,6 +243,9 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
                                           tables=[(["", ""], [[k.replace("_", " "), v] for k, v in use.items()])]),
                 study, _lineage(run), _clock(task), _splits(con, run), *who, headline, drivers, *trust, _flags(run),
                 _leakage(con, run), _limitations(con, run)]
+    from medtx.evaluation.plp_card import card_section  # the PLP figures (ROC, PR, E-statistics, age x sex, ...)
+
+    sections.insert(next(i for i, s in enumerate(sections) if s.id == "flags"), card_section(con, run_id, data))
     return Card(run_id, title, sections, data)
 
 
@@ -583,15 +595,15 @@ def _operating_section(con: duckdb.DuckDBPyConnection, run: dict, data: dict, fi
     figures.decision = [(c["threshold"], c["net_benefit"], c["ci_low"], c["ci_high"], c["treat_all"]) for c in curve]
     shown = [c for c in curve if c["threshold"] <= 0.5]
     if shown and rows:
-        ts = [c["threshold"] for c in shown]
+        from medtx.evaluation.plp_svg import decision_svg
+
+        floor = -(prevalence or 0.05)  # model and treat-all clipped at the same floor; treat none is the 0 line
         ops.paragraphs.append("Decision curve: net benefit of acting on the model at each threshold probability "
-                              "against treating everyone and no one.")
-        ops.figures.append(lines_svg(
-            [("model", ts, [c["net_benefit"] or 0.0 for c in shown], [c["ci_low"] or 0.0 for c in shown],
-              [c["ci_high"] or 0.0 for c in shown], COLOURS["model"]),
-             ("treat all", ts, [max(c["treat_all"], -0.05) for c in shown], None, None, COLOURS["treat all"]),
-             ("treat none", ts, [0.0] * len(ts), None, None, COLOURS["treat none"])],
-            "threshold probability", "net benefit"))
+                              "against treating everyone and no one (both curves cut at "
+                              f"{floor:.3f}, minus the test prevalence; the band is the model's 95% interval).")
+        ops.figures.append(decision_svg([c["threshold"] for c in shown], [c["net_benefit"] for c in shown],
+                                        [c["treat_all"] for c in shown], floor, max(prevalence or 0.05, 0.01),
+                                        ([c["ci_low"] for c in shown], [c["ci_high"] for c in shown])))
     return ops
 
 
