@@ -66,8 +66,8 @@ def _runs(tmp_path: Path, seed: int) -> dict[str, tuple[str, str | None]]:
     with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
         return {m: (s, ref) for m, s, ref in con.execute(
             """SELECT r.model, arg_max(r.status, r.started_at),
-                      arg_max((SELECT max(x.run_id) FROM ml.comparisons c JOIN ml.runs x ON x.run_id = c.reference_run_id
-                               WHERE c.run_id = r.run_id), r.started_at)
+                      arg_max((SELECT max(c.reference_run_id) FROM ml.comparisons c WHERE c.run_id = r.run_id),
+                              r.started_at)
                FROM ml.runs r WHERE r.seed = ? GROUP BY 1""", [seed]).fetchall()}
 
 
