@@ -68,6 +68,7 @@ def _not_meds(tmp: Path) -> Path:
 CASES = [
     ("seeds_empty", _with(seeds=[]), "seeds = []: must be a list (at least 1 item) of: an integer in [0, 4294967295]"),
     ("seeds_negative", _with(seeds=[-1]), "seeds[0] = -1: must be an integer in [0, 4294967295]"),
+    ("split_seed_text", _with(split_seed="42"), "split_seed = '42': must be an integer in [0, 4294967295]"),
     ("seeds_1e30_text", b"datasets: [{source: 'synth:10'}]\ntasks: {drug_rec: {models: [{model: logreg}]}}\n"
                         b"seeds: [1e30]\n", "seeds[0] = '1e30': must be an integer in [0, 4294967295]"),
     ("seeds_1e30_float", _with(seeds=[1e30]), "seeds[0] = 1e+30: must be an integer in [0, 4294967295]"),

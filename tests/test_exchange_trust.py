@@ -7,7 +7,12 @@ real trainings (logreg), a real DuckDB warehouse; every case checks the ml.* row
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -22,6 +27,7 @@ from medtx.training.packages import PackageError, read_training_package
 from medtx.pipeline.kinds.train import TRAIN_READS
 from medtx.pipeline.kinds.train import run as run_train_from_package
 from medtx.tasks import get_task
+from medtx.tasks.verdict import LeakageError
 from tests.fixtures_samples import demo_copy, demo_db  # noqa: F401  (fixtures)
 
 READS = ("samples.readmission", *TRAIN_READS, *get_task("readmission").lineage.train_reads)  # what the plan's step reads
@@ -214,3 +220,27 @@ def test_a_package_exported_before_a_tasks_gate_record_is_written_again(exchange
     again = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")
     assert again == package
     assert "readmission_notes" in pq.read_table(again / "samples.leakage_gate.parquet").column("task").to_pylist()
+
+
+def test_the_advice_for_a_missing_gate_record_works(exchange, tmp_path) -> None:
+    """Issue 44: a package without its task's gate record is refused with a command to run; running exactly that
+    command writes the record, and the next package trains (the advice is followed literally, in a subprocess)."""
+    db, _ = exchange
+    with duckdb.connect(str(db)) as con:
+        con.execute("DELETE FROM samples.leakage_gate WHERE dataset = 'mimic3_demo' AND task = 'readmission'")
+    package = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")
+    with pytest.raises(LeakageError, match=r"no record for task 'readmission'") as refused:
+        _train(package, tmp_path / "exchange" / "results" / "refused")
+    advice = re.search(r"`medtx ([^`]+)`", str(refused.value))
+    assert advice and "\n" not in str(refused.value), refused.value
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+                        "MEDTX_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", *shlex.split(advice[1]),
+                           "--db", str(db)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.sql("SELECT status FROM samples.leakage_gate WHERE dataset = 'mimic3_demo' "
+                       "AND task = 'readmission'").fetchall() == [("pass",)]
+    again = export_training_package(db, READS, SCOPE, tmp_path / "exchange", "k-trust")
+    result = _train(again, tmp_path / "exchange" / "results" / "after")
+    assert record_result_package(db, result["result"], tmp_path / "models") == result["run_ids"]

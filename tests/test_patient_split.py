@@ -186,3 +186,68 @@ def test_a_prescription_dated_after_discharge_is_dropped_not_clamped(late_rx, tm
     events = pl.read_parquet(out / "data" / "**" / "*.parquet")
     assert sorted(events.filter(pl.col("code").str.starts_with("MEDICATION//"))["drug"]) == ["Furosemide",
                                                                                            "Pantoprazole"]
+
+
+def _per_task_draw(con, dataset: str, task: str) -> tuple[int, str, str]:
+    """Replace the task's split by a draw of its own over its patients (what medtx did before the one split),
+    with the dataset's seed; returns the first patient it moves: (patient, its new split, the dataset's)."""
+    split = dict(con.execute("SELECT subject_id, split FROM samples.patient_splits WHERE dataset = ?",
+                             [dataset]).fetchall())
+    seed = con.execute("SELECT min(seed) FROM samples.patient_splits WHERE dataset = ?", [dataset]).fetchall()[0][0]
+    patients = [r[0] for r in con.execute("SELECT subject_id FROM samples.splits WHERE dataset = ? AND task = ?",
+                                          [dataset, task]).fetchall()]
+    own = write_splits(con, dataset, task, patients, seed=seed)
+    moved = sorted(p for p in own if own[p] != split[p])
+    assert moved, task  # the per-task draw differs from the dataset's
+    return moved[0], own[moved[0]], split[moved[0]]
+
+
+@pytest.mark.parametrize("where", ["demo", "synthetic"])
+def test_a_split_drawn_per_task_is_blocked_naming_the_task_and_the_first_patient(where, demo_db, synth_db,  # noqa: F811
+                                                                                   tmp_path):
+    """Each EHR task's stored split, drawn by the task itself (no patient in two splits, so check (a)'s overlap
+    cannot see it), is blocked by the gate in one line naming the task and the first patient off the dataset's
+    patient split; the honest builds pass."""
+    source, dataset = (demo_db, DEMO) if where == "demo" else (synth_db, SYNTH)
+    db = tmp_path / "w.duckdb"
+    shutil.copy(source, db)
+    con = connect(db)
+    try:
+        for name in EHR:
+            task = get_task(name)
+            honest = run_gate(con, task, dataset)
+            assert honest.status == "pass" and honest.split_off == 0, honest.message
+            patient, own, theirs = _per_task_draw(con, dataset, name)
+            result = run_gate(con, task, dataset)
+            assert result.status == "blocked" and result.split_overlap == 0 and result.split_off > 0, name
+            assert "\n" not in result.message and result.message.startswith(f"leakage gate BLOCKED {name}/{dataset}")
+            assert (f"off the dataset's patient split; first: patient {patient} is {own} in task {name} but "
+                    f"{theirs} in the dataset's patient split") in result.message, result.message
+            assert con.execute("SELECT status, split_off FROM samples.leakage_gate WHERE dataset = ? AND task = ?",
+                               [dataset, name]).fetchall() == [("blocked", result.split_off)]
+    finally:
+        con.close()
+
+
+def test_a_split_drawn_per_admission_is_blocked_on_the_demo(demo_db, tmp_path):  # noqa: F811
+    """The demo's readmission split drawn per admission (rows keyed by hadm_id): blocked, naming the task and the
+    first patient whose stays are not in the dataset's patient split."""
+    db = tmp_path / "w.duckdb"
+    shutil.copy(demo_db, db)
+    con = connect(db)
+    try:
+        con.execute("UPDATE samples.readmission SET subject_id = hadm_id WHERE dataset = ?", [DEMO])
+        stays = [r[0] for r in con.execute("SELECT hadm_id FROM samples.readmission WHERE dataset = ?",
+                                           [DEMO]).fetchall()]
+        write_splits(con, DEMO, "readmission", stays, seed=42)
+        first = con.execute(  # the first patient one of whose stays sits in another split than the patient's
+            """SELECT min(a.subject_id) FROM samples.readmission r JOIN raw.admissions a USING (dataset, hadm_id)
+               JOIN samples.splits s ON s.dataset = r.dataset AND s.task = 'readmission' AND s.subject_id = r.hadm_id
+               JOIN samples.patient_splits p ON p.dataset = r.dataset AND p.subject_id = a.subject_id
+               WHERE r.dataset = ? AND s.split <> p.split""", [DEMO]).fetchall()[0][0]
+        result = run_gate(con, get_task("readmission"), DEMO)
+        assert result.status == "blocked" and result.split_off > 0
+        assert f"off the dataset's patient split; first: patient {first} is " in result.message, result.message
+        assert "\n" not in result.message
+    finally:
+        con.close()

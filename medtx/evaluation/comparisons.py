@@ -32,23 +32,34 @@ log = logging.getLogger("medtx.evaluation.uncertainty")
 NEURAL_CONFIG_SQL = "coalesce(json_extract_string(r.config, '$.faq.embedding'), '') = 'minilm'"
 
 
-def reference_run(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None) -> str | None:
+def reference_run(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None,
+                  like: str | None = None) -> str | None:
     """The run id of the reference baseline of (task, dataset), chosen on validation; None when there is none
-    (or the task declares no compared metrics)."""
+    (or the task declares no compared metrics). `like`: only among runs trained on the same data as that run
+    (`ml.runs.data_fingerprint`: the training package's key, which covers the samples and their split; no
+    restriction when that run has none), so a run trained on the current split is never measured against a
+    baseline of an older split (samples rebuilt since, e.g. with another split seed), which would refuse the
+    comparison and fail the run. A run on the same data that predicted other test samples still fails loudly."""
     from medtx.models.registry import reference_models
 
     if not task.scoring.compared:
         return None
     metric, averaging = task.scoring.compared[0]
     candidates = reference_models()
+    same_sql = ""
+    if like is not None:
+        like_sql = "(SELECT data_fingerprint FROM ml.runs WHERE run_id = $like)"
+        same_sql = f"AND ({like_sql} IS NULL OR r.data_fingerprint IS NOT DISTINCT FROM {like_sql})"
     rows = con.execute(
         f"""SELECT r.run_id, r.model, v.value FROM ml.runs r
-            LEFT JOIN ml.metrics v ON v.run_id = r.run_id AND v.split = 'val' AND v.metric = ? AND v.averaging = ?
-            WHERE r.task = ? AND r.dataset IS NOT DISTINCT FROM ? AND r.status = 'completed'
-              AND r.model IN (SELECT unnest(?)) AND NOT {NEURAL_CONFIG_SQL}
-              AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions)
+            LEFT JOIN ml.metrics v ON v.run_id = r.run_id AND v.split = 'val' AND v.metric = $metric
+                                  AND v.averaging = $averaging
+            WHERE r.task = $task AND r.dataset IS NOT DISTINCT FROM $dataset AND r.status = 'completed'
+              AND r.model IN (SELECT unnest($models)) AND NOT {NEURAL_CONFIG_SQL}
+              AND r.run_id IN (SELECT DISTINCT run_id FROM ml.predictions) {same_sql}
             ORDER BY r.started_at DESC, r.run_id DESC""",
-        [metric, averaging, task.name, dataset, list(candidates)]).fetchall()
+        {"metric": metric, "averaging": averaging, "task": task.name, "dataset": dataset,
+         "models": list(candidates), **({"like": like} if like is not None else {})}).fetchall()
     if not rows:
         return None
     scored = [r for r in rows if r[2] is not None]
@@ -107,10 +118,11 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None
     """Bring ml.comparisons of (task, dataset) up to date; returns the rows written.
 
     `run_ids`: the runs just recorded; all completed runs are recompared when the reference changed (or when
-    `run_ids` is None)."""
+    `run_ids` is None). One run just recorded is compared with the reference among the runs trained on its data
+    (`reference_run(like=...)`)."""
     if not task.scoring.compared:
         return 0
-    ref_id = reference_run(con, task, dataset)
+    ref_id = reference_run(con, task, dataset, like=run_ids[0] if run_ids is not None and len(run_ids) == 1 else None)
     runs = [r for r, in con.execute(
         "SELECT run_id FROM ml.runs WHERE task = ? AND dataset IS NOT DISTINCT FROM ? AND status = 'completed' "
         "AND run_id IN (SELECT DISTINCT run_id FROM ml.predictions) ORDER BY run_id", [task.name, dataset]).fetchall()]

@@ -42,7 +42,7 @@ def parse_token(token: str, task: Task | None, default_feature: str | None) -> d
     features = set(task.samples.features) if task is not None else set()
     head, sep, tail = rest.partition(":")
     feature, code = (head, tail) if sep and head in features else (default_feature, rest)
-    sources = dict(task.feature_sources) if task is not None else {}
+    sources = dict(task.clock.feature_sources) if task is not None else {}
     return {"feature": feature, "source": sources.get(feature or ""), "code": code, "current": current}
 
 

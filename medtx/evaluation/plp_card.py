@@ -223,7 +223,7 @@ def _by_split(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict) -> tu
     rows = con.execute("SELECT split, metric, averaging, value, ci_low, ci_high FROM ml.metrics WHERE run_id = ? "
                        "AND split IN ('val', 'test') AND metric NOT IN ('n_samples', 'n_patients')", [rid]).fetchall()
     cell = {(s, m, a): (v, lo, hi) for s, m, a, v, lo, hi in rows}
-    order = list(task.metrics) if task is not None else []
+    order = list(task.scoring.metrics) if task is not None else []
     both = sorted({(m, a) for s, m, a in cell if s == "val" and ("test", m, a) in cell},
                   key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k))
     loss = {}

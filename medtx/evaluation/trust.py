@@ -118,7 +118,7 @@ def _aligned_reference(con: duckdb.DuckDBPyConnection, task: Task, dataset: str 
                        data: RunData) -> tuple[str | None, RunData | None]:
     from medtx.evaluation.comparisons import reference_run
 
-    ref_id = reference_run(con, task, dataset)
+    ref_id = reference_run(con, task, dataset, like=run_id)
     if ref_id is None or ref_id == run_id:
         return ref_id if ref_id == run_id else None, None
     ref = load_run_data(con, ref_id)

@@ -326,6 +326,9 @@ class PipelineConfig(_Strict):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     tasks: dict[str, TaskConfig] = Field(default_factory=dict)
     seeds: Annotated[list[Seed], Field(min_length=1)] = Field(default_factory=lambda: [42])
+    # The seed of each dataset's one patient split (samples.patient_splits): not a training seed, so a change of
+    # `seeds` trains on the same split (issue 44). 42: medtx.samples.splits.DEFAULT_SEED, the MEDS export's too.
+    split_seed: Seed = 42
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     study: StudyConfig = Field(default_factory=StudyConfig)  # shown on the model cards (docs/MODEL_CARD.md)

@@ -242,6 +242,15 @@ class Executor:
             return f"result package refused: {exc}"
         return None
 
+    def failed_run(self, step: Step) -> str | None:
+        """Why the run this step's dispatch recorded is `failed` (None: none is)."""
+        with open_warehouse(self.db, read_only=True) as con:
+            rows = con.execute(
+                "SELECT r.run_id, r.error FROM ml.dispatches d, unnest(d.run_ids) AS u(run_id) "
+                "JOIN ml.runs r ON r.run_id = u.run_id WHERE d.dispatch_id = ? AND r.status = 'failed' "
+                "ORDER BY r.run_id", [self.dispatch_id(step)]).fetchall()
+        return f"run {rows[0][0]} failed once recorded: {rows[0][1]}" if rows else None
+
     def collect(self, step: Step, key: str, handle: Handle, started: float, ended: float | None = None) -> None:
         """Record a finished step (`ended`: when it was seen finished; default now)."""
         handle.wait()
@@ -249,7 +258,9 @@ class Executor:
         seconds = round((ended or time.perf_counter()) - started, 3)
         if state != "failed":
             result = handle.result()
-            refused = self.refused_results(step, result) if step.kind.name == "train" else None
+            # A run the writer marked failed once recorded (its test intervals or comparisons could not be
+            # computed) fails its step: the console, the exit status and the next run's cache see the run's state.
+            refused = (self.refused_results(step, result) or self.failed_run(step)) if step.kind.name == "train" else None
             if refused:
                 self.record(runs.StepOutcome(step, "failed", key, error=refused, seconds=seconds))
                 return

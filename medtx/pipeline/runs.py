@@ -140,6 +140,13 @@ def cached_scope(db: Path | str, step: Step, key: str) -> dict[str, Any] | None:
             return None
         scope = json.loads(rows[0][0]) if rows[0][0] else {}
         current = tables_fingerprint(con, step.writes, scope)
+        # a training whose run is not `completed` (one a medtx before 2026-11-29 marked failed after its step
+        # completed) is trained again, never reused
+        unfinished = con.execute("SELECT run_id, status FROM ml.runs WHERE run_id IN (SELECT unnest(?::VARCHAR[])) "
+                                 "AND status <> 'completed' ORDER BY 1", [list(scope.get("run_id", []))]).fetchall()
+    if unfinished:
+        log.info("%s: its run %s is %s; training it again", step.name, *unfinished[0])
+        return None
     if current != rows[0][1]:
         log.info("%s: warehouse output changed since it was cached; recomputing", step.name)
         return None

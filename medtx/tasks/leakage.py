@@ -7,7 +7,9 @@ warehouse, not the builder's word:
 
 (a) split overlap: every sample row's patient is read from raw.admissions by its hadm_id (not from the row's
     subject_id); a patient whose rows sit in more than one split of the task fails the gate. Rows whose hadm_id
-    raw.admissions does not know fail too (their patient cannot be checked).
+    raw.admissions does not know fail too (their patient cannot be checked). So does a patient whose task split
+    is not the dataset's one patient split (`samples.patient_splits`; `split_off`): a split drawn per admission,
+    per task or from another seed than the dataset's.
 (b) late tokens: the sample's prediction time is recomputed from the warehouse and the task's clock
     (`Task.clock.prediction_time`, stored as `Task.clock.column`), and every feature column
     (`Task.samples.features`) must have a time rule (`Task.clock.feature_sources`): an event source (every code
@@ -91,6 +93,7 @@ class GateResult:
     clock_bound: int | None = None  # None: the task declares no outcome time
     audit: str = ""  # the shortcut audit's figures and cut-off, in words
     fingerprint: str = ""  # of the samples judged (medtx.tasks.verdict.samples_fingerprint)
+    split_off: int = 0  # patients whose task split is not the dataset's patient split
 
     @property
     def blocked(self) -> bool:
@@ -142,6 +145,35 @@ def split_overlap(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> t
         first = (f"patient {patient} (raw.admissions) has samples in splits {', '.join(s for s in splits if s)} "
                  f"(hadm_ids {hadm_ids[:5]})")
     return len(rows), first
+
+
+def split_off(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int, str | None]:
+    """(a) patients (read from raw.admissions) whose task split is not the dataset's one patient split
+    (`samples.patient_splits`; a task row of `raw.meds_splits` wins, as medtx.samples.splits.write_task_splits
+    writes it), and the first one: a split drawn per admission, per task or from another seed."""
+    rows = con.execute(f"""
+        WITH stays AS ({STAYS_SQL}),
+        r AS (
+            SELECT DISTINCT st.subject_id AS patient, sp.split AS stored
+            FROM {ROWS} r JOIN stays st USING (hadm_id)
+            LEFT JOIN samples.splits sp ON sp.dataset = $dataset AND sp.task = $split_task
+                                       AND sp.subject_id = r.subject_id
+        )
+        SELECT r.patient, r.stored, coalesce(m.split, p.split) AS expected FROM r
+        LEFT JOIN samples.patient_splits p ON p.dataset = $dataset AND p.subject_id = r.patient
+        LEFT JOIN raw.meds_splits m ON m.dataset = $dataset AND m.task = $split_task AND m.subject_id = r.patient
+        WHERE r.stored IS DISTINCT FROM coalesce(m.split, p.split)
+        ORDER BY r.patient, r.stored""", {"dataset": dataset, "split_task": task.samples_task}).fetchall()
+    if not rows:
+        return 0, None
+    patient, stored, expected = rows[0]
+    n = len({r[0] for r in rows})
+    if expected is None:
+        return n, (f"patient {patient} has no row in samples.patient_splits (the dataset's patient split); "
+                   f"rebuild the samples (medtx build-samples) so every task shares it")
+    return n, (f"patient {patient} is {stored or 'in no split'} in task {task.samples_task} but {expected} in the "
+               f"dataset's patient split (samples.patient_splits): a split drawn per admission, per task or from "
+               f"another seed; rebuild the samples (medtx build-samples)")
 
 
 def late_codes(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> tuple[int | None, str | None]:
@@ -413,6 +445,7 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
         create_event_view(con, dataset, EVENTS)
         n = con.sql(f"SELECT count(*) FROM {ROWS}").fetchall()[0][0]
         overlap, first_a = split_overlap(con, task, dataset)
+        off, first_off = split_off(con, task, dataset)
         late, first_b = late_codes(con, task, dataset)
         bound, first_d = clock_bound(con, task, dataset)
         scores, audit_note = audit_shortcuts(con, task, dataset, acknowledge)
@@ -426,6 +459,8 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
     parts = []
     if overlap:
         parts.append(f"(a) {overlap} patient(s) in more than one split; first: {first_a}")
+    if off:
+        parts.append(f"(a) {off} patient(s) off the dataset's patient split; first: {first_off}")
     if late:
         parts.append(f"(b) {late} feature token(s) or clock(s) after the prediction time; first: {first_b}")
     if open_shortcuts:
@@ -442,13 +477,13 @@ def run_gate(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, owner: Ta
         message = f"leakage gate BLOCKED {where}: " + "; ".join(parts)
     else:
         status = "pass"
-        message = (f"leakage gate pass {where}: no split overlap, "
+        message = (f"leakage gate pass {where}: no split overlap, every patient in the dataset's patient split, "
                    + ("no feature token after the prediction time" if late is not None else "no clock to check (b)")
                    + (", no prediction at or after the outcome is known" if bound is not None
                       else ", no outcome time declared (d)")
                    + f", {audit_note}" + (f"; {acked}" if acked else ""))
     result = GateResult(task.name, dataset, status, n, overlap, late, flagged, message, bound, audit_note,
-                        fingerprint)
+                        fingerprint, off)
     _record(con, result)
     (log.warning if status != "pass" else log.info)("%s", message)
     return result
@@ -462,11 +497,11 @@ def _record(con: duckdb.DuckDBPyConnection, result: GateResult) -> None:
         con.execute(f"DELETE FROM {GATE_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"DELETE FROM {SHORTCUTS_TABLE} WHERE dataset = $dataset AND task = $task", key)
         con.execute(f"""INSERT INTO {GATE_TABLE} (dataset, task, status, samples, split_overlap, late_codes, shortcuts,
-                        acknowledged, message, created_at, clock_bound, audit, fingerprint)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?, ?)""",
+                        acknowledged, message, created_at, clock_bound, audit, fingerprint, split_off)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?, ?, ?)""",
                     [result.dataset, result.task, result.status, result.samples, result.split_overlap,
                      result.late_codes, len(result.shortcuts), sum(s.acknowledged for s in result.shortcuts),
-                     result.message, result.clock_bound, result.audit, result.fingerprint])
+                     result.message, result.clock_bound, result.audit, result.fingerprint, result.split_off])
         if result.shortcuts:
             con.executemany(f"INSERT INTO {SHORTCUTS_TABLE} (dataset, task, feature, token, metric, value, "
                             f"acknowledged, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

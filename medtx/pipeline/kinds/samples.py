@@ -28,7 +28,7 @@ def step_name(builder: Task, dataset: str) -> str:
 def plan(cfg: PipelineConfig, ctx: PlanContext, earlier: Sequence[Step]) -> list[Step]:
     """One step per (building task, dataset); tasks sharing a builder (readmission, readmission_notes) share it."""
     steps: dict[str, Step] = {}
-    seed = cfg.seeds[0]  # the split seed: every model of a task sees the same split
+    seed = cfg.split_seed  # the dataset's patient split: every model, task and training seed sees the same one
     for name, tc in cfg.tasks.items():
         task = get_task(name)  # the config's task name, resolved once
         builder = get_task(task.samples_task)
