@@ -19,13 +19,15 @@ def runs_index(snapshot: Path) -> pl.DataFrame:
 
 
 def default_run(snapshot: Path) -> str | None:
-    """The run a reader most likely wants first: of the latest pipeline run's completed runs, the one with the
-    largest test set (then the newest); runs outside any pipeline run come after, so a 5-patient demo run
-    trained by hand is not the first view."""
+    """The run a reader most likely wants first: of the latest pipeline run's completed runs, one whose page has
+    the patient-level figures (subgroups, calibration, standard figures: a binary or multi-label EHR run) before a
+    text run's, then the largest test set (then the newest); runs outside any pipeline run come after, so a
+    5-patient demo run trained by hand is not the first view."""
     df = query(
         snapshot,
         "SELECT r.run_id FROM ml.runs r LEFT JOIN ml.pipeline_runs p USING (pipeline_run_id) "
-        "WHERE r.status = 'completed' ORDER BY p.started_at DESC NULLS LAST, r.n_test_units DESC NULLS LAST, "
+        "WHERE r.status = 'completed' ORDER BY p.started_at DESC NULLS LAST, "
+        "EXISTS (SELECT 1 FROM ml.subgroups s WHERE s.run_id = r.run_id) DESC, r.n_test_units DESC NULLS LAST, "
         "r.started_at DESC LIMIT 1",
     )
     return df["run_id"][0] if df.height else None
