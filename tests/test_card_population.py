@@ -177,7 +177,9 @@ def independent_flow(con, task_name: str, dataset: str) -> dict[str, int]:
     elif task_name == "readmission":
         dead = [a for a in adm if a["hospital_expire_flag"] == 1 or a["deathtime"] is not None]
         out["in_hospital_death"] = len(dead)
-        out["newborn"] = sum(_text(a["admission_type"]) == "NEWBORN" for a in adm if a not in dead)
+        newborn = [a for a in adm if a not in dead and _text(a["admission_type"]) == "NEWBORN"]
+        out["newborn"] = len(newborn)
+        out["no_discharge_time"] = sum(a["dischtime"] is None for a in adm if a not in dead and a not in newborn)
     else:
         def coded(table: str) -> set[int]:
             return {r["hadm_id"] for r in _rows(con, f"SELECT hadm_id, icd9_code FROM raw.{table} WHERE dataset = ?",
@@ -275,19 +277,20 @@ def test_a_flow_that_misses_the_stored_samples_says_so(demo_db: Path, tmp_path: 
 def card_runs(synth_db: Path, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A logreg on mortality inside a pipeline run whose config states two study fields, and a most_frequent
     outside one; then the published snapshot."""
+    import duckdb
+
     from medtx.pipeline.runs import start_pipeline_run
-    from medtx.training.experiment import ExperimentOptions, run_ehr_experiment
+    from medtx.pipeline.steps import train_in_process
 
     db = tmp_path_factory.mktemp("cards") / "w.duckdb"
     shutil.copy(synth_db, db)
     start_pipeline_run(db, "pipe-1", {"study": {"funding": "Grant X-42 (no role in the analysis)",
                                                 "ethics_approval": None}})
-    opts = ExperimentOptions(n_boot=50, pipeline_run_id="pipe-1", models_dir=db.parent / "models")
-    # mortality: readmission keeps the planted stay without a discharge time, so its leakage gate blocks it
-    runs = {"logreg": run_ehr_experiment(db, SYNTH, get_task("mortality"), "logreg", seed=0, options=opts,
-                                         device="cpu"),
-            "most_frequent": run_ehr_experiment(db, SYNTH, get_task("mortality"), "most_frequent", seed=0,
-                                                options=ExperimentOptions(n_boot=50), device="cpu")}
+    models = db.parent / "models"
+    runs = {model: train_in_process(db, get_task("mortality"), model, 0, {"n_boot": 50}, dataset=SYNTH,
+                                    device="cpu", models_dir=models) for model in ("logreg", "most_frequent")}
+    with duckdb.connect(str(db)) as con:  # the logreg run belongs to the pipeline run (as the pipeline records it)
+        con.execute("UPDATE ml.runs SET pipeline_run_id = 'pipe-1' WHERE run_id = ?", [runs["logreg"]])
     return db, runs
 
 
@@ -340,7 +343,7 @@ def test_the_card_shows_flow_table1_drivers_and_study_from_the_snapshot_too(card
 def test_logreg_drivers_are_the_largest_coefficients_of_the_fitted_model():
     from sklearn.linear_model import LogisticRegression
 
-    from medtx.models.baselines import top_coefficients
+    from medtx.models.logreg import top_coefficients
     from medtx.models.ehr_data import LabelSpace
 
     rng = np.random.default_rng(0)

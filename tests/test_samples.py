@@ -103,6 +103,25 @@ def test_crafted_readmission_rule(crafted_db):
     assert hist == [["4019", "25000"], ["4280", "4019"], ["486"]]
 
 
+def test_a_stay_without_a_discharge_time_is_no_readmission_sample(tmp_path):
+    """A stay with no DISCHTIME has no prediction time: it is history, never a sample (it used to become one with
+    a NULL prediction time, and the leakage gate then blocked the whole task)."""
+    con = connect(tmp_path / "w.duckdb")
+    insert_rows(con, "patients", [{"dataset": "n", "subject_id": 5, "dob": "2050-01-01"}])
+    insert_rows(con, "admissions", [
+        {"dataset": "n", "subject_id": 5, "hadm_id": h, "admittime": a, "dischtime": d, "admission_type": "EMERGENCY",
+         "hospital_expire_flag": 0} for h, a, d in ((51, "2100-01-01", None), (52, "2100-02-01", "2100-02-04"),
+                                                    (53, "2100-02-20", "2100-02-22"))])
+    insert_rows(con, "diagnoses_icd", [{"dataset": "n", "hadm_id": h, "seq_num": 1, "icd9_code": "4019"}
+                                       for h in (51, 52, 53)])
+    map_codes(con, DATA, ["n"])
+    build_samples(con, DATA, ["readmission"], ["n"])
+    rows = con.sql("SELECT hadm_id, label, prediction_time IS NOT NULL, len(conditions) FROM samples.readmission "
+                   "WHERE dataset = 'n' ORDER BY hadm_id").fetchall()
+    assert rows == [(52, True, True, 2), (53, False, True, 3)]  # 51 is history of both, never a sample
+    con.close()
+
+
 def test_crafted_next_visit(crafted_db):
     rows = crafted_db.sql("""SELECT hadm_id, next_hadm_id, visits, ages, codes, segments, ages_flat, positions, label
                              FROM samples.next_visit WHERE subject_id = 1 ORDER BY len(visits)""").fetchall()
@@ -223,8 +242,9 @@ def test_empty_cohort_messages(tmp_db):
         build_samples(con, DATA, ["drug_rec"], ["solo"])
     with pytest.raises(EmptyCohortError, match="no rows in raw.admissions"):
         build_samples(con, DATA, ["next_visit"], ["absent"])
-    # building everything skips what has no cohort instead of failing
-    assert build_samples(con, DATA, None, ["solo"]) == {("readmission", "solo"): 1, ("faq", "mental_health_faq"): 98}
+    # building everything skips what has no cohort instead of failing (the one stay has no times: no
+    # readmission sample either, it would have no prediction time)
+    assert build_samples(con, DATA, None, ["solo"]) == {("faq", "mental_health_faq"): 98}
 
 
 def test_cli_build_samples(demo_copy):

@@ -207,6 +207,7 @@ READMISSION_RULES = (
     ("in_hospital_death", "died in hospital (hospital_expire_flag = 1 or deathtime set)",
      "coalesce(hospital_expire_flag, 0) = 1 OR deathtime IS NOT NULL"),
     ("newborn", "NEWBORN admission", "admission_type = 'NEWBORN'"),
+    ("no_discharge_time", "no discharge time (no prediction time)", "dischtime IS NULL"),
 )
 # raw keeps duplicates: one row per hadm_id, as the sample builders read it (medtx.samples.common.create_visits)
 ADMISSIONS_SQL = """
@@ -217,7 +218,7 @@ ADMISSIONS_SQL = """
 
 
 def _readmission_steps(con: duckdb.DuckDBPyConnection, dataset: str) -> list[tuple[str, str, str, int]]:
-    """readmission's two exclusions, each counted among the admissions the one before left (first rule wins)."""
+    """readmission's exclusions, each counted among the admissions the one before left (first rule wins)."""
     cases = " ".join(f"WHEN {sql} THEN '{key}'" for key, _, sql in READMISSION_RULES)
     counts = dict(con.execute(f"SELECT CASE {cases} END, count(*) FROM ({ADMISSIONS_SQL}) GROUP BY 1",
                               {"dataset": dataset}).fetchall())

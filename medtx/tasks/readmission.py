@@ -2,8 +2,8 @@
 patient's history (the corrected ClinicalBERT rule). Its record and its SQL (`samples.readmission`).
 
 Rule, per admission A of a patient (admissions ordered by admittime, then hadm_id):
-- A is excluded when the patient died in hospital (hospital_expire_flag = 1 or deathtime set) or when
-  A is a NEWBORN admission.
+- A is excluded when the patient died in hospital (hospital_expire_flag = 1 or deathtime set), when A is a
+  NEWBORN admission, or when A has no discharge time (it has no prediction time; it stays history).
 - The *next admission* is the first later admission whose admission_type is not ELECTIVE (planned
   admissions are not readmissions; a later unplanned one still counts).
 - label = that next admission starts less than 30 days (30 * 24 h) after A's discharge. An overlapping
@@ -31,7 +31,8 @@ PREDICTION_TIME = "dischtime"
 
 WINDOW_DAYS = 30
 
-# The samples' index admissions: every admission but in-hospital deaths and newborns, with its label (the first
+# The samples' index admissions: every admission but in-hospital deaths, newborns and stays without a
+# discharge time, with its label (the first
 # later non-elective admission within 30 days of discharge).
 INDEX_SQL = """
     SELECT * FROM (
@@ -41,7 +42,7 @@ INDEX_SQL = """
         FROM _samples_visits
         WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)
     ) WHERE coalesce(hospital_expire_flag, 0) <> 1 AND deathtime IS NULL
-        AND admission_type IS DISTINCT FROM 'NEWBORN'"""
+        AND admission_type IS DISTINCT FROM 'NEWBORN' AND dischtime IS NOT NULL"""
 
 # Features from the history relation (medtx.samples.common.create_history: what the clock shows at discharge).
 # The note-text view (readmission_notes): the admission's discharge summaries that may be features by the note
