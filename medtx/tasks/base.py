@@ -178,8 +178,8 @@ class Task:
 
     @property
     def classifies_text(self) -> bool:
-        """A text task whose models classify notes (medtx.training.runners.text trains it, the dashboard's note explorer
-        shows it); the FAQ's generation task has its own runner (medtx.training.runners.faq)."""
+        """A text task whose models classify notes (medtx.training.runners.text trains it, the dashboard's note
+        explorer shows it); the FAQ's generation task has its own runner (medtx.training.runners.faq)."""
         return self.family == "text" and self.kind != "generation"
 
     @property
