@@ -43,18 +43,22 @@ def query(db: Path) -> dict:
     """Figures of the warehouse, read with the task registry of the tree on PYTHONPATH."""
     import duckdb
 
+    from medtx.store.db import quote_ident, quote_table
     from medtx.tasks import get_task
 
     out: dict = {"tasks": {}}
     with duckdb.connect(str(db), read_only=True) as con:
         for name in TASKS:
             task = get_task(name)
-            own = f" AND s.task = '{name}'" if task.samples.shared else ""
+            own_sql = " AND s.task = $task" if task.samples.shared else ""
             rows = con.execute(
-                f"""SELECT p.split, count(*), sum(CAST(s.{task.samples.label_column} AS INTEGER)), count(DISTINCT s.subject_id)
-                    FROM {task.samples.table} s JOIN samples.splits p ON p.dataset = s.dataset
-                         AND p.task = '{task.samples_task}' AND p.subject_id = s.subject_id
-                    WHERE s.dataset = '{DATASET}'{own} GROUP BY 1 ORDER BY 1""").fetchall()
+                f"""SELECT p.split, count(*), sum(CAST(s.{quote_ident(task.samples.label_column)} AS INTEGER)),
+                           count(DISTINCT s.subject_id)
+                    FROM {quote_table(task.samples.table)} s JOIN samples.splits p ON p.dataset = s.dataset
+                         AND p.task = $split_task AND p.subject_id = s.subject_id
+                    WHERE s.dataset = $dataset{own_sql} GROUP BY 1 ORDER BY 1""",
+                {"dataset": DATASET, "split_task": task.samples_task,
+                 **({"task": name} if task.samples.shared else {})}).fetchall()
             runs = con.execute(
                 """SELECT r.model, r.status, m.metric, m.value, m.ci_low, m.ci_high FROM ml.runs r
                    JOIN ml.metrics m ON m.run_id = r.run_id AND m.split = 'test' AND m.metric IN ('auroc', 'auprc')

@@ -32,7 +32,7 @@ from benchmarks.results_config import (  # noqa: E402
 from benchmarks.results_intervals import comparison_lines, recompute  # noqa: E402
 from benchmarks.results_paired import paired_ahead_share, paired_lines, per_visit_scores  # noqa: E402, F401
 from benchmarks.results_render import render, write_results  # noqa: E402
-from medtx.store.db import open_warehouse  # noqa: E402  (waits out a parallel run's lock)
+from medtx.store.db import open_warehouse, quote_table  # noqa: E402  (waits out a parallel run's lock)
 
 log = logging.getLogger("medtx.benchmarks")
 
@@ -114,7 +114,7 @@ def forget_run(db: Path, run_id: str) -> None:
     with open_warehouse(db) as con, transaction(con):
         con.execute("DELETE FROM ml.comparisons WHERE reference_run_id = ?", [run_id])
         for table in RUN_TABLES:
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
 
 
 def run_all(db: Path, dataset: str, tasks: list[str], models: list[str] | None, seeds: list[int],

@@ -75,7 +75,7 @@ def test_a_refused_result_package_fails_its_step_and_the_run_goes_on(tmp_path: P
     plan = build_plan(load_config(config, sources=True), Path(settings.cache_dir) / "synth", Path(settings.data_dir))
     with open_warehouse(settings.db):
         pass
-    monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key: Path(ex) / key)
+    monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key, **_: Path(ex) / key)
     monkeypatch.setattr("medtx.pipeline.exchange.content_digest", lambda package: "0" * 64)  # no package here
     trains = [s for s in plan.steps if s.kind.name == "train"]
     backend = _DamagedResults(tmp_path / "exchange")

@@ -170,7 +170,7 @@ def _planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     plan = build_plan(load_config(config, sources=True), Path(settings.cache_dir) / "synth", Path(settings.data_dir))
     with open_warehouse(settings.db):
         pass
-    monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key: Path(ex) / key)
+    monkeypatch.setattr(executor, "export_training_package", lambda db, reads, scope, ex, key, **_: Path(ex) / key)
     monkeypatch.setattr("medtx.pipeline.exchange.content_digest", lambda package: "0" * 64)  # no package here
     return settings, plan
 

@@ -13,7 +13,7 @@ medtx.evaluation.floors withhold *figures* (rates with intervals, verdicts), nev
 
 Attrition (`attrition`): from the dataset's admissions to the task's samples, one step per exclusion of the task,
 in the order the task applies them, each with its count and rule, then the samples per split:
-- an admission-level task declared through medtx.tasks.outcome (mortality, any `admission_outcome`) and an ACES task:
+- an admission-level task declared through medtx.tasks.outcome (any `admission_outcome`) and an ACES task:
   the `excluded_<reason>` counts its builder stored in samples.task_summary, in its declared rule order, each with
   the rule's SQL;
 - readmission: in-hospital deaths, then NEWBORN admissions (its INDEX_SQL), counted here over the dataset's admissions;
@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from medtx.evaluation.groups import ATTRIBUTES, GROUP_ORDER, YEAR_SECONDS, group_frame
-from medtx.store.db import quote_table
+from medtx.store.db import quote_table, sql_literal
 from medtx.tasks import Task
 
 SPLITS = ("train", "val", "test")
@@ -109,10 +109,11 @@ def sample_frame(con: duckdb.DuckDBPyConnection, task: Task, dataset: str) -> pl
         where.append("s.task = $task")
     if task.samples.filter:
         where.append(f"({task.samples.filter})")  # SQL written in the task's file
+    where_sql = " AND ".join(where)  # fixed fragments and the task file's own filter
     frame = con.sql(
         f"SELECT s.subject_id, s.hadm_id, sp.split, {_outcome_sql(task, task.kind == 'multilabel')} AS y "
         f"FROM {quote_table(table)} s JOIN samples.splits sp ON sp.dataset = s.dataset AND sp.task = $split_task "
-        f"AND sp.subject_id = s.subject_id WHERE {' AND '.join(where)}",
+        f"AND sp.subject_id = s.subject_id WHERE {where_sql}",
         params={"dataset": dataset, "split_task": task.samples_task,
                 **({"task": task.samples_task} if task.samples.shared else {})}).pl()
     hadm = [int(h) for h in frame["hadm_id"].unique().to_list()]
@@ -219,8 +220,8 @@ ADMISSIONS_SQL = """
 
 def _readmission_steps(con: duckdb.DuckDBPyConnection, dataset: str) -> list[tuple[str, str, str, int]]:
     """readmission's exclusions, each counted among the admissions the one before left (first rule wins)."""
-    cases = " ".join(f"WHEN {sql} THEN '{key}'" for key, _, sql in READMISSION_RULES)
-    counts = dict(con.execute(f"SELECT CASE {cases} END, count(*) FROM ({ADMISSIONS_SQL}) GROUP BY 1",
+    cases_sql = " ".join(f"WHEN {sql} THEN {sql_literal(key)}" for key, _, sql in READMISSION_RULES)
+    counts = dict(con.execute(f"SELECT CASE {cases_sql} END, count(*) FROM ({ADMISSIONS_SQL}) GROUP BY 1",
                               {"dataset": dataset}).fetchall())
     return [(key, words, sql, int(counts.get(key, 0))) for key, words, sql in READMISSION_RULES]
 
@@ -256,8 +257,9 @@ def _count(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, filtered: b
     where = ["dataset = $dataset"] + (["task = $task"] if task.samples.shared else [])
     if filtered and task.samples.filter:
         where.append(f"({task.samples.filter})")
+    where_sql = " AND ".join(where)  # fixed fragments and the task file's own filter
     n, p = con.execute(f"SELECT count(*), count(DISTINCT subject_id) FROM {quote_table(task.samples.table)} "
-                       f"WHERE {' AND '.join(where)}",
+                       f"WHERE {where_sql}",
                        {"dataset": dataset, **({"task": task.samples_task} if task.samples.shared else {})}
                        ).fetchall()[0]
     return int(n), int(p)

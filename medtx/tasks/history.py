@@ -60,18 +60,18 @@ class HistoryRows:
         )
         from medtx.store.db import quote_ident
 
-        source = quote_ident(self.source)
+        source_sql = quote_ident(self.source)
         create_history(con, ctx.dataset, self.prediction_time, self.index_sql, visits_sql=self.visits_sql)
         params = {"dataset": ctx.dataset, "task": self.task}
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {source} AS {self.rows_sql}",
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {source_sql} AS {self.rows_sql}",
                     {k: v for k, v in params.items() if f"${k}" in self.rows_sql})
         drop_history(con)
         stats = visit_stats(con)
-        aggregates = "".join(f", {expr}" for expr in self.figures.values())  # SQL written in code by the task
-        n, patients, *values = con.sql(f"SELECT count(*), count(DISTINCT subject_id){aggregates} FROM {source}"
+        aggregates_sql = "".join(f", {expr}" for expr in self.figures.values())  # SQL written in code by the task
+        n, patients, *values = con.sql(f"SELECT count(*), count(DISTINCT subject_id){aggregates_sql} FROM {source_sql}"
                                        ).fetchall()[0]
         if n == 0:
-            con.execute(f"DROP TABLE IF EXISTS {source}")
+            con.execute(f"DROP TABLE IF EXISTS {source_sql}")
             raise EmptyCohortError(empty(stats))
         figures = {"samples": n, "patients": patients, **dict(zip(self.figures, values, strict=True)),
                    **(extra_figures or {}), **stats, **unknown_code_counts(con)}
