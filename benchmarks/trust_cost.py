@@ -19,15 +19,19 @@ import argparse
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 
-def evaluation_cost(db: Path) -> None:
-    from medtx.evaluation.trust import applies, compute_trust
+@contextmanager
+def _copy_of(db: Path) -> Iterator[tuple[Any, float | None]]:
+    """A connection to a throwaway copy of the warehouse (the analysis writes), and the wall time of its longest
+    completed pipeline run."""
     from medtx.store.db import connect
-    from medtx.tasks import get_task
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "w.duckdb"
@@ -36,22 +40,30 @@ def evaluation_cost(db: Path) -> None:
         try:
             (wall,) = con.execute("SELECT max(epoch(finished_at) - epoch(started_at)) FROM ml.pipeline_runs "
                                   "WHERE status = 'completed'").fetchall()[0]
-            runs = con.execute("SELECT run_id, task FROM ml.runs WHERE status = 'completed' ORDER BY run_id").fetchall()
-            total, n = 0.0, 0
-            for run_id, task in runs:
-                try:
-                    spec = get_task(task)
-                except ValueError:
-                    continue
-                if not applies(spec):
-                    continue
-                started = time.perf_counter()
-                compute_trust(con, run_id)
-                seconds = time.perf_counter() - started
-                total, n = total + seconds, n + 1
-                print(f"{seconds:6.2f} s  {run_id}")
+            yield con, wall
         finally:
             con.close()
+
+
+def evaluation_cost(db: Path) -> None:
+    from medtx.evaluation.trust import applies, compute_trust
+    from medtx.tasks import get_task
+
+    with _copy_of(db) as (con, wall):
+        runs = con.execute("SELECT run_id, task FROM ml.runs WHERE status = 'completed' ORDER BY run_id").fetchall()
+        total, n = 0.0, 0
+        for run_id, task in runs:
+            try:
+                spec = get_task(task)
+            except ValueError:
+                continue
+            if not applies(spec):
+                continue
+            started = time.perf_counter()
+            compute_trust(con, run_id)
+            seconds = time.perf_counter() - started
+            total, n = total + seconds, n + 1
+            print(f"{seconds:6.2f} s  {run_id}")
     share = f", {100 * total / wall:.1f}% of the pipeline's {wall:.0f} s" if wall else ""
     print(f"trust figures: {n} runs, {total:.1f} s in all{share}")
 
@@ -62,31 +74,22 @@ def card_cost(db: Path) -> None:
     from medtx.evaluation.analysis import analyse_run
     from medtx.evaluation.card import build_card
     from medtx.evaluation.plp_card import standard_figures
-    from medtx.store.db import connect
 
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "w.duckdb"
-        shutil.copy(db, copy)
-        con = connect(copy)
-        try:
-            (wall,) = con.execute("SELECT max(epoch(finished_at) - epoch(started_at)) FROM ml.pipeline_runs "
-                                  "WHERE status = 'completed'").fetchall()[0]
-            runs = [r for r, in con.execute("SELECT run_id FROM ml.runs WHERE status = 'completed' ORDER BY run_id")
-                    .fetchall()]
-            totals = {"analyse_run": 0.0, "standard_figures": 0.0, "build_card": 0.0}
-            for run_id in runs:
-                row = []
-                for name, step in (("analyse_run", analyse_run), ("standard_figures", standard_figures),
-                                   ("build_card", build_card)):
-                    started = time.perf_counter()
-                    step(con, run_id)
-                    seconds = time.perf_counter() - started
-                    totals[name] += seconds
-                    row.append(f"{seconds:6.2f}")
-                print(" ".join(row), run_id)
-        finally:
-            con.close()
+    with _copy_of(db) as (con, wall):
+        runs = [r for r, in con.execute("SELECT run_id FROM ml.runs WHERE status = 'completed' ORDER BY run_id")
+                .fetchall()]
+        totals = {"analyse_run": 0.0, "standard_figures": 0.0, "build_card": 0.0}
+        for run_id in runs:
+            row = []
+            for name, step in (("analyse_run", analyse_run), ("standard_figures", standard_figures),
+                               ("build_card", build_card)):
+                started = time.perf_counter()
+                step(con, run_id)
+                seconds = time.perf_counter() - started
+                totals[name] += seconds
+                row.append(f"{seconds:6.2f}")
+            print(" ".join(row), run_id)
     print(f"{len(runs)} completed runs; pipeline wall {wall:.0f} s")
     for name, total in totals.items():
         print(f"{name:17s} {total:7.1f} s  {100 * total / wall:5.1f}% of the wall")
