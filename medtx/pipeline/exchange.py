@@ -363,7 +363,9 @@ def _analyse(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     completed = [r for (r,) in con.execute(f"SELECT run_id FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "
                                            "AND status = 'completed' ORDER BY run_id", run_ids).fetchall()]
     for run_id in completed:
+        started = time.perf_counter()
         try:
             analyse_run(con, run_id)
+            log.info("analysis: run %s in %.2f s", run_id, time.perf_counter() - started)
         except Exception as exc:
             fail_run(con, run_id, f"test intervals/comparisons: {type(exc).__name__}: {exc}")
