@@ -308,13 +308,17 @@ class Executor:
             self.collect(*done, ended=time.perf_counter())
 
     def longest_first(self, ready: list[tuple[Step, dict, str]]) -> list[tuple[Step, dict, str]]:
-        """Training steps in submission order, longest expected first (medtx.pipeline.order)."""
+        """Training steps in submission order: reference baselines, then longest expected first
+        (medtx.pipeline.order)."""
+        from medtx.models.registry import reference_models
+
         by_name = {step.name: (step, prints, key) for step, prints, key in ready}
         with open_warehouse(self.db, read_only=True) as con:
             history = training_order.completed_durations(con, list(by_name))
             units = training_order.train_units(con)
         families = {s.name: training_order.model_family(s.task, s.params["model"]) for s, _, _ in ready}
-        order = training_order.longest_first([s for s, _, _ in ready], families, history, units)
+        references = {s.name for s, _, _ in ready if s.params["model"] in reference_models()}
+        order = training_order.longest_first([s for s, _, _ in ready], families, history, units, references)
         return [by_name[s.name] for s in order]
 
 
