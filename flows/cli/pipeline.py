@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -73,6 +74,11 @@ def _run(config: Path, db: Path | None, steps_only: list[str] | None, refresh: l
     except WarehouseBusy as exc:  # HolderFileDamaged (a text pid, a folder as the writer file): bad input, exit 2
         _console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(2 if isinstance(exc, HolderFileDamaged) else 1) from None
+    except (typer.Exit, click.exceptions.Exit, click.ClickException):  # refused before any run began
+        raise
+    except BaseException as exc:  # e.g. Prefect's own SIGTERM handler raised into the flow: its runs end here
+        _close_own_runs(settings, f"the command ended with {type(exc).__name__}")
+        raise
     finally:
         _flush_prefect_logs()  # before its server goes: queued run logs would fail to send at exit
         stop_descendants(before)  # the temporary Prefect server, a local Dask cluster: however the run ended
@@ -123,8 +129,9 @@ def _stop_on_signals(settings, before: set[int], watchdogs: list) -> None:
         from medtx.runtime.processes import stop_descendants
 
         stopped = stop_descendants(before, grace_s=3.0)
-        closed = _close_own_runs(settings, f"{name} received (stopped by a user or the system)")
-        _end_watchdogs(watchdogs)
+        closed, done = _close_own_runs(settings, f"{name} received (stopped by a user or the system)")
+        if done:  # else the watchdog (left alone by stop_descendants) closes them once this process is gone
+            _end_watchdogs(watchdogs)
         _console.print(f"[red]medtx pipeline: stopped by {name}[/red]: {closed}; {len(stopped)} child "
                        "process(es) stopped", highlight=False, soft_wrap=True)
         sys.stdout.flush()
@@ -135,9 +142,10 @@ def _stop_on_signals(settings, before: set[int], watchdogs: list) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def _close_own_runs(settings, why: str) -> str:
+def _close_own_runs(settings, why: str) -> tuple[str, bool]:
     """Mark this process's running runs interrupted, republish the snapshot, release the writer lock; says what
-    it did (best effort: what fails here, the watchdog and the next start do)."""
+    it did, and whether it closed them (best effort: what fails here, the watchdog and the next start do; e.g. a
+    transaction of the thread the signal interrupted still holds the run's row)."""
     import os
 
     from medtx.publish.snapshot import publish_snapshot
@@ -145,7 +153,7 @@ def _close_own_runs(settings, why: str) -> str:
     from medtx.store.run_owners import mark_own_interrupted
     from medtx.store.writer_lock import read_holder, release
 
-    said = "no run was open"
+    said, done = "no run was open", True
     try:
         if settings.db.exists():
             with open_warehouse(settings.db, wait_s=2) as con, transaction(con):
@@ -154,14 +162,14 @@ def _close_own_runs(settings, why: str) -> str:
                 publish_snapshot(settings.db, settings.snapshot)
                 said = "recorded as interrupted: " + ", ".join(f"{m.table} {m.run_id}" for m in marked)
     except Exception as exc:  # noqa: BLE001 - the watchdog closes them when this process is gone
-        said = f"runs left to the watchdog ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+        said, done = f"runs left to the watchdog ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})", False
     try:
         holder = read_holder(settings.db)
         if holder is not None and holder.pid == os.getpid():
             release(settings.db, holder)
     except Exception:  # noqa: BLE001 - a damaged file: the next start names it
         pass
-    return said
+    return said, done
 
 
 def _enough_space(settings) -> None:
