@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
 
 from medtx.evaluation import operating as op
 from medtx.evaluation.floors import MIN_GROUP_EVENTS, MIN_GROUP_NON_EVENTS, MIN_RECAL_EVENTS, MIN_UNITS, MIN_VAL_ALERTS
@@ -90,7 +91,8 @@ def test_a_multiclass_note_run_stores_no_validation_predictions(tmp_path: Path):
     data = group_split_data(frame)
     results = fit_and_evaluate(data, "tfidf_logreg", text_config("tfidf_logreg", task=get_task("specialty")), 0,
                                tmp_path / "run", lambda epoch, figures: None)
-    assert results.val_predictions is None and results.predictions.num_rows == 6 * 3
+    assert results.val_predictions is None and set(results.metrics) == {"test"}
+    assert results.predictions.num_rows == 6 * 3
 
 
 # ----------------------------------------------------------------------------------------------- end to end
@@ -146,12 +148,19 @@ def test_a_readmission_notes_run_stores_its_validation_predictions(notes_run):
             "JOIN samples.splits s ON s.dataset = r.dataset AND s.subject_id = r.subject_id AND s.task = 'readmission' "
             "WHERE r.dataset = ? AND s.split = 'val' AND trim(coalesce(r.text, '')) <> ''", [DATASET]).fetchall())
         test = {r for r, in con.execute("SELECT sample_id FROM ml.predictions WHERE run_id = ?", [run_id]).fetchall()}
-        probs = [p for p, in con.execute("SELECT prob FROM ml.val_predictions WHERE run_id = ?", [run_id]).fetchall()]
+        y, probs = zip(*con.execute("SELECT y_true, prob FROM ml.val_predictions WHERE run_id = ?",
+                                    [run_id]).fetchall())
+        val = dict(con.execute("SELECT metric, value FROM ml.metrics WHERE run_id = ? AND split = 'val'",
+                               [run_id]).fetchall())
     finally:
         con.close()
     assert len(expected) > 50 and stored == expected
     assert not test & {str(r[0]) for r in stored}
     assert all(0 <= p <= 1 for p in probs) and len(set(probs)) > 10
+    # the validation figures (the card's train vs validation vs test; the reference chosen on validation), as an
+    # EHR run records them: recomputed from the stored validation predictions
+    assert val["auroc"] == pytest.approx(roc_auc_score(y, probs), abs=1e-12)
+    assert val["auprc"] == pytest.approx(average_precision_score(y, probs), abs=1e-12)
 
 
 def test_a_readmission_notes_card_has_the_binary_task_sections_with_the_floors(notes_run, tmp_path: Path):
@@ -207,6 +216,8 @@ def test_a_readmission_notes_card_has_the_binary_task_sections_with_the_floors(n
         assert by_id[sid].tables, sid
         assert not any("they are computed for" in p for p in by_id[sid].paragraphs), sid
     assert "resamples of test patients" in by_id["headline"].paragraphs[0]
+    by_split = {r["metric"]: r for r in twin["standard_figures"]["performance_by_split"]}
+    assert by_split["auroc"]["validation"] is not None and by_split["auroc"]["test"]["low"] is not None
 
 
 def test_a_text_group_card_names_its_unit_and_has_no_binary_sections(tmp_path: Path):
@@ -228,3 +239,5 @@ def test_a_text_group_card_names_its_unit_and_has_no_binary_sections(tmp_path: P
     assert "they are computed for binary and multi-label runs" in by_id["subgroups"].paragraphs[0]
     assert card.data["subgroups"] == [] and card.data["operating_points"] == []
     assert not any("raw.patients" in item for item in by_id["limitations"].paragraphs)
+    assert all(rows for _, rows in by_id["standard-figures"].tables)  # no empty table: a sentence says why
+    assert any("no metric of this run is stored for both" in p for p in by_id["standard-figures"].paragraphs)

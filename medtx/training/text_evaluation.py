@@ -30,6 +30,7 @@ class TextEvaluation:
     collapsed: bool
     collapse_reason: str
     val_predictions: pa.Table | None = None  # ml.val_predictions long form (binary tasks), without run_id
+    val_metrics: list[tuple] | None = None  # a binary task's validation figures (no bootstrap), as an EHR run's
 
 
 def binary_prediction_rows(data: TextData, split: str, probs: np.ndarray) -> pa.Table:
@@ -51,8 +52,8 @@ def binary_prediction_rows(data: TextData, split: str, probs: np.ndarray) -> pa.
 def evaluate_text(data: TextData, probs: np.ndarray, *, val_probs: np.ndarray | None = None, n_boot: int = N_BOOT,
                   seed: int = 0) -> TextEvaluation:
     """Test metrics (point value + bootstrap mean±sd over 80% of test units), per-class F1, confusion,
-    long-form predictions (and a binary task's validation predictions, from `val_probs`) and the collapse
-    verdict."""
+    long-form predictions (and a binary task's validation predictions and figures, from `val_probs`) and the
+    collapse verdict."""
     test = data.split("test")
     y = frames.numbers(test, "y")
     units = frames.numbers(test, "unit")
@@ -90,5 +91,10 @@ def evaluate_text(data: TextData, probs: np.ndarray, *, val_probs: np.ndarray | 
     metrics = [(m, "none", boot[m][0], boot[m][1], n_boot) for m in point]
     if collapsed:
         log.warning("COLLAPSED run: %s", reason)
-    val_predictions = binary_prediction_rows(data, "val", val_probs) if data.binary and val_probs is not None else None
-    return TextEvaluation(metrics, label_rows, confusion, predictions, collapsed, reason, val_predictions)
+    val_predictions, val_metrics = None, None
+    if data.binary and val_probs is not None:
+        val_predictions = binary_prediction_rows(data, "val", val_probs)
+        y_val = frames.numbers(data.split("val"), "y")
+        val_metrics = [(m, "none", v, None, None) for m, v in binary_metrics(y_val, val_probs).items()]
+    return TextEvaluation(metrics, label_rows, confusion, predictions, collapsed, reason, val_predictions,
+                          val_metrics)

@@ -179,7 +179,8 @@ def fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, fol
     if data.binary and evaluation.val_predictions is None:  # recalibration and operating points read them
         raise ValueError(f"{model}: no validation predictions for a binary note task")
     return RunResults(
-        metrics={"test": evaluation.metrics}, label_metrics={"test": evaluation.label_metrics},
+        metrics={"test": evaluation.metrics, **({"val": evaluation.val_metrics} if evaluation.val_metrics else {})},
+        label_metrics={"test": evaluation.label_metrics},
         confusion={"test": evaluation.confusion}, predictions=evaluation.predictions, attention=fitted.attention,
         # a binary task's validation predictions (as an EHR run's): what medtx.evaluation.trust fits its
         # recalibration maps and operating-point thresholds on
