@@ -1,6 +1,6 @@
 """A finished run's whole analysis, in order: the intervals of its test metrics (medtx.evaluation.uncertainty),
 the paired comparisons of its (task, dataset) against the reference baseline (medtx.evaluation.comparisons), then
-its subgroups, calibration and operating points (medtx.evaluation.trust; binary and multi-label EHR runs).
+its subgroups, calibration and operating points (medtx.evaluation.trust; binary and multi-label runs on admissions).
 Called by the writer when it records a run (medtx.training.records.finish_run, medtx.pipeline.exchange)."""
 
 from __future__ import annotations

@@ -108,6 +108,19 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;c
        "figure{break-inside:avoid}details{display:none}}")
 
 
+def _unit(run: dict) -> str:
+    """What the run's test bootstrap resampled, in words (ml.runs.test_unit: patients, text groups, pairs)."""
+    return run.get("test_unit") or "patients"
+
+
+def _interval_method(method: str | None, unit: str) -> str:
+    """A stored ci_method in the words of the run's unit: the percentile bootstrap over text groups (MTSamples) or
+    pairs (the FAQ) is stored under the patients' name, `patient_bootstrap_percentile`."""
+    if not method:
+        return "–"
+    return method if unit == "patients" else method.replace("patient_bootstrap", f"{unit.replace(' ', '_')}_bootstrap")
+
+
 def _e(text: object) -> str:
     return html.escape(str(text))
 
@@ -228,7 +241,7 @@ def build_card(con: duckdb.DuckDBPyConnection, run_id: str) -> Card:
         return _unfinished_card(run, title, data)
     figures = sm.Figures(collapsed=run["collapse_reason"] or "constant predictions" if run["collapsed"] else None,
                          synthetic=bool(run["is_synthetic"]), n_test_units=run["n_test_units"] or 0,
-                         min_units=iv.MIN_UNITS)
+                         test_unit=_unit(run), min_units=iv.MIN_UNITS)
     headline = _headline(con, run, task, data, figures)
     trust = _trust_sections(con, run, task, data, figures)
     found_ = sm.findings(figures)
@@ -351,7 +364,7 @@ def _headline(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figur
     table = [[r["metric"], r["averaging"], _ci(r["value"], r["ci_low"], r["ci_high"]),
               (r["verdict"] or "–") + (f" ({r['diff']:+.3f} [{_f(r['d_lo'])}, {_f(r['d_hi'])}])"
                                        if r["diff"] is not None and r["verdict"] != "too_small" else ""),
-              r["ci_method"] or "–"] for r in shown]
+              _interval_method(r["ci_method"], _unit(run))] for r in shown]
     data["headline"] = [{"metric": r["metric"], "averaging": r["averaging"], **_obj(r["value"], r["ci_low"],
                                                                                      r["ci_high"]),
                          "verdict": r["verdict"], "diff": r["diff"], "reference_run_id": r["reference_run_id"]}
@@ -363,11 +376,13 @@ def _headline(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict, figur
             figures.auroc, figures.auroc_name = (r["value"], r["ci_low"], r["ci_high"]), name
             break
     refs = {r["reference_run_id"] for r in rows if r["reference_run_id"]}
+    unit = _unit(run)
     para = ["Point estimate on the whole test split with its 95% percentile interval over 1,000 bootstrap "
-            "resamples of test patients; the verdict is a paired bootstrap against the reference baseline "
-            + (f"({', '.join(sorted(refs))}) " if refs else "") + "on the same resampled patients. The ECE carries "
-            "no interval (its bootstrap is biased). AUROC's verdict (not among the task's compared metrics) is the "
-            "same paired bootstrap over every test patient ('overall' row of the subgroup table)."]
+            f"resamples of test {unit}; the verdict is a paired bootstrap against the reference baseline "
+            + (f"({', '.join(sorted(refs))}) " if refs else "") + f"on the same resampled {unit}."
+            + (" The ECE carries no interval (its bootstrap is biased)." if ("ece", "none") in by else "")
+            + (" AUROC's verdict (not among the task's compared metrics) is the same paired bootstrap over every "
+               "test patient ('overall' row of the subgroup table)." if ("auroc", "none") in by else "")]
     return Section("headline", "Headline metrics (test)", para,
                    tables=[(["metric", "averaging", "value [95% CI]", "verdict vs reference (diff [95% CI])",
                              "interval method"], table)])
@@ -614,7 +629,8 @@ def _trust_sections(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict,
     data.update(subgroups=[], gaps=[], calibration=[], recalibration=[], operating_points=[])
     if not groups:
         note = ("No subgroup, calibration or operating-point figures: they are computed for binary and "
-                "multi-label EHR runs with stored test predictions.")
+                "multi-label runs whose samples are patients' admissions (the EHR tasks and readmission from "
+                "discharge notes) with stored test predictions.")
         return [Section("subgroups", "Subgroups", [note]), Section("calibration", "Calibration", [note]),
                 Section("operating-points", "Operating points", [note])]
     return [_subgroup_section(con, rid, task, groups, data, figures), _calibration_section(con, rid, data, figures),
@@ -648,17 +664,19 @@ def _limitations(con: duckdb.DuckDBPyConnection, run: dict) -> Section:
     if run["is_synthetic"]:
         items.append("The data are SYNTHETIC (medtx synth): no figure here describes real patients.")
     if (run["n_test_units"] or 0) < iv.MIN_UNITS:
-        items.append(f"Fewer than {iv.MIN_UNITS} test patients: no verdict is drawn.")
+        items.append(f"Fewer than {iv.MIN_UNITS} test {_unit(run)}: no verdict is drawn.")
     small = con.execute("SELECT count(DISTINCT attribute || grp) FROM ml.subgroups WHERE run_id = ? AND too_small",
                         [run["run_id"]]).fetchall()[0][0]
     if small:
         items.append(f"{small} subgroup(s) fall below the floors (fewer than {iv.MIN_UNITS} test patients, 10 events "
                      "or 10 non-events) and show no figure.")
-    items += ["One training seed: a claim that one model beats another needs >= 3 seeds that agree.",
-              "Subgroups are read from the warehouse's demographics (raw.patients/raw.admissions) as recorded; "
-              "'unknown' collects missing and undeclared values.",
-              "Thresholds and recalibration are fitted on the validation split of this dataset; another hospital's "
-              "population would need its own."]
+    items.append("One training seed: a claim that one model beats another needs >= 3 seeds that agree.")
+    trusted = con.execute("SELECT count(*) FROM ml.subgroups WHERE run_id = ?", [run["run_id"]]).fetchall()[0][0]
+    if trusted:  # the run has subgroups, calibration and operating points (admissions of patients)
+        items += ["Subgroups are read from the warehouse's demographics (raw.patients/raw.admissions) as recorded; "
+                  "'unknown' collects missing and undeclared values.",
+                  "Thresholds and recalibration are fitted on the validation split of this dataset; another "
+                  "hospital's population would need its own."]
     return Section("limitations", "Limitations", items)
 
 

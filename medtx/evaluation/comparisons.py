@@ -3,8 +3,8 @@
 The reference is the best NON-neural baseline on VALIDATION (never test): among completed runs of the models
 that declare a `reference` place in the model registry (`registry.reference_models()`: logreg, tfidf_logreg,
 retrieval, copy_last, most_frequent, majority), the highest validation value of the task's headline metric
-(ml.metrics split='val'); when no candidate recorded a validation figure (text baselines record test only), the
-first model of that fixed order — a rule set before looking at any result. Ties go to the latest run.
+(ml.metrics split='val'); when no candidate recorded a validation figure (MTSamples' text baselines record test
+only), the first model of that fixed order — a rule set before looking at any result. Ties go to the latest run.
 
 Each run is compared with the reference by a paired bootstrap: the same resampled test units (one count matrix,
 same seed) for both, on the task's headline and set metrics (`Task.scoring.compared`). The two runs must have

@@ -83,7 +83,12 @@ def standard_figures(con: duckdb.DuckDBPyConnection, run_id: str) -> Standard:
     if run is None or run["status"] != "completed":
         out.paragraphs.append("No standard figures: the run has no results.")
         return out
-    out.tables.append(_by_split(con, run, task, out.data))
+    head, rows = _by_split(con, run, task, out.data)
+    if rows:
+        out.tables.append((head, rows))
+    else:  # no empty table: say why
+        out.paragraphs.append("Train vs validation vs test: no metric of this run is stored for both validation and "
+                              "test.")
     try:
         data = load_run_data(con, run_id) if task is not None and task.kind in KINDS else None
     except ValueError as exc:  # e.g. predictions stored without their patient: say why, draw nothing
@@ -247,8 +252,8 @@ def _by_split(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict) -> tu
 TRAIN_NOTE = ("Train vs validation vs test: medtx keeps no training-split predictions, so the train column has no "
               "discrimination figure ('not stored'); a neural run shows its training loss at the best epoch beside the "
               "validation loss. Validation: the whole validation split, recorded at training time; test: with its 95% "
-              "patient-bootstrap interval. A large drop from validation to test means the model or its threshold was "
-              "tuned to validation.")
+              "bootstrap interval (over the run's test units: patients, text groups). A large drop from validation to "
+              "test means the model or its threshold was tuned to validation.")
 
 
 def card_section(con: duckdb.DuckDBPyConnection, run_id: str, data: dict):

@@ -50,6 +50,7 @@ class Figures:
     operating: list[tuple[str, str, str, float | None, float | None, float | None]] = field(default_factory=list)
     synthetic: bool = False
     n_test_units: int = 0
+    test_unit: str = "patients"  # what the bootstrap resamples (ml.runs.test_unit): patients, text groups, pairs
     min_units: int = 30
     group_verdicts: tuple[int, int, int] = (0, 0, 0)  # family size, unadjusted better/worse, adjusted better/worse
 
@@ -180,7 +181,7 @@ def recommendation(f: Figures, found: list[Finding]) -> Finding:
     titles = {x.finding for x in found}
     if f.n_test_units < f.min_units:
         return Finding("Recommendation: no conclusion can be drawn",
-                       f"{f.n_test_units} test patients, fewer than the {f.min_units} a verdict needs")
+                       f"{f.n_test_units} test {f.test_unit}, fewer than the {f.min_units} a verdict needs")
     against = [x for x in found if x.finding in ("Does not discriminate", "Ranks backwards")
                or x.finding.startswith("No net benefit")]
     if against:

@@ -4,7 +4,9 @@ ml.recalibration and ml.operating_targets (migration 0019: what each map and tar
 Every figure obeys the floors of medtx.evaluation.floors.
 
 When: right after a run's intervals and comparisons (`medtx.evaluation.analysis.analyse_run`, called by
-records.finish_run), for every binary and multi-label EHR run; other runs get none. Everything is recomputed
+records.finish_run), for every binary and multi-label run whose samples are patients' admissions
+(`Task.samples_are_admissions`: the EHR tasks and the discharge-summary view of readmission); other runs (MTSamples
+specialty, the FAQ) get none. Everything is recomputed
 from what the warehouse stores: the run's test predictions (ml.predictions), its validation predictions
 (ml.val_predictions: the only data recalibration and operating-point thresholds are fitted on), the reference
 baseline's test predictions (the paired verdicts per group) and the demographics of the test admissions
@@ -46,7 +48,8 @@ RANKING_AFTER = {"binary": ("auroc", "none"), "multilabel": ("pr_auc_samples", "
 
 
 def applies(task: Task | None) -> bool:
-    return task is not None and task.family == "ehr" and task.kind in KINDS
+    """Binary and multi-label tasks whose samples are admissions (subgroups read the admission's demographics)."""
+    return task is not None and task.kind in KINDS and task.samples_are_admissions
 
 
 def subgroup_metrics(task: Task) -> list[tuple[str, str]]:
@@ -143,7 +146,7 @@ def _subgroups(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None, 
 
 def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0
                   ) -> TrustResult | None:
-    """Every figure of the run (nothing written); None when the run is not a binary/multi-label EHR run or
+    """Every figure of the run (nothing written); None when the run's task does not qualify (`applies`) or it
     stored no test predictions."""
     started = time.perf_counter()
     task_name, dataset = _run_info(con, run_id)

@@ -183,6 +183,13 @@ class Task:
         return self.family == "text" and self.kind != "generation"
 
     @property
+    def samples_are_admissions(self) -> bool:
+        """Each sample is one admission of a patient (its table stores subject_id and hadm_id, split by patient): the
+        EHR tasks and the note view of readmission. Their runs get subgroups by the admission's demographics,
+        calibration and operating points (medtx.evaluation.trust)."""
+        return self.samples.split_unit == "patient" and {"subject_id", "hadm_id"} <= set(self.samples.columns)
+
+    @property
     def module(self) -> str:
         """The module holding the task (its source is in the pipeline's cache keys): `medtx.tasks.<name>`, or its
         builder's own module (a config-declared ACES task's is medtx.aces.task)."""

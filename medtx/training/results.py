@@ -42,7 +42,7 @@ class RunResults:
     # kind -> (path, epoch) or (path, epoch, monitored metric, its value)
     checkpoints: Mapping[str, tuple] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)  # finish_run fields
-    val_predictions: Frame | None = None  # validation predictions (EHR binary/multi-label runs), long form
+    val_predictions: Frame | None = None  # validation predictions (binary/multi-label runs), long form
 
 
 def with_run_id(frame: Any, table: str, run_id: str, columns: Sequence[str], optional: Sequence[str] = ()

@@ -1,5 +1,6 @@
 """Evaluating a text run: test metrics with a bootstrap over test units, per-class F1, confusion, long-form
-predictions and the collapse verdict (`TextEvaluation`)."""
+predictions (test; and validation for a binary task, as the EHR runs store them) and the collapse verdict
+(`TextEvaluation`)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,31 @@ class TextEvaluation:
     predictions: pa.Table  # ml.predictions long form (without run_id)
     collapsed: bool
     collapse_reason: str
+    val_predictions: pa.Table | None = None  # ml.val_predictions long form (binary tasks), without run_id
+    val_metrics: list[tuple] | None = None  # a binary task's validation figures (no bootstrap), as an EHR run's
 
 
-def evaluate_text(data: TextData, probs: np.ndarray, *, n_boot: int = N_BOOT, seed: int = 0) -> TextEvaluation:
+def binary_prediction_rows(data: TextData, split: str, probs: np.ndarray) -> pa.Table:
+    """A binary task's long-form predictions of one split, one row per note (its admission and patient, the
+    positive label, P(positive), the truth): the columns ml.val_predictions holds (ml.predictions adds
+    `predicted`)."""
+    rows = data.split(split)
+    if len(probs) != rows.num_rows:
+        raise ValueError(f"{split} probabilities for {len(probs)} notes, the {split} split has {rows.num_rows}")
+    return pa.table({
+        "sample_id": pa.array(frames.values(rows, "sample_id"), pa.string()),
+        "subject_id": pc.cast(rows.column("subject_id"), pa.int64()),
+        "hadm_id": pc.cast(rows.column("hadm_id"), pa.int64()),
+        "label": pa.array([data.classes[1]] * rows.num_rows, pa.string()),
+        "prob": np.asarray(probs, dtype=np.float64), "y_true": frames.numbers(rows, "y").astype(bool),
+    })
+
+
+def evaluate_text(data: TextData, probs: np.ndarray, *, val_probs: np.ndarray | None = None, n_boot: int = N_BOOT,
+                  seed: int = 0) -> TextEvaluation:
     """Test metrics (point value + bootstrap mean±sd over 80% of test units), per-class F1, confusion,
-    long-form predictions and the collapse verdict."""
+    long-form predictions (and a binary task's validation predictions and figures, from `val_probs`) and the
+    collapse verdict."""
     test = data.split("test")
     y = frames.numbers(test, "y")
     units = frames.numbers(test, "unit")
@@ -70,4 +91,10 @@ def evaluate_text(data: TextData, probs: np.ndarray, *, n_boot: int = N_BOOT, se
     metrics = [(m, "none", boot[m][0], boot[m][1], n_boot) for m in point]
     if collapsed:
         log.warning("COLLAPSED run: %s", reason)
-    return TextEvaluation(metrics, label_rows, confusion, predictions, collapsed, reason)
+    val_predictions, val_metrics = None, None
+    if data.binary and val_probs is not None:
+        val_predictions = binary_prediction_rows(data, "val", val_probs)
+        y_val = frames.numbers(data.split("val"), "y")
+        val_metrics = [(m, "none", v, None, None) for m, v in binary_metrics(y_val, val_probs).items()]
+    return TextEvaluation(metrics, label_rows, confusion, predictions, collapsed, reason, val_predictions,
+                          val_metrics)

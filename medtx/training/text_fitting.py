@@ -32,9 +32,12 @@ log = logging.getLogger("medtx.text")
 
 @dataclass
 class TextFit:
-    """What a fitted model produced on the test split."""
+    """What a fitted model produced on the test split (and, for a binary task, on validation)."""
 
     probs: np.ndarray  # [N, C] (multi-class) or [N] P(positive) (binary)
+    # [N_val] P(positive) of a binary task's validation notes: what recalibration and operating-point thresholds
+    # are fitted on (medtx.evaluation.trust); None for multi-class tasks
+    val_probs: np.ndarray | None = None
     n_params: int | None = None
     best_epoch: int | None = None
     train_seconds: float = 0.0
@@ -58,16 +61,20 @@ def class_weights(y: np.ndarray, n_classes: int, how: str) -> torch.Tensor | Non
 
 
 def _fit_sklearn(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int) -> TextFit:
-    train, test = data.split("train"), data.split("test")
+    train = data.split("train")
     estimator = spec.build(_context(data, cfg, seed, None, None))
     started = time.perf_counter()
     estimator.fit(frames.values(train, "text"), frames.numbers(train, "y"))
     seconds = time.perf_counter() - started
-    fitted = estimator.predict_proba(frames.values(test, "text"))
-    # Spread the estimator's columns (training classes only) onto the full class list.
-    probs = np.zeros((test.num_rows, len(data.classes)))
-    probs[:, estimator.classes_] = fitted
-    return TextFit(probs=probs[:, 1] if data.binary else probs, train_seconds=seconds)
+
+    def proba(split: str) -> np.ndarray:
+        rows = data.split(split)
+        # Spread the estimator's columns (training classes only) onto the full class list.
+        probs = np.zeros((rows.num_rows, len(data.classes)))
+        probs[:, estimator.classes_] = estimator.predict_proba(frames.values(rows, "text"))
+        return probs[:, 1] if data.binary else probs
+
+    return TextFit(probs=proba("test"), val_probs=proba("val") if data.binary else None, train_seconds=seconds)
 
 
 def _score_fn(binary: bool, n_classes: int):
@@ -313,6 +320,8 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
     softmax = None if data.binary else (lambda m, b: m(b).logits.softmax(dim=-1))
     test = predict(trained, fit_items["test"], collate, result.device, predict_proba=softmax,
                    batch_size=2 * cfg.batch_size)
+    val = predict(trained, fit_items["val"], collate, result.device, batch_size=2 * cfg.batch_size) \
+        if data.binary else None  # the binary task's validation predictions (recalibration, operating points)
     attention = None
     showcase = sorted(items["test"], key=lambda it: it["sample_id"])[: cfg.n_showcase]
     if showcase:
@@ -324,6 +333,7 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
         attention = attention_frame(shown.sample_ids, shown.attentions, cfg.attention_max_tokens, keep="first")
     return TextFit(
         probs=test.probs.reshape(-1) if data.binary else test.probs,
+        val_probs=val.probs.reshape(-1) if val is not None else None,
         n_params=sum(p.numel() for p in net.parameters()),
         best_epoch=result.best_epoch, train_seconds=result.train_seconds, device=result.device,
         history=result.history, attention=attention,
@@ -333,7 +343,8 @@ def _fit_neural(data: TextData, spec: ModelSpec, cfg: TextConfig, seed: int, out
 
 def fit_text_model(data: TextData, model: str, cfg: TextConfig, seed: int, out_dir: Path, on_epoch=None,
                    cache: Path | None = None) -> TextFit:
-    """Train `model` on the training split (selecting on validation) and return its test probabilities. `cache`:
+    """Train `model` on the training split (selecting on validation) and return its test probabilities (and a
+    binary task's validation probabilities). `cache`:
     the folder of caches that seeds share (default: the run folder's parent)."""
     for split in ("train", "val", "test"):
         if data.split(split).num_rows == 0:

@@ -38,7 +38,7 @@ def train_step(task: Task, dataset: str, model: str, *, label: str | None = None
         label or model,
         needs=(sample_step_name(get_task(task.samples_task), dataset),),
         # every family's run reads the oracle tables: one "is this dataset synthetic" rule (medtx.training.runs)
-        # a binary/multi-label EHR run's evaluation reads its test admissions' demographics (its subgroups)
+        # a binary/multi-label run on admissions reads its test admissions' demographics (its subgroups)
         reads=(task.samples.table, *TRAIN_READS, *task.lineage.train_reads, *SYNTH_ORACLE,
                *(TRUST_READS if trust_applies(task) else ())),
         writes=("ml.runs", "ml.metrics"),  # scoped to the run ids the step wrote

@@ -169,15 +169,22 @@ def own_copy(folder: Path, kind: str, path: Path) -> Path:
 
 def fit_and_evaluate(data: TextData, model: str, cfg: TextConfig, seed: int, folder: Path,
                      on_epoch: OnEpoch, cache: Path | None = None) -> RunResults:
-    """Fit (and predict the test notes: fit_text_model), evaluate, and say what to record."""
+    """Fit (and predict the test notes, and a binary task's validation notes: fit_text_model), evaluate, and say
+    what to record."""
     from medtx.training.text_evaluation import evaluate_text
     from medtx.training.text_fitting import fit_text_model
 
     fitted = fit_text_model(data, model, cfg, seed, folder, on_epoch=on_epoch, cache=cache)
-    evaluation = evaluate_text(data, fitted.probs, n_boot=cfg.n_boot, seed=seed)
+    evaluation = evaluate_text(data, fitted.probs, val_probs=fitted.val_probs, n_boot=cfg.n_boot, seed=seed)
+    if data.binary and evaluation.val_predictions is None:  # recalibration and operating points read them
+        raise ValueError(f"{model}: no validation predictions for a binary note task")
     return RunResults(
-        metrics={"test": evaluation.metrics}, label_metrics={"test": evaluation.label_metrics},
+        metrics={"test": evaluation.metrics, **({"val": evaluation.val_metrics} if evaluation.val_metrics else {})},
+        label_metrics={"test": evaluation.label_metrics},
         confusion={"test": evaluation.confusion}, predictions=evaluation.predictions, attention=fitted.attention,
+        # a binary task's validation predictions (as an EHR run's): what medtx.evaluation.trust fits its
+        # recalibration maps and operating-point thresholds on
+        val_predictions=evaluation.val_predictions,
         checkpoints={kind: (str(own_copy(folder, kind, Path(path))), fitted.best_epoch if kind == "best" else None)
                      for kind, path in fitted.checkpoints.items()},
         summary={"collapsed": evaluation.collapsed, "collapse_reason": evaluation.collapse_reason,
