@@ -147,3 +147,15 @@ def test_training_probabilities_of_the_wrong_shape_are_refused():
     ok = evaluate(task, "logreg", 0, parts, LabelSpace(["readmission_30d"], binary=True), [],
                   Outcome(p, p, p_train=p), 5, None, 0.0)
     assert dict(((m, a), v) for m, a, v, _, _ in ok.metrics["train"])[("auroc", "none")] == 1.0
+
+
+def test_a_perfect_training_ranking_records_auprc_1_not_a_rounding_step_above():
+    """A model that ranks its training split perfectly is common (logreg on a small cohort); scikit-learn's AUPRC
+    then can read 1.0000000000000002, which the result-package check refuses as no AUPRC (found on an ACES task)."""
+    from medtx.metrics.binary import binary_metrics
+
+    y = np.r_[np.ones(9), np.zeros(2)]
+    p = np.r_[np.linspace(0.9, 0.6, 9), np.linspace(0.5, 0.1, 2)]
+    assert average_precision_score(y, p) > 1  # the rounding step this guards against
+    assert binary_metrics(y, p)["auprc"] == 1.0
+

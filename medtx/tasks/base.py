@@ -4,8 +4,9 @@ A task module in `medtx/tasks/` defines one module-level `TASK = Task(...)`; `me
 modules, so adding a task is adding one file (docs/EXTENDING.md). The record is its identity (name, kind, family)
 and four parts: `Clock` (when it predicts, what features may hold, when the outcome is known), `Samples` (the
 table, features and label the models read, the split unit), `Lineage` (the builder, the tables it reads and
-writes, declared beside the builder's SQL so the pipeline's cache lineage comes from here, and its exclusions) and `Scoring`
-(metrics, early stopping, threshold, paired comparisons); plus the models that apply and their per-task entries.
+writes, declared beside the builder's SQL so the pipeline's cache lineage comes from here, and its cohort
+exclusions) and `Scoring` (metrics, early stopping, threshold, paired comparisons); plus the models that apply and
+their per-task entries.
 """
 
 from __future__ import annotations
