@@ -49,10 +49,10 @@ def _metrics(con, run_id: str, split: str) -> dict[tuple[str, str], float | None
 
 def _split_rows(con, split: str) -> pa.Table:
     """readmission's samples of one split in the runner's (subject, hadm) order, by plain SQL."""
-    return con.execute(
+    return con.sql(
         "SELECT s.* FROM samples.readmission s JOIN samples.splits sp ON sp.dataset = s.dataset AND "
-        "sp.task = 'readmission' AND sp.subject_id = s.subject_id WHERE s.dataset = ? AND sp.split = ? "
-        "ORDER BY s.subject_id, s.hadm_id", [DEMO, split]).to_arrow_table()
+        "sp.task = 'readmission' AND sp.subject_id = s.subject_id WHERE s.dataset = $dataset AND sp.split = $split "
+        "ORDER BY s.subject_id, s.hadm_id", params={"dataset": DEMO, "split": split}).to_arrow_table()
 
 
 def _rp80(y: np.ndarray, p: np.ndarray) -> float:
