@@ -392,3 +392,23 @@ def test_study_fields_of_the_config_are_the_cards_and_refuse_bad_types(tmp_path:
     path.write_text("datasets: [{source: 'synth:10'}]\ntasks: {drug_rec: {models: [{model: logreg}]}}\n"
                     "study: {funding: 'none', registration: }\n")
     assert load_config(path).study.funding == "none"
+
+
+def test_every_cohort_exclusion_is_declared_in_its_task_file_and_checked_where_declared():
+    """The flow reads each task's own declaration (population.py names no task); a declaration that cannot be
+    counted is refused where it is written."""
+    from medtx.tasks import all_tasks
+    from medtx.tasks.base import CohortExclusion
+
+    source = (REPO_ROOT / "medtx" / "evaluation" / "population.py").read_text()
+    for task in all_tasks():
+        assert f'"{task.name}"' not in source, task.name
+    assert [e.reason for e in get_task("readmission").lineage.exclusions] == [
+        "in_hospital_death", "newborn", "no_discharge_time"]
+    assert pop._exclusions(get_task("readmission_notes")) == get_task("readmission").lineage.exclusions
+    assert [e.reason for e in get_task("mortality").lineage.exclusions] == [
+        "without_flag", "without_times", "under_48h", "died_by_48h"]
+    with pytest.raises(ValueError, match="'fewer': `figures` goes with counted='figures' only"):
+        CohortExclusion("fewer", "fewer visits", counted="figures")
+    with pytest.raises(ValueError, match="'newborn': counted='admissions' needs its SQL"):
+        CohortExclusion("newborn", "NEWBORN admission", counted="admissions")

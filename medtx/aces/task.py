@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import BINARY_SCORING, EHR_VISIT_READS, BuildContext, Clock, Samples, Task, ehr_lineage
+from medtx.tasks.base import (BINARY_SCORING, EHR_VISIT_READS, BuildContext, Clock, CohortExclusion, Samples, Task,
+                              ehr_lineage)
 from medtx.tasks.outcome import COLUMNS, DEFAULT_STATIC, FEATURE_SOURCES, FEATURES, TABLE, VOCAB
 from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
@@ -103,6 +104,11 @@ def check_name(name: str) -> str:
     return name
 
 
+# The cohort flow starts from ACES's label rows (`aces_rows`); the builder counts the one row it leaves out.
+EXCLUSIONS = (CohortExclusion("no_stay", "no stay (the prediction time falls before the subject's first admission)",
+                              "no admission of the subject begins at or before the prediction time"),)
+
+
 def aces_task(spec: AcesSpec) -> Task:
     """The Task record of one declared ACES task (a binary EHR task on samples.admission_outcome)."""
     check_name(spec.name)
@@ -125,7 +131,8 @@ def aces_task(spec: AcesSpec) -> Task:
                         shared=True),
         lineage=ehr_lineage(TABLE, build, reads=(*EHR_VISIT_READS, "raw.prescriptions"),  # + the events ACES reads
                             writes=(LABELS_TABLE, RECORD_TABLE),
-                            files=tuple(str(p) for p in (spec.config, spec.predicates) if p is not None)),
+                            files=tuple(str(p) for p in (spec.config, spec.predicates) if p is not None),
+                            exclusions=EXCLUSIONS),
         scoring=BINARY_SCORING,
         # BEHRT needs per-visit ages, the oracle a generator's probability: neither exists for a task from outside
         excluded_models=("behrt", "oracle"),

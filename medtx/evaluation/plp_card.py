@@ -4,10 +4,12 @@ the stored test predictions (ml.predictions), the test admissions' demographics 
 and the recorded metrics (ml.metrics, ml.epochs); nothing is written. The numbers: medtx.evaluation.plp; the
 drawing: medtx.evaluation.plp_svg.
 
-Train vs validation vs test: medtx stores no training-split predictions, so the training column carries no
-discrimination figure; it shows a neural run's training loss at its best epoch beside the validation loss
-(ml.epochs). Validation figures are ml.metrics' 'val' rows (whole validation split, recorded at training time);
-test figures carry their 95% patient-bootstrap interval.
+Train vs validation vs test: training figures are ml.metrics' 'train' rows, the apparent performance the EHR runner
+records when it scores the fitted model on its own training split once (point estimates, no interval, optimistic by
+construction; no training prediction is stored); a run recorded without them (text runners, older runs) shows
+'not stored'. A neural run also shows its training loss at its best epoch beside the validation loss (ml.epochs).
+Validation figures are ml.metrics' 'val' rows (whole validation split, recorded at training time); test figures
+carry their 95% patient-bootstrap interval.
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ def _by_split(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict) -> tu
     """Train vs validation vs test: what is stored for each split (see the module docstring)."""
     rid = run["run_id"]
     rows = con.execute("SELECT split, metric, averaging, value, ci_low, ci_high FROM ml.metrics WHERE run_id = ? "
-                       "AND split IN ('val', 'test') AND metric NOT IN ('n_samples', 'n_patients')", [rid]).fetchall()
+                       "AND split IN ('train', 'val', 'test') AND metric NOT IN ('n_samples', 'n_patients')",
+                       [rid]).fetchall()
     cell = {(s, m, a): (v, lo, hi) for s, m, a, v, lo, hi in rows}
     order = list(task.scoring.metrics) if task is not None else []
     both = sorted({(m, a) for s, m, a in cell if s == "val" and ("test", m, a) in cell},
@@ -235,25 +238,29 @@ def _by_split(con: duckdb.DuckDBPyConnection, run: dict, task, data: dict) -> tu
     if run["best_epoch"] is not None:
         loss = dict(con.execute("SELECT split, value FROM ml.epochs WHERE run_id = ? AND epoch = ? AND metric = 'loss'",
                                 [rid, run["best_epoch"]]).fetchall())
-    table = [[m + ("" if a == "none" else f" ({a})"), "not stored",
+    train = {(m, a): cell[("train", m, a)][0] for m, a in both if ("train", m, a) in cell}
+    table = [[m + ("" if a == "none" else f" ({a})"), _f(train[(m, a)]) if (m, a) in train else "not stored",
               _f(cell[("val", m, a)][0]), _f(cell[("test", m, a)][0])
               + (f" [{_f(cell[('test', m, a)][1])}, {_f(cell[('test', m, a)][2])}]"
                  if cell[("test", m, a)][1] is not None else "")] for m, a in both]
     if loss:
         table.append([f"loss at the best epoch ({run['best_epoch']})", _f(loss.get("train"), 4),
                       _f(loss.get("val"), 4), "–"])
-    data["performance_by_split"] = [{"metric": m, "averaging": a, "train": None, "validation": cell[("val", m, a)][0],
+    data["performance_by_split"] = [{"metric": m, "averaging": a, "train": train.get((m, a)),
+                                     "validation": cell[("val", m, a)][0],
                                      "test": {"value": cell[("test", m, a)][0], "low": cell[("test", m, a)][1],
                                               "high": cell[("test", m, a)][2]}} for m, a in both]
     data["loss_at_best_epoch"] = {"train": loss.get("train"), "validation": loss.get("val")} if loss else None
-    return ["metric", "train", "validation", "test [95% CI]"], table
+    return ["metric", "train (apparent)", "validation", "test [95% CI]"], table
 
 
-TRAIN_NOTE = ("Train vs validation vs test: medtx keeps no training-split predictions, so the train column has no "
-              "discrimination figure ('not stored'); a neural run shows its training loss at the best epoch beside the "
-              "validation loss. Validation: the whole validation split, recorded at training time; test: with its 95% "
-              "bootstrap interval (over the run's test units: patients, text groups). A large drop from validation to "
-              "test means the model or its threshold was tuned to validation.")
+TRAIN_NOTE = ("Train vs validation vs test: train is the apparent performance, the fitted model scored once on the "
+              "samples it was fitted on (point estimates, no interval): optimistic by construction, so a gap between "
+              "train and validation measures overfitting, not the model's worth; a run recorded without it reads 'not "
+              "stored' (no training prediction is kept). A neural run also shows its training loss at the best epoch "
+              "beside the validation loss. Validation: the whole validation split, recorded at training time; test: "
+              "with its 95% bootstrap interval (over the run's test units: patients, text groups). A large drop from "
+              "validation to test means the model or its threshold was tuned to validation.")
 
 
 def card_section(con: duckdb.DuckDBPyConnection, run_id: str, data: dict):

@@ -11,16 +11,13 @@ task, labels per sample of a multi-label one. Counts are samples (admissions); a
 once per sample, the `patients` row counts each patient once. Counts are shown however small: the floors of
 medtx.evaluation.floors withhold *figures* (rates with intervals, verdicts), never counts, as the subgroup table does.
 
-Attrition (`attrition`): from the dataset's admissions to the task's samples, one step per exclusion of the task,
-in the order the task applies them, each with its count and rule, then the samples per split:
-- an admission-level task declared through medtx.tasks.outcome (any `admission_outcome`) and an ACES task:
-  the `excluded_<reason>` counts its builder stored in samples.task_summary, in its declared rule order, each with
-  the rule's SQL;
-- readmission: in-hospital deaths, then NEWBORN admissions (its INDEX_SQL), counted here over the dataset's admissions;
-- drug_rec: visits lacking diagnoses, procedures or mapped drugs, then the kept visits of patients with fewer than two
-  (from the visit counts its builder stored);
-- next_visit: visits without diagnoses, then each patient's last visit with diagnoses (it has no next visit);
-- readmission_notes: readmission's flow, then the admissions without a discharge summary the note clock lets it read.
+Attrition (`attrition`): from the dataset's admissions (an ACES task: its label rows) to the task's samples, one step
+per exclusion the task declares in its own file (`Lineage.exclusions`, medtx.tasks.base.CohortExclusion), in the
+order it applies them, each with its count and rule, then the samples per split. A declaration says how its count is
+read: the `excluded_<reason>` its builder stored in samples.task_summary (every `admission_outcome` and ACES task),
+its SQL counted here over the dataset's admissions (readmission), or the difference of two stored summary figures
+(drug_rec, next_visit). A task trained on another's samples (readmission_notes) gets that task's flow, then its own
+`sample_filter`. A stored `excluded_<reason>` no declaration names still gets its step.
 A flow whose last step does not reach the stored sample count says so in a step of its own (never hidden).
 Text corpora (specialty, faq) have no admission cohort: their Table 1 is the samples per split, their flow empty.
 """
@@ -35,7 +32,8 @@ import polars as pl
 
 from medtx.evaluation.groups import ATTRIBUTES, GROUP_ORDER, YEAR_SECONDS, group_frame
 from medtx.store.db import quote_table, sql_literal
-from medtx.tasks import Task
+from medtx.tasks import Task, get_task
+from medtx.tasks.base import CohortExclusion
 
 SPLITS = ("train", "val", "test")
 COLUMNS = (*SPLITS, "all")
@@ -192,24 +190,6 @@ def _summary(con: duckdb.DuckDBPyConnection, dataset: str, task: str) -> dict[st
                                          "task = ?", [dataset, task]).fetchall()}
 
 
-def _declared_rules(task: Task) -> list[tuple[str, str]]:
-    """(reason, SQL) of an admission-level task's exclusions in the order it applies them, from its declaration
-    (medtx.tasks.outcome.OutcomeSQL, the first argument its builder is bound to); [] for any other task."""
-    from medtx.tasks.outcome import OutcomeSQL
-
-    for arg in getattr(task.lineage.build, "args", ()):
-        if isinstance(arg, OutcomeSQL):
-            t = f"({arg.prediction_time})"
-            return [(r.reason, " ".join(r.when_sql(t).split())) for r in arg.rules]
-    return []
-
-
-READMISSION_RULES = (
-    ("in_hospital_death", "died in hospital (hospital_expire_flag = 1 or deathtime set)",
-     "coalesce(hospital_expire_flag, 0) = 1 OR deathtime IS NOT NULL"),
-    ("newborn", "NEWBORN admission", "admission_type = 'NEWBORN'"),
-    ("no_discharge_time", "no discharge time (no prediction time)", "dischtime IS NULL"),
-)
 # raw keeps duplicates: one row per hadm_id, as the sample builders read it (medtx.samples.common.create_visits)
 ADMISSIONS_SQL = """
     SELECT subject_id, hadm_id, admittime, dischtime, deathtime, hospital_expire_flag,
@@ -218,38 +198,41 @@ ADMISSIONS_SQL = """
     QUALIFY row_number() OVER (PARTITION BY hadm_id ORDER BY row_id NULLS LAST, admittime) = 1"""
 
 
-def _readmission_steps(con: duckdb.DuckDBPyConnection, dataset: str) -> list[tuple[str, str, str, int]]:
-    """readmission's exclusions, each counted among the admissions the one before left (first rule wins)."""
-    cases_sql = " ".join(f"WHEN {sql} THEN {sql_literal(key)}" for key, _, sql in READMISSION_RULES)
-    counts = dict(con.execute(f"SELECT CASE {cases_sql} END, count(*) FROM ({ADMISSIONS_SQL}) GROUP BY 1",
-                              {"dataset": dataset}).fetchall())
-    return [(key, words, sql, int(counts.get(key, 0))) for key, words, sql in READMISSION_RULES]
+def _exclusions(task: Task) -> tuple[CohortExclusion, ...]:
+    """The declared exclusions of the task whose builder fills this task's samples (medtx.tasks.base.Lineage)."""
+    builder = task if task.samples_task == task.name else get_task(task.samples_task)
+    return builder.lineage.exclusions
+
+
+def _admission_counts(con: duckdb.DuckDBPyConnection, rules: list[CohortExclusion], dataset: str) -> dict[str, int]:
+    """{reason: admissions} of the rules counted over the dataset's admissions, the first rule that holds wins."""
+    if not rules:
+        return {}
+    cases_sql = " ".join(f"WHEN {r.rule} THEN {sql_literal(r.reason)}" for r in rules)  # SQL of the task's file
+    return {k: int(n) for k, n in con.execute(f"SELECT CASE {cases_sql} END, count(*) FROM ({ADMISSIONS_SQL}) "
+                                              "GROUP BY 1", {"dataset": dataset}).fetchall() if k is not None}
 
 
 def _task_steps(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, summary: dict[str, float]
                 ) -> list[tuple[str, str, str | None, int]]:
-    """(reason, words, rule, excluded) per exclusion of the task, in order."""
-    name = task.samples_task
+    """(reason, words, rule, excluded) per exclusion the task declares, in order; then any `excluded_<reason>` the
+    builder stored that the declaration does not name (never hidden)."""
+    declared = _exclusions(task)
     stored = {k.removeprefix("excluded_"): int(v) for k, v in summary.items() if k.startswith("excluded_")}
-    if stored:  # an admission-level (or ACES) task: its builder counted each rule
-        rules = _declared_rules(task) or [(k, None) for k in sorted(stored)]
-        return [(reason, "excluded: " + reason.replace("_", " "), sql, stored.get(reason, 0))
-                for reason, sql in rules]
-    visits = int(summary.get("cohort_visits", 0))
-    if name == "readmission":
-        return [(k, "excluded: " + w, sql, n) for k, w, sql, n in _readmission_steps(con, dataset)]
-    if name == "drug_rec":
-        kept = int(summary.get("visits_with_all_three", 0))
-        return [("incomplete_visit", "excluded: visit lacking diagnoses, procedures or mapped drugs",
-                 "len(conditions) = 0 OR len(procedures) = 0 OR len(drugs) = 0", visits - kept),
-                ("fewer_than_2_visits", "excluded: the patient has fewer than 2 kept visits",
-                 "count(kept visits of the patient) < 2", kept - int(summary.get("samples", 0)))]
-    if name == "next_visit":
-        with_dx = int(summary.get("visits_with_conditions", 0))
-        return [("no_diagnoses", "excluded: visit without diagnoses", "len(conditions) = 0", visits - with_dx),
-                ("last_visit", "excluded: the patient's last visit with diagnoses (no next visit to predict)",
-                 "no later visit with diagnoses", with_dx - int(summary.get("samples", 0)))]
-    return []
+    counted = _admission_counts(con, [e for e in declared if e.counted == "admissions"], dataset)
+    steps = []
+    for e in declared:
+        if e.counted == "stored":
+            n = stored.get(e.reason, 0)
+        elif e.counted == "admissions":
+            n = counted.get(e.reason, 0)
+        else:
+            before, after = e.figures or ("", "")
+            n = int(summary.get(before, 0)) - int(summary.get(after, 0))
+        steps.append((e.reason, "excluded: " + e.words, e.rule, n))
+    named = {e.reason for e in declared}
+    steps += [(k, "excluded: " + k.replace("_", " "), None, stored[k]) for k in sorted(stored) if k not in named]
+    return steps
 
 
 def _count(con: duckdb.DuckDBPyConnection, task: Task, dataset: str, filtered: bool) -> tuple[int, int]:

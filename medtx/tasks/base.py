@@ -3,9 +3,10 @@
 A task module in `medtx/tasks/` defines one module-level `TASK = Task(...)`; `medtx.tasks` discovers the
 modules, so adding a task is adding one file (docs/EXTENDING.md). The record is its identity (name, kind, family)
 and four parts: `Clock` (when it predicts, what features may hold, when the outcome is known), `Samples` (the
-table, features and label the models read, the split unit), `Lineage` (the builder and the tables it reads and
-writes, declared beside the builder's SQL so the pipeline's cache lineage comes from here) and `Scoring`
-(metrics, early stopping, threshold, paired comparisons); plus the models that apply and their per-task entries.
+table, features and label the models read, the split unit), `Lineage` (the builder, the tables it reads and
+writes, declared beside the builder's SQL so the pipeline's cache lineage comes from here, and its cohort
+exclusions) and `Scoring` (metrics, early stopping, threshold, paired comparisons); plus the models that apply and
+their per-task entries.
 """
 
 from __future__ import annotations
@@ -100,6 +101,30 @@ class Samples:
 
 
 @dataclass(frozen=True)
+class CohortExclusion:
+    """One exclusion of the task's cohort flow (the card's attrition, medtx.evaluation.population), declared in the
+    task's file in the order its builder applies it. `counted` says how the flow counts it:
+    - "stored": the builder stored `excluded_<reason>` in samples.task_summary;
+    - "admissions": `rule` is SQL over one of the dataset's admissions (raw.admissions, one row per hadm_id as the
+      builders read it, `admission_type` upper-cased and trimmed), counted among the admissions the earlier
+      "admissions" rules left (the first rule that holds takes the admission);
+    - "figures": `figures` names two samples.task_summary figures, before and after it (excluded = before - after).
+    """
+
+    reason: str  # a key (the summary's `excluded_<reason>` when stored)
+    words: str  # what it leaves out, in words ("excluded: <words>" on the card)
+    rule: str | None = None  # the rule as SQL (or words where no SQL says it), shown beside the count
+    counted: Literal["stored", "admissions", "figures"] = "stored"
+    figures: tuple[str, str] | None = None  # (before, after), for counted="figures"
+
+    def __post_init__(self) -> None:
+        if (self.counted == "figures") != (self.figures is not None):
+            raise ValueError(f"cohort exclusion {self.reason!r}: `figures` goes with counted='figures' only")
+        if self.counted == "admissions" and not self.rule:
+            raise ValueError(f"cohort exclusion {self.reason!r}: counted='admissions' needs its SQL in `rule`")
+
+
+@dataclass(frozen=True)
 class Lineage:
     """How the samples are built and what that reads and writes: the pipeline's cache lineage comes from here
     (tests/test_lineage.py enforces it). `builds` names the task whose builder fills this task's sample table (a
@@ -111,6 +136,9 @@ class Lineage:
     writes: tuple[str, ...] = ()  # tables the builder writes (sample table + bookkeeping)
     train_reads: tuple[str, ...] = ()  # extra tables training reads beyond samples/splits/vocab/oracle
     files: tuple[str, ...] = ()  # data_dir-relative files/folders the builder reads (hashed into cache keys)
+    # The builder's exclusions in the order it applies them: the card's cohort flow reads them (a task built by
+    # another reads that task's)
+    exclusions: tuple[CohortExclusion, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,11 +155,12 @@ class Scoring:
 
 
 def ehr_lineage(table: str, build: Builder, *, reads: tuple[str, ...] = EHR_VISIT_READS, writes: tuple[str, ...] = (),
-                train_reads: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> Lineage:
+                train_reads: tuple[str, ...] = (), files: tuple[str, ...] = (),
+                exclusions: tuple[CohortExclusion, ...] = ()) -> Lineage:
     """The lineage of an EHR task's builder: it reads the visit building blocks (`reads`, to which a builder adds
     what else it reads) and writes its sample table, `writes` and the EHR bookkeeping tables."""
     return Lineage(build=build, reads=reads, writes=(table, *writes, *EHR_SAMPLE_EXTRAS), train_reads=train_reads,
-                   files=files)
+                   files=files, exclusions=exclusions)
 
 
 # The scoring of a binary task: the ranking metrics, early stopping on AUPRC, paired comparisons on the headline

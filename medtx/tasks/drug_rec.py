@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import EHR_VISIT_READS, BuildContext, Clock, Samples, Scoring, Task, ehr_lineage
+from medtx.tasks.base import (EHR_VISIT_READS, BuildContext, Clock, CohortExclusion, Samples, Scoring, Task,
+                              ehr_lineage)
 from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
@@ -87,6 +88,18 @@ def _empty_cohort(con: duckdb.DuckDBPyConnection, dataset: str | None, stats: di
             f"types; core.prescriptions_atc3 holds {mapped} rows for it{hint})")
 
 
+# The cohort flow, from the summary figures the builder stores (ROWS): incomplete visits, then the kept visits of
+# patients with fewer than two
+EXCLUSIONS = (
+    CohortExclusion("incomplete_visit", "visit lacking diagnoses, procedures or mapped drugs",
+                    "len(conditions) = 0 OR len(procedures) = 0 OR len(drugs) = 0", counted="figures",
+                    figures=("cohort_visits", "visits_with_all_three")),
+    CohortExclusion("fewer_than_2_visits", "the patient has fewer than 2 kept visits",
+                    "count(kept visits of the patient) < 2", counted="figures",
+                    figures=("visits_with_all_three", "samples")),
+)
+
+
 # Both copy-gate defaults were chosen on validation (issue #5; medtx/models/transformer.py, behrt.py); the
 # transformer's also apply to transformer_rope (medtx/models/registry.py).
 TASK = Task(
@@ -115,7 +128,8 @@ TASK = Task(
     ),
     lineage=ehr_lineage(TABLE, build,
                         reads=(*EHR_VISIT_READS, "core.mapping_coverage"),  # the empty-cohort hint: has map-codes run?
-                        train_reads=("ref.ddi_atc3",)),  # the DDI rate of predicted drug sets
+                        train_reads=("ref.ddi_atc3",),  # the DDI rate of predicted drug sets
+                        exclusions=EXCLUSIONS),
     scoring=Scoring(
         metrics=("pr_auc_samples", "jaccard_samples", "f1_samples", "ddi_rate", "avg_pred_size"),
         monitor="pr_auc_samples",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import BuildContext, Clock, Samples, Scoring, Task, ehr_lineage
+from medtx.tasks.base import BuildContext, Clock, CohortExclusion, Samples, Scoring, Task, ehr_lineage
 from medtx.tasks.history import HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
@@ -75,6 +75,16 @@ def build(con: duckdb.DuckDBPyConnection, ctx: BuildContext) -> int:
         f"{stats['visits_with_conditions']} with diagnoses)"))
 
 
+# The cohort flow, from the summary figures the builder stores: visits without diagnoses, then each patient's last
+# visit with diagnoses (it has no next visit to predict)
+EXCLUSIONS = (
+    CohortExclusion("no_diagnoses", "visit without diagnoses", "len(conditions) = 0", counted="figures",
+                    figures=("cohort_visits", "visits_with_conditions")),
+    CohortExclusion("last_visit", "the patient's last visit with diagnoses (no next visit to predict)",
+                    "no later visit with diagnoses", counted="figures", figures=("visits_with_conditions", "samples")),
+)
+
+
 TASK = Task(
     name=NAME,
     kind="multilabel",
@@ -99,7 +109,7 @@ TASK = Task(
         label_feature="label",
         split_unit="patient",
     ),
-    lineage=ehr_lineage(TABLE, build),
+    lineage=ehr_lineage(TABLE, build, exclusions=EXCLUSIONS),
     scoring=Scoring(
         metrics=("pr_auc_samples", "roc_auc_samples", "recall_at_10", "recall_at_20", "f1_samples"),
         monitor="pr_auc_samples",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from medtx.tasks.base import BINARY_SCORING, BuildContext, Clock, Samples, Task, ehr_lineage
+from medtx.tasks.base import BINARY_SCORING, BuildContext, Clock, CohortExclusion, Samples, Task, ehr_lineage
 from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
@@ -88,6 +88,13 @@ class OutcomeSQL:
     @property
     def reasons(self) -> tuple[str, ...]:
         return tuple(e.reason for e in self.rules)
+
+    def cohort_exclusions(self) -> tuple[CohortExclusion, ...]:
+        """The rules as the cohort flow reads them: each counted by the builder (`excluded_<reason>`), its SQL
+        with the prediction time in place."""
+        t = f"({self.prediction_time})"
+        return tuple(CohortExclusion(r.reason, r.reason.replace("_", " "), " ".join(r.when_sql(t).split()))
+                     for r in self.rules)
 
     def cohort_sql(self) -> str:
         """Every admission with its exclusion reason (NULL: in the cohort), the first reason that applies."""
@@ -148,4 +155,4 @@ def admission_outcome(
         clock=replace(clock, static_tokens=tuple(static_tokens), feature_sources=FEATURE_SOURCES),
         samples=Samples(table=TABLE, columns=COLUMNS, features=FEATURES, label_column="label", label_name=label_name,
                         split_unit="patient", shared=True),
-        lineage=ehr_lineage(TABLE, partial(build_outcome, sql)), **fields)
+        lineage=ehr_lineage(TABLE, partial(build_outcome, sql), exclusions=sql.cohort_exclusions()), **fields)

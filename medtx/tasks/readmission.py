@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from medtx.tasks.base import BINARY_SCORING, BuildContext, Clock, Samples, Task, ehr_lineage
+from medtx.tasks.base import BINARY_SCORING, BuildContext, Clock, CohortExclusion, Samples, Task, ehr_lineage
 from medtx.tasks.history import BINARY_FIGURES, HistoryRows
 
 if TYPE_CHECKING:  # annotations only: the task registry loads where DuckDB is absent (medtx.worker)
@@ -43,6 +43,16 @@ INDEX_SQL = """
         WINDOW w AS (PARTITION BY subject_id ORDER BY admittime NULLS LAST, hadm_id)
     ) WHERE coalesce(hospital_expire_flag, 0) <> 1 AND deathtime IS NULL
         AND admission_type IS DISTINCT FROM 'NEWBORN' AND dischtime IS NOT NULL"""
+
+# INDEX_SQL's exclusions for the cohort flow, in its order (an admission takes the first that holds), each counted
+# over the dataset's admissions
+EXCLUSIONS = (
+    CohortExclusion("in_hospital_death", "died in hospital (hospital_expire_flag = 1 or deathtime set)",
+                    "coalesce(hospital_expire_flag, 0) = 1 OR deathtime IS NOT NULL", counted="admissions"),
+    CohortExclusion("newborn", "NEWBORN admission", "admission_type = 'NEWBORN'", counted="admissions"),
+    CohortExclusion("no_discharge_time", "no discharge time (no prediction time)", "dischtime IS NULL",
+                    counted="admissions"),
+)
 
 # Features from the history relation (medtx.samples.common.create_history: what the clock shows at discharge).
 # The note-text view (readmission_notes): the admission's discharge summaries that may be features by the note
@@ -110,7 +120,7 @@ TASK = Task(
         split_unit="patient",
     ),
     # EHR_VISIT_READS holds raw.noteevents: the discharge summaries, for the note-text view
-    lineage=ehr_lineage(TABLE, build),
+    lineage=ehr_lineage(TABLE, build, exclusions=EXCLUSIONS),
     scoring=BINARY_SCORING,
     # models: every EHR model serving a binary task (the default; copy_last has no rule for a yes/no outcome
     # and seq2seq generates drug sets, so neither serves it)

@@ -9,11 +9,15 @@ Protocol (stated in ml.runs / ml.metrics and RESULTS.md):
   (most_frequent: top-k; copy_last: 0.5) or `threshold=` is given (`threshold_source='fixed'`).
 - Set metrics are reported both visit-averaged ('visit', PyHealth/sklearn samples) and patient-averaged
   ('patient', SafeDrug).
+- The training split is scored once with the fitted model (`Outcome.p_train`): its figures are ml.metrics rows
+  with split 'train', the validation rows' metrics as point estimates (the apparent performance, optimistic by
+  construction); its predictions are not kept.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +65,10 @@ class Outcome:
     device: str = "cpu"
     attention: Frame | None = None
     checkpoints: dict[str, tuple] = field(default_factory=dict)  # kind -> (path, epoch[, metric, value])
+    # The fitted model's probabilities on its own training split (None: not scored) and the seconds that took:
+    # the apparent performance (PLP's train vs validation vs test), point estimates only, no rows kept.
+    p_train: np.ndarray | None = None
+    train_seconds: float = 0.0
 
 
 
@@ -129,6 +137,16 @@ def point_metrics(task: Task, y: np.ndarray, p: np.ndarray, patients: np.ndarray
     out = [(k, "visit", visit_average(v), None, None) for k, v in rows.items()]
     out += [(k, "patient", patient_average(rows[k], patients), None, None) for k in AVERAGED if k in rows]
     return out
+
+
+TRAIN_FIGURES = ("apparent performance: the fitted model scored on its own training split, point estimates (no "
+                 "interval), optimistic by construction; no training prediction is stored")
+
+
+def train_metrics(task: Task, y: np.ndarray, p: np.ndarray, patients: np.ndarray, threshold: float) -> list[tuple]:
+    """The training split's figures (ml.metrics split='train'): the validation rows' metrics, computed the same way
+    on the samples the model was fitted on (the run's threshold for set metrics)."""
+    return point_metrics(task, y, p, patients, threshold)
 
 
 def point_summary(task: Task, y: np.ndarray, p: np.ndarray, threshold: float, ddi: np.ndarray | None
@@ -210,7 +228,11 @@ def evaluate(task: Task, model: str, seed: int, parts: dict[str, Frame], labels:
 
     y_val = label_matrix(parts["val"], task, labels)
     y_test = label_matrix(parts["test"], task, labels)
-    for name, y, p in (("val", y_val, outcome.p_val), ("test", y_test, outcome.p_test)):
+    y_train = label_matrix(parts["train"], task, labels) if outcome.p_train is not None else None
+    for name, y, p in (("val", y_val, outcome.p_val), ("test", y_test, outcome.p_test),
+                       ("train", y_train, outcome.p_train)):
+        if p is None:
+            continue
         if p.shape != y.shape:
             raise ValueError(f"{model}: {name} probabilities have shape {p.shape}, labels {y.shape} "
                              "(label vocabulary mismatch between model and samples)")
@@ -231,11 +253,18 @@ def evaluate(task: Task, model: str, seed: int, parts: dict[str, Frame], labels:
               "predictions_stored": "all" if y_test.size <= MAX_PREDICTION_ROWS
               else f"true, predicted or top-{TOP_LABELS_KEPT} labels per sample"}
     val_rows = point_metrics(task, y_val, outcome.p_val, frames.numbers(parts["val"], "subject_id"), threshold)
+    metrics = {"val": val_rows, "test": test_rows}
+    if y_train is not None and outcome.p_train is not None:
+        started = time.perf_counter()
+        metrics["train"] = train_metrics(task, y_train, outcome.p_train,
+                                         frames.numbers(parts["train"], "subject_id"), threshold)
+        config["train_split"] = {"figures": TRAIN_FIGURES,
+                                 "seconds": round(outcome.train_seconds + time.perf_counter() - started, 3)}
     summary = point_summary(task, y_test, outcome.p_test, threshold, ddi)
     log.info("%s %s seed %d (test, whole split): %s", task.name, model, seed,
              ", ".join(f"{k}={v:.4f}" for k, v in summary.items()))
     return RunResults(
-        metrics={"val": val_rows, "test": test_rows},
+        metrics=metrics,
         label_metrics={} if labels.binary else
         {"test": label_metric_rows(y_test, outcome.p_test, threshold, labels.names)},
         predictions=prediction_frame(parts["test"], y_test, outcome.p_test, threshold, labels.names),

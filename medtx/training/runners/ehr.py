@@ -4,7 +4,8 @@ tables of their training package, with no warehouse.
 - `ehr_samples_from_tables`: the run's samples from the tables a training step reads (`samples.<table>`,
   `samples.splits`, `samples.vocab`, the task's `train_reads`, the oracle tables), each an Arrow table already
   restricted to the step's dataset and task: joined with the patient split, in (subject, hadm) order;
-- `train_ehr`: fit (or train) the model, predict validation and test, evaluate: a `RunResults`;
+- `train_ehr`: fit (or train) the model, predict validation and test (and score the training split once, for
+  its apparent performance), evaluate: a `RunResults`;
 - `EhrRunner` / `EhrRun`: the runner protocol over them (`RUNNER`).
 
 Imports numpy, pyarrow, torch and scikit-learn, never polars or DuckDB (the import contract in pyproject.toml).
@@ -178,8 +179,11 @@ def _run_baseline(task: Task, model: str, data: EhrSamples, overrides: dict[str,
     parts = data.parts
     baseline = build_baseline(model, task, data.labels, data.oracle_rows, overrides, seed).fit(parts["train"],
                                                                                               parts["val"])
+    started = time.perf_counter()
+    p_train = baseline.predict_proba(parts["train"])  # the apparent (training-split) performance
     return Outcome(baseline.predict_proba(parts["val"]), baseline.predict_proba(parts["test"]),
-                   baseline.fixed_threshold, dict(baseline.config))
+                   baseline.fixed_threshold, dict(baseline.config), p_train=p_train,
+                   train_seconds=time.perf_counter() - started)
 
 
 def _run_neural(task: Task, model: str, data: EhrSamples, cfg: TrainConfig, model_overrides: dict[str, Any],
@@ -217,6 +221,9 @@ def _run_neural(task: Task, model: str, data: EhrSamples, cfg: TrainConfig, mode
     batch = cfg.eval_batch_size or 2 * cfg.batch_size
     p_val = predict(bundle.model, encoded["val"], bundle.collate, device, proba, batch).probs
     p_test = predict(bundle.model, encoded["test"], bundle.collate, device, proba, batch).probs
+    started = time.perf_counter()  # one eval pass over the training split: the apparent performance
+    p_train = predict(bundle.model, encoded["train"], bundle.collate, device, proba, batch).probs
+    train_seconds = time.perf_counter() - started
     # The attention export is its own pass over the few showcase items (explicit attention, weights kept).
     shown = predict(bundle.model, showcase_items(items["test"], opts.n_showcase, opts.max_attention_tokens),
                     bundle.collate, device, proba, batch, output_attentions=True)
@@ -225,7 +232,7 @@ def _run_neural(task: Task, model: str, data: EhrSamples, cfg: TrainConfig, mode
     return Outcome(p_val, p_test, None, config, sum(p.numel() for p in bundle.model.parameters()),
                    result.best_epoch, result.device,
                    attention_frame(shown.sample_ids, shown.attentions, opts.max_attention_tokens, keep="last"),
-                   checkpoints)
+                   checkpoints, p_train=p_train, train_seconds=train_seconds)
 
 
 def _write_vocab_files(folder: Path, vocabs: dict[str, Vocab], label_vocab: Vocab | None) -> None:
