@@ -9,7 +9,7 @@ import duckdb
 
 from medtx.evaluation.comparisons import compare_runs
 from medtx.evaluation.trust import analyse_trust
-from medtx.evaluation.uncertainty import record_intervals
+from medtx.evaluation.uncertainty import record_intervals, run_data_cache
 from medtx.tasks import find_task
 
 
@@ -17,7 +17,8 @@ def analyse_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """Intervals, then comparisons, then the trust figures of one stored run. The run's task name is resolved
     here, once; a name the registry no longer knows gets intervals but no comparisons."""
     name, dataset = con.execute("SELECT task, dataset FROM ml.runs WHERE run_id = ?", [run_id]).fetchall()[0]
-    record_intervals(con, run_id)
-    if (task := find_task(name)) is not None:
-        compare_runs(con, task, dataset, [run_id])
-    analyse_trust(con, run_id)
+    with run_data_cache():  # each run's predictions read once (none of them changes here)
+        record_intervals(con, run_id)
+        if (task := find_task(name)) is not None:
+            compare_runs(con, task, dataset, [run_id])
+        analyse_trust(con, run_id)

@@ -19,7 +19,7 @@ import logging
 import duckdb
 import numpy as np
 
-from medtx.store.db import transaction
+from medtx.store.db import insert_rows, transaction
 from medtx.metrics import intervals as iv
 from medtx.evaluation.uncertainty import RunData, load_run_data
 from medtx.tasks import Task
@@ -164,7 +164,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None
         else:
             con.execute("DELETE FROM ml.comparisons WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [targets])
         if rows:
-            con.executemany("INSERT INTO ml.comparisons VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            insert_rows(con, "ml.comparisons", rows)
     return len(rows)
 
 

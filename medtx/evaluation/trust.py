@@ -35,7 +35,7 @@ from medtx.evaluation.subgroups import (CITL, GAP_METHOD, OVERALL, OVERALL_GROUP
                                         subgroup_results)
 from medtx.evaluation.uncertainty import RunData, load_run_data
 from medtx.metrics import intervals as iv
-from medtx.store.db import quote_table, transaction
+from medtx.store.db import insert_rows, quote_table, transaction
 from medtx.tasks import Task, find_task
 
 log = logging.getLogger("medtx.evaluation.trust")
@@ -235,12 +235,11 @@ def _num(value: float | None) -> float | None:
 
 def _insert_groups(con: duckdb.DuckDBPyConnection, run_id: str, groups: list, ref: str | None, n_boot: int) -> None:
     if groups:
-        con.executemany(
-            "INSERT INTO ml.subgroups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(run_id, g.attribute, g.group, g.metric, g.averaging, g.n_patients, g.n_samples, g.n_positives,
-              g.too_small, _num(g.value), _num(g.ci_low), _num(g.ci_high), ref if ref != run_id else None,
-              _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot, g.withheld, _num(g.p_value),
-              g.verdict_adjusted) for g in groups])
+        insert_rows(con, "ml.subgroups", [
+            (run_id, g.attribute, g.group, g.metric, g.averaging, g.n_patients, g.n_samples, g.n_positives,
+             g.too_small, _num(g.value), _num(g.ci_low), _num(g.ci_high), ref if ref != run_id else None,
+             _num(g.diff), _num(g.diff_low), _num(g.diff_high), g.verdict, n_boot, g.withheld, _num(g.p_value),
+             g.verdict_adjusted) for g in groups])
 
 
 def refresh_verdicts(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.N_BOOT, seed: int = 0) -> bool:
@@ -271,33 +270,29 @@ def write_trust(con: duckdb.DuckDBPyConnection, run_id: str, result: TrustResult
             return
         _insert_groups(con, run_id, result.groups, result.reference_run_id, n_boot)
         if result.gaps:
-            con.executemany(
-                "INSERT INTO ml.subgroup_gaps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, g.attribute, g.metric, g.averaging, g.group_high, g.group_low, g.gap, _num(g.ci_low),
-                  _num(g.ci_high), GAP_METHOD, g.detected, g.largest, g.n_groups) for g in result.gaps])
+            insert_rows(con, "ml.subgroup_gaps", [
+                (run_id, g.attribute, g.metric, g.averaging, g.group_high, g.group_low, g.gap, _num(g.ci_low),
+                 _num(g.ci_high), GAP_METHOD, g.detected, g.largest, g.n_groups) for g in result.gaps])
         if result.calibration:
-            con.executemany("INSERT INTO ml.calibration VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [(run_id, m, metric, _num(v), _num(lo), _num(hi), ci, params, n_fit)
-                             for m, metric, v, lo, hi, ci, params, n_fit in result.calibration])
+            insert_rows(con, "ml.calibration", [(run_id, m, metric, _num(v), _num(lo), _num(hi), ci, params, n_fit)
+                                                for m, metric, v, lo, hi, ci, params, n_fit in result.calibration])
         if result.reliability:
-            con.executemany("INSERT INTO ml.reliability VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [(run_id, m, b, _num(pl_), _num(ph), n, _num(mp), _num(o), _num(lo), _num(hi))
-                             for m, b, pl_, ph, n, mp, o, lo, hi in result.reliability])
+            insert_rows(con, "ml.reliability", [
+                (run_id, m, b, _num(pl_), _num(ph), n, _num(mp), _num(o), _num(lo), _num(hi))
+                for m, b, pl_, ph, n, mp, o, lo, hi in result.reliability])
         if result.operating:
-            con.executemany("INSERT INTO ml.operating_points VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            [(run_id, t, th, m, _num(v), _num(lo), _num(hi), _num(vv))
-                             for t, th, m, v, lo, hi, vv in result.operating])
+            insert_rows(con, "ml.operating_points", [(run_id, t, th, m, _num(v), _num(lo), _num(hi), _num(vv))
+                                                     for t, th, m, v, lo, hi, vv in result.operating])
         if result.recalibration:
-            con.executemany("INSERT INTO ml.recalibration VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [(run_id, m, st, why, n, ev, _num(o), _num(mp), d)
-                             for m, st, why, n, ev, o, mp, d in result.recalibration])
+            insert_rows(con, "ml.recalibration", [(run_id, m, st, why, n, ev, _num(o), _num(mp), d)
+                                                  for m, st, why, n, ev, o, mp, d in result.recalibration])
         if result.targets:
-            con.executemany("INSERT INTO ml.operating_targets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            [(run_id, c.target, c.status, c.reason, c.threshold, c.val_alerts, c.val_events,
-                              c.val_samples) for c in result.targets])
+            insert_rows(con, "ml.operating_targets", [
+                (run_id, c.target, c.status, c.reason, c.threshold, c.val_alerts, c.val_events, c.val_samples)
+                for c in result.targets])
         if result.decision:
-            con.executemany("INSERT INTO ml.decision_curve VALUES (?, ?, ?, ?, ?, ?)",
-                            [(run_id, t, _num(nb), _num(lo), _num(hi), _num(ta)) for t, nb, lo, hi, ta in result.decision])
+            insert_rows(con, "ml.decision_curve", [(run_id, t, _num(nb), _num(lo), _num(hi), _num(ta))
+                                                   for t, nb, lo, hi, ta in result.decision])
 
 
 def analyse_trust(con: duckdb.DuckDBPyConnection, run_id: str) -> TrustResult | None:

@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,6 +245,26 @@ def quote_ident(name: str) -> str:
 def quote_table(qualified: str) -> str:
     """`schema.table` (or `db.schema.table`) with every part quoted."""
     return ".".join(quote_ident(part) for part in qualified.split("."))
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[object]],
+                columns: Sequence[str] | None = None) -> None:
+    """`INSERT INTO table [(columns)] VALUES` every row, as one statement over an Arrow table. DuckDB's
+    `executemany` runs one INSERT per row: 600 subgroup rows took 0.51 s that way, 0.008 s this way (the per-run
+    analysis of the default pipeline spent 15 of its 47 s in executemany). Values map by position; None is NULL;
+    each column's type is Arrow's reading of its Python values, cast by DuckDB to the table's column type."""
+    if not rows:
+        return
+    import pyarrow as pa
+
+    width = len(rows[0])
+    if any(len(r) != width for r in rows):
+        raise ValueError(f"insert into {table}: rows of different lengths")
+    medtx_rows = pa.table({f"c{i}": pa.array([r[i] for r in rows]) for i in range(width)})  # noqa: F841
+    target = quote_table(table) + (f" ({', '.join(quote_ident(c) for c in columns)})" if columns else "")
+    # DuckDB reads the local Arrow table by its name (a replacement scan): `register` and `from_arrow` refuse a
+    # connection whose last result was not fetched to the end (a `.fetchone()`), `execute` does not.
+    con.execute(f"INSERT INTO {target} SELECT * FROM medtx_rows")
 
 
 def param_marks(n: int) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from medtx.store.db import quote_ident, quote_table, transaction
+from medtx.store.db import insert_rows, quote_ident, quote_table, transaction
 from medtx.store.run_owners import claim, heartbeat
 from medtx.training.results import (  # noqa: F401  (new_run_id, RunResults: re-exported)
     ATTENTION_COLUMNS,
@@ -165,7 +165,7 @@ def write_epochs(con: duckdb.DuckDBPyConnection, run_id: str, epoch: int, metric
         heartbeat(con, "ml.runs", run_id)  # the owner is alive: it just finished an epoch
         con.execute("DELETE FROM ml.epochs WHERE run_id = ? AND epoch = ?", [run_id, epoch])
         if rows:
-            con.executemany("INSERT INTO ml.epochs VALUES (?, ?, ?, ?, ?, ?)", rows)
+            insert_rows(con, "ml.epochs", rows)
 
 
 def write_metrics(
@@ -178,8 +178,8 @@ def write_metrics(
         con.execute("DELETE FROM ml.metrics WHERE run_id = ? AND split = ?", [run_id, split])
         if data:
             # Named columns: migration 0011 added the interval columns, filled later by medtx.evaluation.uncertainty.
-            con.executemany("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, sd, n_boot) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?)", data)
+            insert_rows(con, "ml.metrics", data,
+                        columns=("run_id", "split", "metric", "averaging", "value", "sd", "n_boot"))
 
 
 def write_label_metrics(
@@ -190,7 +190,7 @@ def write_label_metrics(
     with _write(con):
         con.execute("DELETE FROM ml.label_metrics WHERE run_id = ? AND split = ?", [run_id, split])
         if data:
-            con.executemany("INSERT INTO ml.label_metrics VALUES (?, ?, ?, ?, ?, ?)", data)
+            insert_rows(con, "ml.label_metrics", data)
 
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, rows: pa.Table) -> None:
@@ -240,4 +240,4 @@ def write_confusion(con, run_id: str, split: str, rows: list[tuple[str, str, int
     with _write(con):
         con.execute("DELETE FROM ml.confusion WHERE run_id = ? AND split = ?", [run_id, split])
         if rows:
-            con.executemany("INSERT INTO ml.confusion VALUES (?, ?, ?, ?, ?)", [(run_id, split, *r) for r in rows])
+            insert_rows(con, "ml.confusion", [(run_id, split, *r) for r in rows])
