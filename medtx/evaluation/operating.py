@@ -137,10 +137,9 @@ def threshold_figures(y: np.ndarray, p: np.ndarray, thresholds: np.ndarray, inve
     out = {}
     for name in FIGURES:
         values = boot[name]
-        finite = np.where(np.isfinite(values), values, np.nan)
         with np.errstate(all="ignore"):
-            lo = np.nanpercentile(finite, 100 * iv.ALPHA / 2, axis=0)
-            hi = np.nanpercentile(finite, 100 * (1 - iv.ALPHA / 2), axis=0)
+            lo = iv.column_percentiles(values, 100 * iv.ALPHA / 2)
+            hi = iv.column_percentiles(values, 100 * (1 - iv.ALPHA / 2))
         out[name] = (point[name][0], lo, hi)
     return out
 

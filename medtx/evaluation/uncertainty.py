@@ -26,7 +26,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from medtx.store.db import quote_table, transaction
+from medtx.store.db import arrow_rows, insert_rows, quote_table, transaction
 from medtx.metrics import intervals as iv
 from medtx.metrics.ddi import ddi_matrix, ddi_pair_counts
 from medtx.metrics.multilabel import average_precision_rows, recall_at_k_rows, roc_auc_rows, set_metric_rows
@@ -123,11 +123,17 @@ def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str | No
     return row
 
 
+def _codes(column: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_inverse=True)` of a column (sorted distinct values, each row's index among
+    them), by Polars: numpy sorts string ids as Python objects (1.9 of the default pipeline's 19.6 s analysis)."""
+    return column.unique().sort().to_numpy(), (column.rank("dense").to_numpy() - 1).astype(np.int64)
+
+
 def _pivot(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Long-form predictions -> (sample ids, first subject per sample, y, p, predicted) matrices + labels.
     Cells missing from truncated predictions are negatives, not predicted, scored 0."""
-    samples, s_idx = np.unique(frame["sample_id"].to_numpy(), return_inverse=True)
-    labels, l_idx = np.unique(frame["label"].to_numpy(), return_inverse=True)
+    samples, s_idx = _codes(frame["sample_id"])
+    labels, l_idx = _codes(frame["label"])
     shape = (len(samples), len(labels))
     y, p, pred = np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=bool)
     y[s_idx, l_idx] = frame["y_true"].fill_null(False).to_numpy()
@@ -232,24 +238,28 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
         rows.append((metric, averaging, value, lo, hi, method, truncated))
     existing = {(m, a): n for m, a, n in con.execute(
         "SELECT metric, averaging, n_boot FROM ml.metrics WHERE run_id = ? AND split = 'test'", [run_id]).fetchall()}
+    updates, added = [], []
+    for metric, averaging, value, lo, hi, method, truncated in rows:
+        if (metric, averaging) in existing:
+            # value becomes the point estimate on the whole test split (the runners wrote the mean of the
+            # subsamples); a truncated run's ranking metrics keep the runner's value from the full scores.
+            # sd_method is named once: analysed again, n_boot already holds this bootstrap's count.
+            updates.append((metric, averaging, not truncated, _num(value), _num(lo), _num(hi), method,
+                            f"subsample_{existing[(metric, averaging)]}x80pct_sd"))
+        elif metric in ("brier", "ece"):
+            added.append((run_id, "test", metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method))
     with transaction(con):
-        for metric, averaging, value, lo, hi, method, truncated in rows:
-            if (metric, averaging) in existing:
-                old = existing[(metric, averaging)]
-                # value becomes the point estimate on the whole test split (the runners wrote the mean of the
-                # subsamples); a truncated run's ranking metrics keep the runner's value from the full scores.
-                # sd_method is named once: analysed again, n_boot already holds this bootstrap's count.
-                exact = not truncated
-                con.execute(
-                    "UPDATE ml.metrics SET value = CASE WHEN ? THEN ? ELSE value END, ci_low = ?, ci_high = ?, "
-                    "n_boot = ?, ci_method = ?, sd_method = CASE WHEN sd IS NULL THEN NULL ELSE coalesce(sd_method, ?) END "
-                    "WHERE run_id = ? AND split = 'test' AND metric = ? AND averaging = ?",
-                    [exact, _num(value), _num(lo), _num(hi), n_boot, method, f"subsample_{old}x80pct_sd", run_id,
-                     metric, averaging])
-            elif metric in ("brier", "ece"):
-                con.execute("INSERT INTO ml.metrics (run_id, split, metric, averaging, value, n_boot, ci_low, "
-                            "ci_high, ci_method) VALUES (?, 'test', ?, ?, ?, ?, ?, ?, ?)",
-                            [run_id, metric, averaging, _num(value), n_boot, _num(lo), _num(hi), method])
+        if updates:  # one statement (a statement per metric took 1.1 of the default pipeline's 19.6 s analysis)
+            names = ("metric", "averaging", "exact", "value", "lo", "hi", "method", "sd_label")
+            medtx_updates = arrow_rows(updates, names, f"intervals of run {run_id}")  # noqa: F841 (read by name)
+            con.execute(
+                "UPDATE ml.metrics m SET value = CASE WHEN u.exact THEN u.value ELSE m.value END, ci_low = u.lo, "
+                "ci_high = u.hi, n_boot = ?, ci_method = u.method, "
+                "sd_method = CASE WHEN m.sd IS NULL THEN NULL ELSE coalesce(m.sd_method, u.sd_label) END "
+                "FROM medtx_updates u WHERE m.run_id = ? AND m.split = 'test' AND m.metric = u.metric "
+                "AND m.averaging = u.averaging", [n_boot, run_id])
+        insert_rows(con, "ml.metrics", added, columns=("run_id", "split", "metric", "averaging", "value", "n_boot",
+                                                       "ci_low", "ci_high", "ci_method"))
         con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
                     [n_units, spec.unit_name if (spec := find_task(task)) else "patients", run_id])
     return sum(1 for row in rows if np.isfinite(row[3]))

@@ -261,6 +261,25 @@ def percentile_interval(values: np.ndarray, alpha: float = ALPHA) -> tuple[float
     return float(lo), float(hi)
 
 
+def column_percentiles(values: np.ndarray, q: float) -> np.ndarray:
+    """`np.nanpercentile(values, q, axis=0)` with non-finite values left out, bit for bit (its linear rule and
+    its interpolation), NaN for a column with none finite. numpy takes a slow path per column when a column has
+    a NaN (the operating points' 19 thresholds x 6 figures: 1.4 of the default pipeline's 19.6 s analysis)."""
+    values = np.where(np.isfinite(values), values, np.nan)
+    ordered = np.sort(values, axis=0)  # NaN last
+    n = np.sum(~np.isnan(values), axis=0)
+    pos = q / 100 * np.maximum(n - 1, 0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+    t = pos - lo
+    columns = np.arange(values.shape[1])
+    a, b = ordered[lo, columns], ordered[hi, columns]
+    diff = b - a
+    out = a + diff * t
+    np.subtract(b, diff * (1 - t), out=out, where=t >= 0.5)  # numpy's lerp: exact at both ends
+    return np.where(n > 0, out, np.nan)
+
+
 def point(stat: Stat, n_units: int) -> float:
     """The statistic on the test split itself (every unit drawn once)."""
     return float(stat(np.ones((1, n_units)))[0])

@@ -363,9 +363,10 @@ def _analyse(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     completed = [r for (r,) in con.execute(f"SELECT run_id FROM ml.runs WHERE run_id IN ({param_marks(len(run_ids))}) "
                                            "AND status = 'completed' ORDER BY run_id", run_ids).fetchall()]
     for run_id in completed:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             analyse_run(con, run_id)
-            log.info("analysis: run %s in %.2f s", run_id, time.perf_counter() - started)
+            log.info("analysis: run %s in %.2f s (%.2f s CPU)", run_id, time.perf_counter() - started,
+                     time.thread_time() - cpu)
         except Exception as exc:
             fail_run(con, run_id, f"test intervals/comparisons: {type(exc).__name__}: {exc}")

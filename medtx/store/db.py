@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -247,6 +248,16 @@ def quote_table(qualified: str) -> str:
     return ".".join(quote_ident(part) for part in qualified.split("."))
 
 
+def arrow_rows(rows: Sequence[Sequence[object]], names: Sequence[str], what: str) -> Any:
+    """Python rows as an Arrow table with these column names (each column's type is Arrow's reading of its
+    values; None is null). Rows of another length than `names` are refused, naming `what`."""
+    import pyarrow as pa
+
+    if any(len(r) != len(names) for r in rows):
+        raise ValueError(f"{what}: rows of different lengths")
+    return pa.table({name: pa.array([r[i] for r in rows]) for i, name in enumerate(names)})
+
+
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[object]],
                 columns: Sequence[str] | None = None) -> None:
     """`INSERT INTO table [(columns)] VALUES` every row, as one statement over an Arrow table. DuckDB's
@@ -255,12 +266,7 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Seque
     each column's type is Arrow's reading of its Python values, cast by DuckDB to the table's column type."""
     if not rows:
         return
-    import pyarrow as pa
-
-    width = len(rows[0])
-    if any(len(r) != width for r in rows):
-        raise ValueError(f"insert into {table}: rows of different lengths")
-    medtx_rows = pa.table({f"c{i}": pa.array([r[i] for r in rows]) for i in range(width)})  # noqa: F841
+    medtx_rows = arrow_rows(rows, [f"c{i}" for i in range(len(rows[0]))], f"insert into {table}")  # noqa: F841
     target = quote_table(table) + (f" ({', '.join(quote_ident(c) for c in columns)})" if columns else "")
     # DuckDB reads the local Arrow table by its name (a replacement scan): `register` and `from_arrow` refuse a
     # connection whose last result was not fetched to the end (a `.fetchone()`), `execute` does not.
