@@ -35,7 +35,7 @@ demo: setup
 	wait $$dash
 
 test: setup browser
-	$(VENV)/bin/python -m pytest -q --durations=25
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 clean:
 	rm -rf var .prefect
