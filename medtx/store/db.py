@@ -267,10 +267,10 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Seque
     if not rows:
         return
     medtx_rows = arrow_rows(rows, [f"c{i}" for i in range(len(rows[0]))], f"insert into {table}")  # noqa: F841
-    target = quote_table(table) + (f" ({', '.join(quote_ident(c) for c in columns)})" if columns else "")
+    target_sql = quote_table(table) + (f" ({', '.join(map(quote_ident, columns))})" if columns else "")
     # DuckDB reads the local Arrow table by its name (a replacement scan): `register` and `from_arrow` refuse a
     # connection whose last result was not fetched to the end (a `.fetchone()`), `execute` does not.
-    con.execute(f"INSERT INTO {target} SELECT * FROM medtx_rows")
+    con.execute(f"INSERT INTO {target_sql} SELECT * FROM medtx_rows")
 
 
 def param_marks(n: int) -> str:
