@@ -87,8 +87,11 @@ def overrides_for(model: str, task: str | None = None) -> dict:
 def config_matches(config_json: str | None, overrides: dict) -> bool:
     """Whether a run's recorded config (ml.runs.config "train"/"model") has every current override
     (num_threads excepted: it changes speed, not the model). Baselines have no overrides: always True."""
+    if not overrides:
+        return True
     config = json.loads(config_json or "{}")
-    recorded = {**config.get("model", {}), **config.get("train", {})}
+    # "model"/"train" are a neural run's config parts; a baseline's "model" may be its name (lightgbm)
+    recorded = {k: v for part in ("model", "train") if isinstance(config.get(part), dict) for k, v in config[part].items()}
     missing = object()
     return all(_same(recorded.get(k, missing), v) for k, v in overrides.items() if k != "num_threads")
 
