@@ -135,6 +135,23 @@ def test_ranking_metrics_with_many_ties_and_patients_with_several_samples() -> N
         assert fast["auprc"][r] == pytest.approx(ap, abs=1e-12) and fast["rp80"][r] == pytest.approx(rp, abs=1e-12)
 
 
+def test_ranking_metrics_are_exact_in_float64_too(monkeypatch) -> None:
+    """The weights' cumulative sums run in float32 while they stay below 2**24 (exact), else in float64; a split too
+    large for float32 (forced here) gives the same values."""
+    rng = np.random.default_rng(11)
+    units = np.repeat(np.arange(300), rng.integers(1, 3, 300))
+    y = rng.random(len(units)) < 0.3
+    p = np.round(np.clip(0.3 * y + rng.normal(0.35, 0.2, len(units)), 0, 1), 2)
+    n_units, inverse = iv.unit_index(units)
+    counts = iv.resample_counts(n_units, 200, 5)
+    as_float32 = iv.binary_ranking(y, p, inverse)(counts)
+    monkeypatch.setattr(iv, "FLOAT32_EXACT", 0)
+    as_float64 = iv.binary_ranking(y, p, inverse)(counts)
+    for metric, values in as_float32.items():
+        assert np.array_equal(values, as_float64[metric], equal_nan=True), metric
+    _check_ranking(y, p, units, seed=5)
+
+
 def _newton_as_expressions(x, n, s, weights, iters=30, tol=1e-8):
     """calibration.fit_logistic as it read before it wrote into buffers (the reference for bit-identity)."""
     k = weights.shape[0]

@@ -298,7 +298,9 @@ def test_warehouse_text_runs_resample_groups_and_pairs(tmp_db: Path):
         assert abs(lo - naive[0]) < 0.03 and abs(hi - naive[1]) < 0.03  # another resample draw, same law
         (lo, hi, method), = con.sql("SELECT ci_low, ci_high, ci_method FROM ml.metrics WHERE run_id = 'spec' "
                                     "AND metric = 'macro_f1'").fetchall()
-        assert 0 < lo < hi < 1 and method == iv.CI_METHOD
+        assert 0 < lo < hi < 1 and method == "text_group_bootstrap_percentile"  # its unit's name, not patients'
+        assert con.execute("SELECT ci_method FROM ml.metrics WHERE run_id = 'faq1' AND metric = 'token_f1'"
+                           ).fetchall() == [("pair_bootstrap_percentile",)]
     finally:
         con.close()
 

@@ -235,7 +235,7 @@ def test_a_text_group_card_names_its_unit_and_has_no_binary_sections(tmp_path: P
     by_id = {s.id: s for s in card.sections}
     head = by_id["headline"]
     assert "resamples of test text groups" in head.paragraphs[0] and "patient" not in head.paragraphs[0]
-    assert head.tables[0][1] and {r[-1] for r in head.tables[0][1]} == {"text_groups_bootstrap_percentile"}
+    assert head.tables[0][1] and {r[-1] for r in head.tables[0][1]} == {"text_group_bootstrap_percentile"}
     assert "they are computed for binary and multi-label runs" in by_id["subgroups"].paragraphs[0]
     assert card.data["subgroups"] == [] and card.data["operating_points"] == []
     assert not any("raw.patients" in item for item in by_id["limitations"].paragraphs)

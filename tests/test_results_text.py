@@ -91,7 +91,8 @@ def test_text_section_shows_intervals_and_paired_verdicts(tmp_db: Path, tmp_path
     assert re.search(rf"^\| retrieval \(tfidf\) \| 0 \| {ci} \| {ci} \| — \(the reference\) \|", section, re.M)
     assert "10×80% subsample sd of macro-F1" in section
     # The intro says which interval, read from the data, over how many units.
-    assert "`patient_bootstrap_percentile`" in section
+    assert "`text_group_bootstrap_percentile`" in section and "`pair_bootstrap_percentile`" in section  # own units
+    assert "patient_bootstrap" not in section
     assert "1,000 resamples with replacement over the 40 text groups" in section
     assert "over the 50 pairs" in section
     # Verdicts per seed from ml.comparisons, with the all-seeds-agree rule.

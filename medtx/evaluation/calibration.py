@@ -34,7 +34,6 @@ EPS = 1e-6
 RELIABILITY_BINS = 10
 SLOPE_BINS = 20
 SLOPE_BINNED = "_binned20"
-CHUNK_CELLS = 4_000_000  # resamples x rows evaluated at once by the vectorised logistic fit
 METHODS = {"binary": ("platt", "isotonic"), "multilabel": ("temperature",)}
 
 
@@ -118,7 +117,7 @@ def slope_stat(rows: LogisticRows) -> iv.Stat:
         if rows.unit is None:  # per-unit tables: each resample is a weighted fit on the bins
             return fit_logistic(rows.x, counts @ rows.n, counts @ rows.s, np.ones((counts.shape[0], 1)))[1]
         out = np.empty(counts.shape[0])
-        step = max(1, CHUNK_CELLS // max(1, len(rows.x)))
+        step = max(1, iv.CHUNK_CELLS // max(1, len(rows.x)))
         for start in range(0, counts.shape[0], step):
             w = counts[start:start + step][:, rows.unit]
             out[start:start + step] = fit_logistic(rows.x, rows.n, rows.s, w)[1]

@@ -114,11 +114,12 @@ def _unit(run: dict) -> str:
 
 
 def _interval_method(method: str | None, unit: str) -> str:
-    """A stored ci_method in the words of the run's unit: the percentile bootstrap over text groups (MTSamples) or
-    pairs (the FAQ) is stored under the patients' name, `patient_bootstrap_percentile`."""
+    """A stored ci_method under the name of the run's unit. Text-group and pair runs analysed before 2026-11-29
+    stored the patients' name (`patient_bootstrap_percentile`); they are shown under their own unit's name."""
     if not method:
         return "–"
-    return method if unit == "patients" else method.replace("patient_bootstrap", f"{unit.replace(' ', '_')}_bootstrap")
+    split_unit = {"text groups": "text_group", "pairs": "pair"}.get(unit)
+    return method.replace(iv.CI_METHOD, iv.ci_method(split_unit), 1) if split_unit else method
 
 
 def _e(text: object) -> str:

@@ -219,6 +219,7 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
     sd_method. The ECE, and a metric whose estimate lies outside its percentile interval, get none
     (`intervals.BIASED`, `intervals.outside`): ci_low/ci_high stay empty and ci_method ends in `intervals.WITHHELD`."""
     task = _run_row(con, run_id)[0]
+    spec = find_task(task)  # None: a stored name the registry no longer knows (its unit taken as patients)
     data = load_run_data(con, run_id)
     if data is None:
         log.warning("uncertainty: run %s stored no test predictions; no intervals", run_id)
@@ -229,7 +230,8 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
     for (metric, averaging), stat in data.stats(inverse, n_units).items():
         value, lo, hi = iv.interval(stat, counts)
         truncated = data.truncated and metric in RANKING
-        method = iv.CI_METHOD + ("_truncated_predictions" if truncated else "")
+        method = iv.ci_method(spec.samples.split_unit if spec else "patient") + (
+            "_truncated_predictions" if truncated else "")
         if metric in iv.BIASED or iv.outside(value, lo, hi):  # a biased bootstrap: say so, store no range
             log.info("uncertainty: run %s: %s (%s) %.4f, its resamples' 95%% range [%.4f, %.4f]; the bootstrap is "
                      "biased here, no interval stored (ci_method %s)", run_id, metric, averaging, value, lo, hi,
@@ -261,7 +263,7 @@ def record_intervals(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = 
         insert_rows(con, "ml.metrics", added, columns=("run_id", "split", "metric", "averaging", "value", "n_boot",
                                                        "ci_low", "ci_high", "ci_method"))
         con.execute("UPDATE ml.runs SET n_test_units = ?, test_unit = ? WHERE run_id = ?",
-                    [n_units, spec.unit_name if (spec := find_task(task)) else "patients", run_id])
+                    [n_units, spec.unit_name if spec else "patients", run_id])
     return sum(1 for row in rows if np.isfinite(row[3]))
 
 
