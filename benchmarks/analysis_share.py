@@ -19,39 +19,31 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from benchmarks.cli_pipeline import run_cli_pipeline  # noqa: E402
 ANALYSIS = re.compile(r"analysis: run \S+ in ([0-9.]+) s(?: \(([0-9.]+) s CPU\))?")
 RECOMPUTE = re.compile(r"trust: the reference of \S+ is now \S+: (\d+) other run\(s\) recomputed in ([0-9.]+) s")
 
 
 def run_pipeline(checkout: Path, config: Path, timeout_s: float) -> dict:
     work = Path(tempfile.mkdtemp(prefix="medtx-bench-share-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {
-        "PYTHONPATH": str(checkout), "MEDTX_HOME": str(work), "PREFECT_HOME": str(work / "prefect-home")}
     load_before = os.getloadavg()[0]
-    started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "pipeline", "--config",
-                               str(config), "--db", str(work / "warehouse.duckdb")], cwd=checkout, env=env,
-                              capture_output=True, text=True, timeout=timeout_s)
-        wall = time.perf_counter() - started
-        logs = "".join(p.read_text(errors="replace") for p in sorted(work.rglob("pipeline-*.log")))
+        run = run_cli_pipeline(checkout, config, work, timeout_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    analysed = [(float(s), float(c) if c else float("nan")) for s, c in ANALYSIS.findall(logs)]
-    recomputes = [(int(n), float(s)) for n, s in RECOMPUTE.findall(logs)]
-    final = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("pipeline run ")]
-    return {"exit": done.returncode, "wall": wall, "runs": len(analysed), "analysis": sum(s for s, _ in analysed),
+    analysed = [(float(s), float(c) if c else float("nan")) for s, c in ANALYSIS.findall(run.logs)]
+    recomputes = [(int(n), float(s)) for n, s in RECOMPUTE.findall(run.logs)]
+    return {"exit": run.exit, "wall": run.wall, "runs": len(analysed), "analysis": sum(s for s, _ in analysed),
             "cpu": sum(c for _, c in analysed),
             "recomputes": len(recomputes), "recomputed_runs": sum(n for n, _ in recomputes),
             "recompute_s": sum(s for _, s in recomputes), "load": (load_before, os.getloadavg()[0]),
-            "final": final[-1] if final else "(no final line)"}
+            "final": run.final}
 
 
 def main() -> int:

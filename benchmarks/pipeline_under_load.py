@@ -20,10 +20,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from benchmarks.cli_pipeline import run_cli_pipeline  # noqa: E402
 
 
 def start_burners(n: int) -> list[subprocess.Popen]:
@@ -78,48 +79,34 @@ def main() -> int:
     args = parser.parse_args()
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="medtx-bench-load-"))
-    work.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {
-        "PYTHONPATH": str(REPO), "MEDTX_CACHE_DIR": str(work / "cache"), "MEDTX_RESULTS_DIR": str(work / "results"),
-        "MEDTX_MODELS_DIR": str(work / "models"), "MEDTX_EXCHANGE_DIR": str(work / "exchange"),
-        "PREFECT_HOME": str(work / "prefect-home")}
-    db = work / "warehouse.duckdb"
     print(f"config {args.config}, {os.cpu_count()} CPU cores, {args.burners} burners, work folder {work}, "
           f"load before {os.getloadavg()[0]:.2f}", flush=True)
     burners = start_burners(args.burners)
     sampler = LoadSampler()
     sampler.start()
-    started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "pipeline", "--config",
-                               str(args.config), "--db", str(db)], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=args.timeout_s)
+        run = run_cli_pipeline(REPO, args.config, work, args.timeout_s)
     finally:
         stop(burners)
         sampler.halt.set()
-    wall = time.perf_counter() - started
-    output = done.stdout + done.stderr
     loads = sampler.samples or [float("nan")]
-    final = [line for line in output.splitlines() if line.startswith("pipeline run ")]
-    states, runs = _runs(db, output)
-    log_text = "".join(p.read_text(errors="replace") for p in (db.parent / "logs").glob("*.log")) \
-        if (db.parent / "logs").exists() else ""
-    print(f"wall {wall:.1f} s, exit status {done.returncode}")
+    states, runs = _runs(run.db, run.output)
+    print(f"wall {run.wall:.1f} s, exit status {run.exit}")
     print(f"load average (1 min, every 5 s, {len(loads)} samples): min {min(loads):.2f}, "
           f"mean {sum(loads) / len(loads):.2f}, max {max(loads):.2f}")
-    print(f"final line: {final[-1] if final else '(none)'}")
+    print(f"final line: {run.final}")
     print("steps: " + ", ".join(f"{n} {s}" for s, n in states))
     print(f"runs: {len(runs)}, " + ", ".join(f"{sum(r[4] == s for r in runs)} {s}"
                                              for s in sorted({r[4] for r in runs})))
     for task, dataset, model, seed, status, error in runs:
         print(f"  {task}/{dataset}/{model}/s{seed}: {status}{(' - ' + error) if error else ''}")
     for word in ("ReadTimeout", "Retrying", "retry", "TimeoutError", "429", "503"):
-        print(f"log lines with {word!r}: {sum(word in line for line in log_text.splitlines())}")
-    if done.returncode != 0:
-        print(output[-4000:])
+        print(f"log lines with {word!r}: {sum(word in line for line in run.logs.splitlines())}")
+    if run.exit != 0:
+        print(run.output[-4000:])
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return done.returncode
+    return run.exit
 
 
 if __name__ == "__main__":

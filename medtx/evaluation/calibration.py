@@ -49,8 +49,10 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 def fit_logistic(x: np.ndarray, n: np.ndarray, s: np.ndarray, weights: np.ndarray, iters: int = 30,
                  tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
     """Weighted logistic fits y ~ a + b x, one per row of `weights` (shape (k, rows)): row r holds n[r] trials
-    with s[r] successes at x[r] (`n`, `s` may also be (k, rows): per-fit tables). Newton's method from (a, b) = (0, 1); (NaN, NaN) where a fit does not converge
-    (separation, a single class)."""
+    with s[r] successes at x[r] (`n`, `s` may also be (k, rows): per-fit tables). Newton's method from (a, b) =
+    (0, 1), a calibrated model (a start nearer each resample's optimum, the split's own fit, changed which
+    ill-posed resamples converge, and so the intervals of isotonic maps' slopes); (NaN, NaN) where a fit does not
+    converge (separation, a single class)."""
     k = weights.shape[0]
     a, b = np.zeros(k), np.ones(k)
     wn, ws = weights * n, weights * s
@@ -118,9 +120,9 @@ def slope_stat(rows: LogisticRows) -> iv.Stat:
             return fit_logistic(rows.x, counts @ rows.n, counts @ rows.s, np.ones((counts.shape[0], 1)))[1]
         out = np.empty(counts.shape[0])
         step = max(1, iv.CHUNK_CELLS // max(1, len(rows.x)))
-        for start in range(0, counts.shape[0], step):
-            w = counts[start:start + step][:, rows.unit]
-            out[start:start + step] = fit_logistic(rows.x, rows.n, rows.s, w)[1]
+        for first in range(0, counts.shape[0], step):
+            w = counts[first:first + step][:, rows.unit]
+            out[first:first + step] = fit_logistic(rows.x, rows.n, rows.s, w)[1]
         return out
     return stat
 

@@ -100,8 +100,8 @@ def compare_pair(run: RunData, ref: RunData, task: Task, run_id: str, ref_id: st
     the reference's Stats when the caller keeps them across runs (`remembered`)."""
     aligned = _align(run, ref, run_id, ref_id)
     n_units = counts.shape[1]
-    run_stats = aligned.stats(inverse, n_units)
-    ref_stats = ref.stats(inverse, n_units) if ref_stats is None else ref_stats
+    run_stats = aligned.stats(inverse, n_units, only=task.scoring.compared)
+    ref_stats = ref.stats(inverse, n_units, only=task.scoring.compared) if ref_stats is None else ref_stats
     rows = []
     for metric, averaging in task.scoring.compared:
         if (metric, averaging) not in run_stats:
@@ -142,7 +142,7 @@ def compare_runs(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None
         ref = load_run_data(con, ref_id)
         n_units, inverse = iv.unit_index(ref.units)
         counts = iv.resample_counts(n_units, n_boot, seed)
-        ref_stats = remembered(ref.stats(inverse, n_units))
+        ref_stats = remembered(ref.stats(inverse, n_units, only=task.scoring.compared))
         for run_id in targets:
             if run_id == ref_id:
                 continue

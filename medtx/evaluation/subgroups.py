@@ -107,14 +107,8 @@ def _cached(stat: iv.Stat, counts: np.ndarray, values: np.ndarray) -> iv.Stat:
     return lambda c: values if c is counts else stat(c)
 
 
-def positives(data: RunData, idx: np.ndarray) -> int:
-    """Positive samples (binary) or positive labels (multi-label cells) among the samples `idx`."""
-    y = data.arrays["y"][idx]
-    return int(np.asarray(y, dtype=np.float64).sum())
-
-
 def _stats(data: RunData, local: np.ndarray, n_units: int, metrics: list[tuple[str, str]]) -> dict:
-    stats = data.stats(local, n_units)
+    stats = data.stats(local, n_units, only=metrics)
     if CITL in metrics:
         stats[CITL] = citl_stat(data.arrays["y"], data.arrays["p"], local, n_units)
     return stats
@@ -129,21 +123,24 @@ def subgroup_results(data: RunData, ref: RunData | None, groups: dict[str, np.nd
     `("citl", "none")` among `metrics` adds calibration-in-the-large per group (no verdict)."""
     results: list[GroupResult] = []
     boot: dict = {}
+    y = np.asarray(data.arrays["y"], dtype=np.float64)
+    events = y.reshape(len(y), -1).sum(axis=1)  # per sample: 0/1 (binary) or its positive labels (multi-label)
+    cells = int(np.prod(y.shape[1:], dtype=np.int64))  # outcome cells per sample
     for attribute in attributes:
-        labels = groups[attribute]
-        present = set(labels.tolist())
-        order = [g for g in GROUP_ORDER.get(attribute, ()) if g in present] + sorted(
-            present - set(GROUP_ORDER.get(attribute, ())))
+        present, codes = np.unique(np.asarray(groups[attribute]).astype(str), return_inverse=True)
+        code = {g: i for i, g in enumerate(present.tolist())}
+        order = [g for g in GROUP_ORDER.get(attribute, ()) if g in code] + sorted(
+            set(code) - set(GROUP_ORDER.get(attribute, ())))
         for group in order:
-            idx, units, local = group_units(inverse, labels == group)
+            idx, units, local = group_units(inverse, codes.reshape(-1) == code[group])
             n_units = len(units)
-            n_pos = positives(data, idx)
-            withheld = group_withheld(n_units, n_pos, int(np.asarray(data.arrays["y"][idx]).size) - n_pos, min_units)
+            n_pos = int(events[idx].sum())
+            withheld = group_withheld(n_units, n_pos, len(idx) * cells - n_pos, min_units)
             small = withheld is not None
             sub = data.reorder(idx)
             sub_ref = ref.reorder(idx) if ref is not None else None
             stats = {} if small else _stats(sub, local, n_units, metrics)
-            ref_stats = {} if small or sub_ref is None else sub_ref.stats(local, n_units)
+            ref_stats = {} if small or sub_ref is None else sub_ref.stats(local, n_units, only=metrics)
             g_counts = counts[:, units]
             for metric, averaging in metrics:
                 nan = float("nan")

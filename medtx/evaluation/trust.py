@@ -138,7 +138,7 @@ def _subgroups(con: duckdb.DuckDBPyConnection, task: Task, dataset: str | None, 
     hadm = np.array([int(s) for s in data.sample_ids], dtype=np.int64)
     groups = {OVERALL: np.full(len(hadm), OVERALL_GROUP, dtype=object), **sample_groups(con, dataset, hadm)}
     ref_id, ref = _aligned_reference(con, task, dataset, run_id, data)
-    data.stats(inverse, counts.shape[1])  # per-visit rows computed once; group subsets reuse them
+    data.stats(inverse, counts.shape[1], only=())  # per-visit rows computed once; group subsets reuse them
     group_rows, boot = subgroup_results(data, ref, groups, subgroup_metrics(task), counts, inverse,
                                         attributes=(OVERALL, *ATTRIBUTES))
     return group_rows, boot, ref_id
@@ -196,7 +196,7 @@ def compute_trust(con: duckdb.DuckDBPyConnection, run_id: str, n_boot: int = iv.
             if method != "none":
                 mapped = RunData(data.sample_ids, data.units, {**data.arrays, "p": q}, data.kind, data.truncated,
                                  {k: v for k, v in data.extra.items() if k != "_rows"})
-                stat = mapped.stats(inverse, n_units)[rank_metric]
+                stat = mapped.stats(inverse, n_units, only=[rank_metric])[rank_metric]
                 value, lo, hi = iv.interval(stat, counts)
                 figures[rank_metric[0]] = (value, lo, hi, iv.CI_METHOD)
             for metric, (value, lo, hi, method_ci) in figures.items():

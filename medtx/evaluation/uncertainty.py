@@ -17,10 +17,11 @@ interval: the bootstrap is biased for them, and their ci_method says that too (`
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import cache, partial
 
 import duckdb
 import numpy as np
@@ -57,11 +58,19 @@ class RunData:
         return RunData(self.sample_ids[order], self.units[order], {k: v[order] for k, v in self.arrays.items()},
                        self.kind, self.truncated, extra)
 
-    def stats(self, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
-        return _BUILDERS[self.kind](self, inverse, n_units)
+    def stats(self, inverse: np.ndarray, n_units: int, only: Collection[tuple[str, str]] | None = None
+              ) -> dict[tuple[str, str], iv.Stat]:
+        """{(metric, averaging): Stat} of every metric of the run's kind, or of those in `only`. A subgroup or a
+        comparison reads 2-4 of the ~25; building the others (the ECE's bin tables, a mean per metric and
+        averaging) took 7 of the full-scale pipeline's 75 s of analysis."""
+        return {key: make() for key, make in _BUILDERS[self.kind](self, inverse, n_units).items()
+                if only is None or key in only}
 
 
-def _multilabel_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+Makers = dict[tuple[str, str], Callable[[], iv.Stat]]  # each Stat built only when asked for
+
+
+def _multilabel_stats(d: RunData, inverse: np.ndarray, n_units: int) -> Makers:
     y, p, pred = d.arrays["y"], d.arrays["p"], d.arrays["pred"]
     rows = d.extra.get("_rows")
     if rows is None:  # per-visit values: the costly part, computed once per run (intervals and comparisons)
@@ -73,39 +82,42 @@ def _multilabel_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tup
             for kind, sets in (("ddi_rate", pred), ("ddi_rate_true", y)):
                 rows[f"_{kind}_num"], rows[f"_{kind}_den"] = ddi_pair_counts(sets, d.extra["ddi"])
         d.extra["_rows"] = rows
-    out: dict[tuple[str, str], iv.Stat] = {}
+    out: Makers = {}
     for name, values in rows.items():
         if name.startswith("_"):
             continue
         for averaging in ("visit", "patient"):
-            out[(name, averaging)] = iv.mean_stat(values, inverse, n_units, averaging)
-    out[("avg_pred_size", "visit")] = iv.mean_stat(pred.sum(axis=1), inverse, n_units)
-    out[("avg_true_size", "visit")] = iv.mean_stat(y.sum(axis=1), inverse, n_units)
-    out[("ece", "none")] = iv.ece_stat(y, p, inverse, n_units)
+            out[(name, averaging)] = partial(iv.mean_stat, values, inverse, n_units, averaging)
+    out[("avg_pred_size", "visit")] = lambda: iv.mean_stat(pred.sum(axis=1), inverse, n_units)
+    out[("avg_true_size", "visit")] = lambda: iv.mean_stat(y.sum(axis=1), inverse, n_units)
+    out[("ece", "none")] = partial(iv.ece_stat, y, p, inverse, n_units)
     if d.extra.get("ddi") is not None:
         for kind in ("ddi_rate", "ddi_rate_true"):
-            out[(kind, "none")] = iv.ratio_stat(rows[f"_{kind}_num"], rows[f"_{kind}_den"], inverse, n_units)
+            out[(kind, "none")] = partial(iv.ratio_stat, rows[f"_{kind}_num"], rows[f"_{kind}_den"], inverse, n_units)
     return out
 
 
-def _binary_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
+def _binary_stats(d: RunData, inverse: np.ndarray, n_units: int) -> Makers:
     y, p = d.arrays["y"], d.arrays["p"]
-    ranking = iv.binary_ranking(y, p, inverse)  # one pass over the resamples serves all three ranking metrics
-    return {("auroc", "none"): lambda c: ranking(c)["auroc"], ("auprc", "none"): lambda c: ranking(c)["auprc"],
-            ("rp80", "none"): lambda c: ranking(c)["rp80"],
-            ("brier", "none"): iv.mean_stat((p - y) ** 2, inverse, n_units),
-            ("ece", "none"): iv.ece_stat(y, p, inverse, n_units),
-            ("positive_rate", "none"): iv.mean_stat(y.astype(np.float64), inverse, n_units)}
+    ranking = cache(partial(iv.binary_ranking, y, p, inverse))  # one pass over the resamples serves all three
+
+    def ranked(metric: str) -> Callable[[], iv.Stat]:
+        return lambda: lambda counts: ranking()(counts)[metric]
+    return {("auroc", "none"): ranked("auroc"), ("auprc", "none"): ranked("auprc"), ("rp80", "none"): ranked("rp80"),
+            ("brier", "none"): lambda: iv.mean_stat((p - y) ** 2, inverse, n_units),
+            ("ece", "none"): partial(iv.ece_stat, y, p, inverse, n_units),
+            ("positive_rate", "none"): lambda: iv.mean_stat(y.astype(np.float64), inverse, n_units)}
 
 
-def _multiclass_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
-    stats = iv.multiclass_stats(d.arrays["y"], d.arrays["pred"], d.extra["n_classes"], inverse, n_units)
-    return {(k, "none"): v for k, v in stats.items()}
+def _multiclass_stats(d: RunData, inverse: np.ndarray, n_units: int) -> Makers:
+    stats = cache(partial(iv.multiclass_stats, d.arrays["y"], d.arrays["pred"], d.extra["n_classes"], inverse,
+                          n_units))
+    return {(k, "none"): (lambda k=k: stats()[k]) for k in ("accuracy", "macro_f1", "weighted_f1")}
 
 
-def _generation_stats(d: RunData, inverse: np.ndarray, n_units: int) -> dict[tuple[str, str], iv.Stat]:
-    return {("token_f1", "none"): iv.mean_stat(d.arrays["f1"], inverse, n_units),
-            ("exact_match", "none"): iv.mean_stat(d.arrays["em"], inverse, n_units)}
+def _generation_stats(d: RunData, inverse: np.ndarray, n_units: int) -> Makers:
+    return {("token_f1", "none"): partial(iv.mean_stat, d.arrays["f1"], inverse, n_units),
+            ("exact_match", "none"): partial(iv.mean_stat, d.arrays["em"], inverse, n_units)}
 
 
 _BUILDERS = {"multilabel": _multilabel_stats, "binary": _binary_stats, "multiclass": _multiclass_stats,

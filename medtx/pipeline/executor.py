@@ -317,7 +317,8 @@ class Executor:
             history = training_order.completed_durations(con, list(by_name))
             units = training_order.train_units(con)
         families = {s.name: training_order.model_family(s.task, s.params["model"]) for s, _, _ in ready}
-        references = {s.name for s, _, _ in ready if s.params["model"] in reference_models()}
+        baselines = reference_models()
+        references = {s.name for s, _, _ in ready if s.params["model"] in baselines}
         order = training_order.longest_first([s for s, _, _ in ready], families, history, units, references)
         return [by_name[s.name] for s in order]
 

@@ -273,6 +273,16 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Seque
     con.execute(f"INSERT INTO {target_sql} SELECT * FROM medtx_rows")
 
 
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: Any) -> None:
+    """`INSERT INTO table (its columns)` every row of an Arrow table, matched by column name, as one statement
+    (read by name, as in `insert_rows`)."""
+    if not rows.num_rows:
+        return
+    medtx_frame = rows  # noqa: F841 (read by name)
+    cols_sql = ", ".join(map(quote_ident, rows.column_names))
+    con.execute(f"INSERT INTO {quote_table(table)} ({cols_sql}) SELECT {cols_sql} FROM medtx_frame")
+
+
 def param_marks(n: int) -> str:
     """`?, ?, ?` for an IN list of n bound values."""
     return ", ".join("?" * int(n))

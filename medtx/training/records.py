@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from medtx.store.db import insert_rows, quote_ident, quote_table, transaction
+from medtx.store.db import insert_arrow, insert_rows, quote_ident, quote_table, transaction
 from medtx.store.run_owners import claim, heartbeat
 from medtx.training.results import (  # noqa: F401  (new_run_id, RunResults: re-exported)
     ATTENTION_COLUMNS,
@@ -196,13 +196,7 @@ def write_label_metrics(
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, rows: pa.Table) -> None:
     with _write(con):
         con.execute(f"DELETE FROM {quote_table(table)} WHERE run_id = ?", [run_id])
-        if rows.num_rows:
-            con.register("_medtx_rows", rows)
-            try:
-                cols_sql = ", ".join(map(quote_ident, rows.column_names))
-                con.execute(f"INSERT INTO {quote_table(table)} ({cols_sql}) SELECT {cols_sql} FROM _medtx_rows")
-            finally:
-                con.unregister("_medtx_rows")
+        insert_arrow(con, table, rows)
 
 
 def write_predictions(con: duckdb.DuckDBPyConnection, run_id: str, frame) -> None:
