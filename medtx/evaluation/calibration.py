@@ -119,10 +119,8 @@ def slope_stat(rows: LogisticRows) -> iv.Stat:
         if rows.unit is None:  # per-unit tables: each resample is a weighted fit on the bins
             return fit_logistic(rows.x, counts @ rows.n, counts @ rows.s, np.ones((counts.shape[0], 1)))[1]
         out = np.empty(counts.shape[0])
-        step = max(1, iv.CHUNK_CELLS // max(1, len(rows.x)))
-        for first in range(0, counts.shape[0], step):
-            w = counts[first:first + step][:, rows.unit]
-            out[first:first + step] = fit_logistic(rows.x, rows.n, rows.s, w)[1]
+        for chunk in iv.row_chunks(counts.shape[0], len(rows.x)):
+            out[chunk] = fit_logistic(rows.x, rows.n, rows.s, counts[chunk][:, rows.unit])[1]
         return out
     return stat
 

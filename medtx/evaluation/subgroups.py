@@ -128,11 +128,12 @@ def subgroup_results(data: RunData, ref: RunData | None, groups: dict[str, np.nd
     cells = int(np.prod(y.shape[1:], dtype=np.int64))  # outcome cells per sample
     for attribute in attributes:
         present, codes = np.unique(np.asarray(groups[attribute]).astype(str), return_inverse=True)
+        codes = codes.reshape(-1)
         code = {g: i for i, g in enumerate(present.tolist())}
         order = [g for g in GROUP_ORDER.get(attribute, ()) if g in code] + sorted(
             set(code) - set(GROUP_ORDER.get(attribute, ())))
         for group in order:
-            idx, units, local = group_units(inverse, codes.reshape(-1) == code[group])
+            idx, units, local = group_units(inverse, codes == code[group])
             n_units = len(units)
             n_pos = int(events[idx].sum())
             withheld = group_withheld(n_units, n_pos, len(idx) * cells - n_pos, min_units)

@@ -19,7 +19,7 @@ difference.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -145,8 +145,9 @@ def _ranking(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray) -> _Ranking
     group, starts = np.cumsum(new_group) - 1, np.flatnonzero(new_group)
     ends = np.r_[starts[1:], len(ranked)] - 1
     positive = np.flatnonzero(y[order])
-    first = np.flatnonzero(np.r_[True, group[positive][1:] != group[positive][:-1]]) if positive.size else positive
-    held = group[positive][first]
+    groups = group[positive]  # each positive sample's tie group
+    first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if positive.size else positive
+    held = groups[first]
     return _Ranking(inverse[order], inverse[order][positive], first, ends[held], starts[held] - 1)
 
 
@@ -180,6 +181,12 @@ def _share(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros(np.broadcast_shapes(num.shape, den.shape)), where=den > 0)
 
 
+def row_chunks(n_rows: int, width: int) -> Iterator[slice]:
+    """Slices of at most CHUNK_CELLS // width resamples (at least one) covering `n_rows` rows of a count matrix."""
+    step = max(1, CHUNK_CELLS // max(1, width))
+    return (slice(start, start + step) for start in range(0, n_rows, step))
+
+
 RankingStats = Callable[[np.ndarray], dict[str, np.ndarray]]
 
 
@@ -195,6 +202,7 @@ def binary_ranking(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray, min_p
     y, scores = np.asarray(y, dtype=bool), np.asarray(scores, dtype=np.float64)
     ranked = _ranking(y, scores, inverse)
     nan = np.isnan(scores)
+    ranked_auroc = None
     if nan.any():  # NaN above every score, in sample order, for the AUROC
         top = scores.copy()
         top[nan] = np.nanmax(scores, initial=0.0) + 1.0 + np.arange(nan.sum())
@@ -205,13 +213,11 @@ def binary_ranking(y: np.ndarray, scores: np.ndarray, inverse: np.ndarray, min_p
         if memo.get("counts") is counts:
             return memo["values"]
         out = {k: np.empty(counts.shape[0]) for k in ("auroc", "auprc", "rp80")}
-        step = max(1, CHUNK_CELLS // max(1, len(scores)))
-        for start in range(0, counts.shape[0], step):
-            rows = counts[start:start + step]
-            out["auroc"][start:start + step], out["auprc"][start:start + step], out["rp80"][start:start + step] = \
-                _ranking_rows(rows, ranked, min_precision)
-            if nan.any():
-                out["auroc"][start:start + step] = _ranking_rows(rows, ranked_auroc, min_precision)[0]
+        for chunk in row_chunks(counts.shape[0], len(scores)):
+            rows = counts[chunk]
+            out["auroc"][chunk], out["auprc"][chunk], out["rp80"][chunk] = _ranking_rows(rows, ranked, min_precision)
+            if ranked_auroc is not None:
+                out["auroc"][chunk] = _ranking_rows(rows, ranked_auroc, min_precision)[0]
         if counts.shape[0] > 1:  # a point estimate (one row of ones) is cheap and must not evict the resamples
             memo.update(counts=counts, values=out)
         return out
